@@ -1,0 +1,3 @@
+//! `e2b-local`: serve the emulator on loopback.
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! An E2B emulator: the control plane and envd, running real processes locally.
