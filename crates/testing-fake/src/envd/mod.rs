@@ -1,0 +1,1 @@
+//! envd: the daemon that runs inside every sandbox (processes, filesystem, /files).

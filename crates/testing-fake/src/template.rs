@@ -1,0 +1,1 @@
+//! Templates as data: users, directories, owners and modes of each sandbox template.
