@@ -1,2 +1,40 @@
-//! The execution world as seams: the `Fs`, `Subprocess` and `Terminal` traits, their
-//! types and errors, local implementations, and the conformance suite every backend runs.
+//! The execution world as seams: the [`Fs`], [`Subprocess`] and [`Terminal`] traits and
+//! types, local implementations ([`LocalFs`], [`LocalSubprocess`]), and the conformance
+//! suite every backend runs (feature `conformance`).
+//!
+//! A consumer written against `&dyn Fs` / `&dyn Subprocess` runs unchanged on this
+//! machine or in a remote sandbox: only the adapter changes.
+//!
+//! ```no_run
+//! use exec_world::{Fs, LocalFs, LocalSubprocess, SpawnSpec, Subprocess, WorldPath};
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let fs = LocalFs::new()?;
+//! let text = fs.read(&WorldPath::new("Cargo.toml")?, 1 << 20).await?;
+//! let proc = LocalSubprocess::new()?;
+//! let child = proc.spawn(SpawnSpec::new("ls").arg("-l"))?;
+//! let status = child.wait().await?;
+//! # let _ = (text, status); Ok(()) }
+//! ```
+
+mod error;
+mod fs;
+pub mod local;
+mod path;
+mod proc;
+mod terminal;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use error::{BoxError, FsError, ProcError};
+pub use fs::{
+    ByteStream, Created, DirEntry, FileKind, Fs, FsCapabilities, Metadata, Version, WriteOptions,
+    bytes_stream,
+};
+pub use local::{LocalFs, LocalSubprocess};
+pub use path::{Target, WorldPath};
+pub use proc::{
+    Child, ChildBackend, EnvBase, ExitStatus, InputSink, OutputStream, ProcCapabilities, Signal,
+    SpawnSpec, StdinMode, Subprocess,
+};
+pub use terminal::{TermSize, Terminal, TerminalBackend, TerminalSpec};

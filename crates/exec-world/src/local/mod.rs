@@ -1,0 +1,7 @@
+//! Local adapters: the seams over this machine's file system and processes.
+
+mod fs;
+mod proc;
+
+pub use fs::LocalFs;
+pub use proc::LocalSubprocess;
