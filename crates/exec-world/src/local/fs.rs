@@ -1,5 +1,448 @@
-//! `LocalFs`: [`Fs`](crate::Fs) over this machine's file system (tokio::fs).
+//! `LocalFs`: [`Fs`] over this machine's file system (tokio::fs).
+//!
+//! Atomic write = a temporary file in the target's directory (`O_EXCL`), filled from the
+//! stream, `fsync`ed, `rename`d over the target, then the directory `fsync`ed. An error
+//! or a dropped future removes the temporary file and leaves the old one.
+//! `create_if_absent` writes a temporary file completely and hard-links it into place
+//! (`link` never replaces: exactly one racing caller wins, and nobody sees a partial
+//! file), falling back to `O_EXCL` on file systems without hard links.
 
-/// The local file system.
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::error::FsError;
+use crate::fs::{
+    ByteStream, Created, DirEntry, FileKind, Fs, FsCapabilities, Metadata, Version, WriteOptions,
+};
+use crate::path::WorldPath;
+
+/// Chunk size of streamed reads.
+const CHUNK: usize = 256 * 1024;
+
+/// The local file system, with a cwd for relative paths.
+///
+/// ```no_run
+/// # use exec_world::{Fs, LocalFs, WorldPath};
+/// # async fn f() -> Result<(), exec_world::FsError> {
+/// let fs = LocalFs::at(WorldPath::new("/tmp")?)?;
+/// let meta = fs.stat(&WorldPath::new("x.txt")?).await?; // /tmp/x.txt
+/// # let _ = meta; Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
-pub struct LocalFs {}
+pub struct LocalFs {
+    cwd: WorldPath,
+}
+
+impl LocalFs {
+    /// The local file system with this process's current directory as cwd.
+    pub fn new() -> Result<LocalFs, FsError> {
+        let cwd = std::env::current_dir()
+            .map_err(|e| FsError::other(format!("current directory: {e}")))?;
+        let cwd = cwd.to_str().ok_or_else(|| FsError::InvalidPath {
+            path: cwd.display().to_string(),
+            reason: "current directory is not UTF-8".into(),
+        })?;
+        LocalFs::at(WorldPath::new(cwd)?)
+    }
+
+    /// The local file system with `cwd` (made absolute against `/`) as cwd.
+    pub fn at(cwd: WorldPath) -> Result<LocalFs, FsError> {
+        Ok(LocalFs {
+            cwd: cwd.resolve(&WorldPath::root()),
+        })
+    }
+
+    fn local(&self, p: &WorldPath) -> (WorldPath, PathBuf) {
+        let abs = p.resolve(&self.cwd);
+        let path = PathBuf::from(abs.as_str());
+        (abs, path)
+    }
+}
+
+/// Turns std metadata into ours; `target` is the link target for symlinks.
+pub(crate) fn to_metadata(m: &std::fs::Metadata, target: Option<String>) -> Metadata {
+    let ft = m.file_type();
+    let kind = if ft.is_symlink() {
+        FileKind::Symlink
+    } else if ft.is_dir() {
+        FileKind::Dir
+    } else if ft.is_file() {
+        FileKind::File
+    } else {
+        FileKind::Other
+    };
+    let mtime = m.modified().ok();
+    let version = Version {
+        size: m.size(),
+        mtime,
+        token: format!(
+            "{:x}:{:x}:{}:{}.{}:{}.{}",
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec()
+        ),
+    };
+    Metadata::new(
+        kind,
+        m.size(),
+        Some(m.mode() & 0o7777),
+        mtime,
+        target,
+        version,
+    )
+}
+
+async fn lstat_path(abs: &WorldPath, path: &Path) -> Result<Metadata, FsError> {
+    let m = tokio::fs::symlink_metadata(path)
+        .await
+        .map_err(|e| FsError::from_io(abs, "lstat", e))?;
+    let target = if m.file_type().is_symlink() {
+        let t = tokio::fs::read_link(path)
+            .await
+            .map_err(|e| FsError::from_io(abs, "readlink", e))?;
+        Some(t.to_string_lossy().into_owned())
+    } else {
+        None
+    };
+    Ok(to_metadata(&m, target))
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A unique temporary name next to `path`.
+fn temp_sibling(path: &Path) -> PathBuf {
+    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = format!(".{name}.exec-world-{}-{n}-{nanos:x}.tmp", std::process::id());
+    path.with_file_name(tmp)
+}
+
+/// Removes a temporary file unless disarmed (covers errors and dropped futures).
+struct TempGuard(Option<PathBuf>);
+
+impl TempGuard {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for TempGuard {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Creates `tmp` exclusively with `mode`, fills it from `data`, fsyncs it.
+async fn fill_temp(
+    abs: &WorldPath,
+    tmp: &Path,
+    mut data: ByteStream,
+    mode: u32,
+) -> Result<(), FsError> {
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(tmp)
+        .await
+        .map_err(|e| FsError::from_io(abs, "create temporary file for", e))?;
+    while let Some(chunk) = data.next().await {
+        let chunk = chunk?;
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| FsError::from_io(abs, "write", e))?;
+    }
+    file.flush()
+        .await
+        .map_err(|e| FsError::from_io(abs, "write", e))?;
+    // open(2) applies the umask; set the exact bits asked for.
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+        .await
+        .map_err(|e| FsError::from_io(abs, "chmod", e))?;
+    file.sync_all()
+        .await
+        .map_err(|e| FsError::from_io(abs, "fsync", e))?;
+    Ok(())
+}
+
+async fn sync_dir(dir: &Path) {
+    if let Ok(d) = tokio::fs::File::open(dir).await {
+        let _ = d.sync_all().await;
+    }
+}
+
+#[async_trait]
+impl Fs for LocalFs {
+    fn cwd(&self) -> &WorldPath {
+        &self.cwd
+    }
+
+    fn with_cwd(&self, cwd: &WorldPath) -> Box<dyn Fs> {
+        Box::new(LocalFs {
+            cwd: cwd.resolve(&self.cwd),
+        })
+    }
+
+    fn capabilities(&self) -> FsCapabilities {
+        let mut c = FsCapabilities::default();
+        c.symlinks = true;
+        c.posix_modes = true;
+        c.atomic_write = true;
+        c.exclusive_create = true;
+        c.large_files = true;
+        c.mtime = true;
+        c
+    }
+
+    async fn stat(&self, p: &WorldPath) -> Result<Metadata, FsError> {
+        let (abs, path) = self.local(p);
+        let m = tokio::fs::metadata(&path)
+            .await
+            .map_err(|e| FsError::from_io(&abs, "stat", e))?;
+        Ok(to_metadata(&m, None))
+    }
+
+    async fn lstat(&self, p: &WorldPath) -> Result<Metadata, FsError> {
+        let (abs, path) = self.local(p);
+        lstat_path(&abs, &path).await
+    }
+
+    async fn read_dir(&self, p: &WorldPath) -> Result<Vec<DirEntry>, FsError> {
+        let (abs, path) = self.local(p);
+        let mut rd = tokio::fs::read_dir(&path)
+            .await
+            .map_err(|e| FsError::from_io(&abs, "read_dir", e))?;
+        let mut out = Vec::new();
+        while let Some(entry) = rd
+            .next_entry()
+            .await
+            .map_err(|e| FsError::from_io(&abs, "read_dir", e))?
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let child = abs.join(&name)?;
+            let meta = match lstat_path(&child, &entry.path()).await {
+                Ok(m) => m,
+                // Removed between listing and lstat: not part of the listing.
+                Err(FsError::NotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            out.push(DirEntry {
+                name,
+                path: child,
+                metadata: meta,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, FsError> {
+        let (abs, path) = self.local(p);
+        let file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| FsError::from_io(&abs, "open", e))?;
+        let meta = file
+            .metadata()
+            .await
+            .map_err(|e| FsError::from_io(&abs, "stat", e))?;
+        if meta.is_dir() {
+            return Err(FsError::IsADirectory { path: abs });
+        }
+        if meta.len() > max_bytes {
+            return Err(FsError::TooLarge {
+                path: abs,
+                limit: max_bytes,
+            });
+        }
+        // The file may grow, or report size 0 (/proc): never read past max + 1.
+        let mut buf = Vec::with_capacity(meta.len() as usize);
+        file.take(max_bytes.saturating_add(1))
+            .read_to_end(&mut buf)
+            .await
+            .map_err(|e| FsError::from_io(&abs, "read", e))?;
+        if buf.len() as u64 > max_bytes {
+            return Err(FsError::TooLarge {
+                path: abs,
+                limit: max_bytes,
+            });
+        }
+        Ok(Bytes::from(buf))
+    }
+
+    async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, FsError> {
+        let (abs, path) = self.local(p);
+        let file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| FsError::from_io(&abs, "open", e))?;
+        let meta = file
+            .metadata()
+            .await
+            .map_err(|e| FsError::from_io(&abs, "stat", e))?;
+        if meta.is_dir() {
+            return Err(FsError::IsADirectory { path: abs });
+        }
+        let stream = tokio_util::io::ReaderStream::with_capacity(file, CHUNK)
+            .map(move |r| r.map_err(|e| FsError::from_io(&abs, "read", e)));
+        Ok(Box::pin(stream))
+    }
+
+    async fn write(
+        &self,
+        p: &WorldPath,
+        data: ByteStream,
+        opts: WriteOptions,
+    ) -> Result<Version, FsError> {
+        let (abs, path) = self.local(p);
+        let parent = abs.parent().ok_or_else(|| FsError::IsADirectory {
+            path: abs.clone(),
+        })?;
+        if opts.create_parents {
+            self.mkdir(&parent, true).await?;
+        }
+        let existing_mode = match tokio::fs::symlink_metadata(&path).await {
+            Ok(m) if m.is_dir() => return Err(FsError::IsADirectory { path: abs }),
+            Ok(m) if m.is_file() => Some(m.mode() & 0o7777),
+            Ok(_) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(FsError::from_io(&abs, "lstat", e)),
+        };
+        let mode = opts.mode.or(existing_mode).unwrap_or(0o644);
+        let tmp = temp_sibling(&path);
+        let mut guard = TempGuard(Some(tmp.clone()));
+        fill_temp(&abs, &tmp, data, mode).await.map_err(|e| match e {
+            // A missing parent shows up as ENOENT on the temp file: name the target.
+            FsError::NotFound { .. } => FsError::NotFound { path: abs.clone() },
+            other => other,
+        })?;
+        tokio::fs::rename(&tmp, &path)
+            .await
+            .map_err(|e| FsError::from_io(&abs, "rename into place", e))?;
+        guard.disarm();
+        sync_dir(Path::new(parent.as_str())).await;
+        let m = tokio::fs::symlink_metadata(&path)
+            .await
+            .map_err(|e| FsError::from_io(&abs, "stat", e))?;
+        Ok(to_metadata(&m, None).version)
+    }
+
+    async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, FsError> {
+        let (abs, path) = self.local(p);
+        match tokio::fs::symlink_metadata(&path).await {
+            Ok(_) => return Ok(Created::AlreadyExisted),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(FsError::from_io(&abs, "lstat", e)),
+        }
+        let tmp = temp_sibling(&path);
+        let _guard = TempGuard(Some(tmp.clone()));
+        fill_temp(&abs, &tmp, crate::fs::bytes_stream(data.clone()), 0o644)
+            .await
+            .map_err(|e| match e {
+                FsError::NotFound { .. } => FsError::NotFound { path: abs.clone() },
+                other => other,
+            })?;
+        match tokio::fs::hard_link(&tmp, &path).await {
+            Ok(()) => {
+                if let Some(parent) = path.parent() {
+                    sync_dir(parent).await;
+                }
+                Ok(Created::Created)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(Created::AlreadyExisted),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EOPNOTSUPP)) => {
+                // No hard links here: O_EXCL still decides the winner.
+                let mut f = match tokio::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o644)
+                    .open(&path)
+                    .await
+                {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        return Ok(Created::AlreadyExisted);
+                    }
+                    Err(e) => return Err(FsError::from_io(&abs, "create", e)),
+                };
+                f.write_all(&data)
+                    .await
+                    .map_err(|e| FsError::from_io(&abs, "write", e))?;
+                f.sync_all()
+                    .await
+                    .map_err(|e| FsError::from_io(&abs, "fsync", e))?;
+                Ok(Created::Created)
+            }
+            Err(e) => Err(FsError::from_io(&abs, "link into place", e)),
+        }
+    }
+
+    async fn mkdir(&self, p: &WorldPath, recursive: bool) -> Result<(), FsError> {
+        let (abs, path) = self.local(p);
+        if recursive {
+            match tokio::fs::create_dir_all(&path).await {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    // create_dir_all fails with EEXIST when a non-directory is in the way.
+                    match tokio::fs::metadata(&path).await {
+                        Ok(m) if !m.is_dir() => Err(FsError::AlreadyExists { path: abs }),
+                        _ => Err(FsError::from_io(&abs, "mkdir", e)),
+                    }
+                }
+            }
+        } else {
+            tokio::fs::create_dir(&path)
+                .await
+                .map_err(|e| FsError::from_io(&abs, "mkdir", e))
+        }
+    }
+
+    async fn remove(&self, p: &WorldPath, recursive: bool) -> Result<(), FsError> {
+        let (abs, path) = self.local(p);
+        let m = tokio::fs::symlink_metadata(&path)
+            .await
+            .map_err(|e| FsError::from_io(&abs, "lstat", e))?;
+        let r = if m.is_dir() {
+            if recursive {
+                tokio::fs::remove_dir_all(&path).await
+            } else {
+                tokio::fs::remove_dir(&path).await
+            }
+        } else {
+            tokio::fs::remove_file(&path).await
+        };
+        r.map_err(|e| match e.raw_os_error() {
+            Some(libc::EEXIST) => FsError::NotEmpty { path: abs.clone() },
+            _ => FsError::from_io(&abs, "remove", e),
+        })
+    }
+
+    async fn rename(&self, from: &WorldPath, to: &WorldPath) -> Result<(), FsError> {
+        let (from_abs, from_path) = self.local(from);
+        let (to_abs, to_path) = self.local(to);
+        tokio::fs::rename(&from_path, &to_path)
+            .await
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EEXIST) | Some(libc::ENOTEMPTY) => FsError::NotEmpty { path: to_abs },
+                Some(libc::EISDIR) => FsError::IsADirectory { path: to_abs },
+                Some(libc::ENOTDIR) => FsError::NotADirectory { path: to_abs },
+                _ => FsError::from_io(&from_abs, "rename", e),
+            })
+    }
+}

@@ -2,6 +2,8 @@
 
 mod fs;
 mod proc;
+mod pty;
+mod tree;
 
 pub use fs::LocalFs;
 pub use proc::LocalSubprocess;

@@ -1,5 +1,353 @@
-//! `LocalSubprocess`: [`Subprocess`](crate::Subprocess) over tokio::process.
+//! `LocalSubprocess`: [`Subprocess`] over tokio::process, each child in its own session
+//! and process group, with descendant tracking for `terminate` (see `tree.rs`).
 
-/// Local processes.
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use tokio::sync::watch;
+
+use super::tree::{MARKER_VAR, Tree, new_marker, send};
+use crate::error::ProcError;
+use crate::path::WorldPath;
+use crate::proc::{
+    Child, ChildBackend, EnvBase, ExitStatus, InputSink, OutputStream, ProcCapabilities, Signal,
+    SpawnSpec, StdinMode, Subprocess,
+};
+use crate::terminal::{Terminal, TerminalSpec};
+
+/// `PATH` when this process has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Processes on this machine.
+///
+/// Every child starts in a new session (`setsid`), so it leads its own process group,
+/// and carries `EXEC_WORLD_SPAWN=<unique id>` so `terminate` and `Drop` find descendants
+/// that left the group. Requires Linux `/proc` for descendant tracking.
 #[derive(Clone, Debug)]
-pub struct LocalSubprocess {}
+pub struct LocalSubprocess {
+    cwd: WorldPath,
+}
+
+impl LocalSubprocess {
+    /// Local processes whose default cwd is this process's current directory.
+    pub fn new() -> Result<LocalSubprocess, ProcError> {
+        let cwd = std::env::current_dir().map_err(|e| ProcError::io("current directory", e))?;
+        let cwd = cwd.to_str().ok_or_else(|| ProcError::InvalidSpec {
+            reason: "current directory is not UTF-8".into(),
+        })?;
+        let cwd = WorldPath::new(cwd).map_err(|e| ProcError::InvalidSpec {
+            reason: e.to_string(),
+        })?;
+        Ok(LocalSubprocess::at(cwd))
+    }
+
+    /// Local processes whose default cwd is `cwd` (made absolute against `/`).
+    pub fn at(cwd: WorldPath) -> LocalSubprocess {
+        LocalSubprocess {
+            cwd: cwd.resolve(&WorldPath::root()),
+        }
+    }
+
+    /// The absolute cwd for a spec's optional cwd; InvalidSpec if it is not a directory.
+    pub(crate) fn resolve_cwd(&self, cwd: Option<&WorldPath>) -> Result<WorldPath, ProcError> {
+        let dir = match cwd {
+            Some(c) => c.resolve(&self.cwd),
+            None => self.cwd.clone(),
+        };
+        match std::fs::metadata(dir.as_str()) {
+            Ok(m) if m.is_dir() => Ok(dir),
+            Ok(_) => Err(ProcError::InvalidSpec {
+                reason: format!("cwd {dir} is not a directory"),
+            }),
+            Err(e) => Err(ProcError::InvalidSpec {
+                reason: format!("cwd {dir}: {e}"),
+            }),
+        }
+    }
+}
+
+/// The environment for `base` plus `vars`, plus the marker.
+pub(crate) fn build_env(
+    base: EnvBase,
+    vars: &BTreeMap<String, String>,
+    marker: &str,
+    terminal: bool,
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    match base {
+        EnvBase::Clean => {}
+        EnvBase::Inherit => env.extend(std::env::vars()),
+        EnvBase::Base => {
+            for key in ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG"] {
+                if let Ok(v) = std::env::var(key) {
+                    env.insert(key.into(), v);
+                }
+            }
+            env.entry("PATH".into()).or_insert_with(|| DEFAULT_PATH.into());
+            env.entry("LANG".into()).or_insert_with(|| "C.UTF-8".into());
+        }
+    }
+    if terminal && base != EnvBase::Clean {
+        env.entry("TERM".into())
+            .or_insert_with(|| "xterm-256color".into());
+    }
+    env.extend(vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.insert(MARKER_VAR.into(), marker.into());
+    env
+}
+
+/// Spawning needs a tokio runtime (for the pipes and the reaping task).
+pub(crate) fn ensure_runtime() -> Result<(), ProcError> {
+    tokio::runtime::Handle::try_current()
+        .map(|_| ())
+        .map_err(|_| ProcError::other("spawn must be called within a tokio runtime"))
+}
+
+/// Maps a spawn error of `program` to a ProcError kind.
+pub(crate) fn spawn_error(program: &str, e: std::io::Error) -> ProcError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => ProcError::NotFound {
+            program: program.into(),
+        },
+        std::io::ErrorKind::PermissionDenied => ProcError::PermissionDenied {
+            what: program.into(),
+        },
+        _ => ProcError::io(format!("spawn {program}"), e),
+    }
+}
+
+/// Converts a std exit status.
+pub(crate) fn to_status(s: std::process::ExitStatus) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    ExitStatus {
+        code: s.code(),
+        signal: s.signal(),
+    }
+}
+
+/// Owns the OS child in a task; publishes its status. Shared by processes and terminals.
+pub(crate) struct Reaped {
+    pub(crate) pid: u32,
+    pub(crate) tree: Tree,
+    status: watch::Receiver<Option<Result<ExitStatus, String>>>,
+}
+
+impl Reaped {
+    /// Starts the reaping task for `child`.
+    pub(crate) fn start(mut child: tokio::process::Child, marker: String) -> Result<Reaped, ProcError> {
+        let pid = child
+            .id()
+            .ok_or_else(|| ProcError::other("spawned child has no pid"))?;
+        let (tx, rx) = watch::channel(None);
+        tokio::spawn(async move {
+            let r = child.wait().await.map(to_status).map_err(|e| e.to_string());
+            let _ = tx.send(Some(r));
+        });
+        Ok(Reaped {
+            pid,
+            tree: Tree::new(pid, marker),
+            status: rx,
+        })
+    }
+
+    pub(crate) fn exited(&self) -> bool {
+        self.status.borrow().is_some()
+    }
+
+    pub(crate) async fn wait(&self) -> Result<ExitStatus, ProcError> {
+        let mut rx = self.status.clone();
+        let r = rx
+            .wait_for(|s| s.is_some())
+            .await
+            .map_err(|_| ProcError::other("reaper task ended without a status"))?;
+        match r.as_ref() {
+            Some(Ok(s)) => Ok(*s),
+            Some(Err(e)) => Err(ProcError::other(format!("wait: {e}"))),
+            None => Err(ProcError::other("no status")),
+        }
+    }
+
+    pub(crate) fn signal(&self, sig: Signal) {
+        if !self.exited() {
+            send(self.pid as i32, sig.number());
+        }
+    }
+
+    pub(crate) async fn terminate(
+        &self,
+        grace: Duration,
+        hangup: bool,
+    ) -> Result<ExitStatus, ProcError> {
+        self.tree.terminate(grace, hangup).await;
+        self.wait().await
+    }
+}
+
+struct LocalChild {
+    reaped: Arc<Reaped>,
+    // Mutex only to make the handle Sync; taken once, never contended.
+    stdin: std::sync::Mutex<Option<InputSink>>,
+    stdout: std::sync::Mutex<Option<OutputStream>>,
+    stderr: std::sync::Mutex<Option<OutputStream>>,
+    detached: bool,
+}
+
+fn output<R>(r: R, what: &'static str) -> OutputStream
+where
+    R: tokio::io::AsyncRead + Send + 'static,
+{
+    Box::pin(
+        tokio_util::io::ReaderStream::with_capacity(r, 64 * 1024)
+            .map(move |x| x.map_err(|e| ProcError::io(what, e))),
+    )
+}
+
+#[async_trait]
+impl ChildBackend for LocalChild {
+    fn pid(&self) -> Option<u32> {
+        Some(self.reaped.pid)
+    }
+
+    async fn started(&self) -> Result<u32, ProcError> {
+        Ok(self.reaped.pid)
+    }
+
+    fn take_stdin(&mut self) -> Option<InputSink> {
+        self.stdin.get_mut().ok()?.take()
+    }
+
+    fn take_stdout(&mut self) -> Option<OutputStream> {
+        self.stdout.get_mut().ok()?.take()
+    }
+
+    fn take_stderr(&mut self) -> Option<OutputStream> {
+        self.stderr.get_mut().ok()?.take()
+    }
+
+    async fn wait(&self) -> Result<ExitStatus, ProcError> {
+        self.reaped.wait().await
+    }
+
+    async fn signal(&self, sig: Signal) -> Result<(), ProcError> {
+        self.reaped.signal(sig);
+        Ok(())
+    }
+
+    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError> {
+        self.reaped.terminate(grace, false).await
+    }
+
+    fn detach(&mut self) {
+        self.detached = true;
+    }
+}
+
+impl Drop for LocalChild {
+    fn drop(&mut self) {
+        if !self.detached {
+            self.reaped.tree.kill_now();
+        }
+    }
+}
+
+/// Searches `path_var` for an executable `program`.
+fn search_path(program: &str, path_var: &str) -> Option<String> {
+    let is_exec = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if program.contains('/') {
+        return is_exec(Path::new(program)).then(|| program.to_string());
+    }
+    path_var
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(program))
+        .find(|p| is_exec(p))
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+#[async_trait]
+impl Subprocess for LocalSubprocess {
+    fn cwd(&self) -> &WorldPath {
+        &self.cwd
+    }
+
+    fn capabilities(&self) -> ProcCapabilities {
+        let mut c = ProcCapabilities::default();
+        c.stdin = true;
+        c.signals = true;
+        c.process_groups = true;
+        c.escaped_descendants = true;
+        c.clean_env = true;
+        c.terminals = true;
+        c.terminal_resize = true;
+        c
+    }
+
+    async fn which(&self, program: &str) -> Result<Option<String>, ProcError> {
+        let env = build_env(EnvBase::Base, &BTreeMap::new(), "", false);
+        let path = env.get("PATH").cloned().unwrap_or_default();
+        let program = program.to_string();
+        tokio::task::spawn_blocking(move || search_path(&program, &path))
+            .await
+            .map_err(|e| ProcError::other(format!("which: {e}")))
+    }
+
+    fn spawn(&self, spec: SpawnSpec) -> Result<Child, ProcError> {
+        ensure_runtime()?;
+        if spec.program.is_empty() {
+            return Err(ProcError::InvalidSpec {
+                reason: "empty program".into(),
+            });
+        }
+        let cwd = self.resolve_cwd(spec.cwd.as_ref())?;
+        let marker = new_marker();
+        let env = build_env(spec.env_base, &spec.env, &marker, false);
+        let mut cmd = tokio::process::Command::new(&spec.program);
+        cmd.args(&spec.args)
+            .env_clear()
+            .envs(&env)
+            .current_dir(cwd.as_str())
+            .stdin(match spec.stdin {
+                StdinMode::Null => Stdio::null(),
+                StdinMode::Piped => Stdio::piped(),
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(false);
+        // SAFETY: setsid(2) is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::setsid().map_err(std::io::Error::from)?;
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|e| spawn_error(&spec.program, e))?;
+        let stdin = child
+            .stdin
+            .take()
+            .map(|s| Box::pin(s) as InputSink);
+        let stdout = child.stdout.take().map(|s| output(s, "read stdout"));
+        let stderr = child.stderr.take().map(|s| output(s, "read stderr"));
+        let reaped = Reaped::start(child, marker)?;
+        Ok(Child::new(Box::new(LocalChild {
+            reaped: Arc::new(reaped),
+            stdin: std::sync::Mutex::new(stdin),
+            stdout: std::sync::Mutex::new(stdout),
+            stderr: std::sync::Mutex::new(stderr),
+            detached: false,
+        })))
+    }
+
+    fn spawn_terminal(&self, spec: TerminalSpec) -> Result<Terminal, ProcError> {
+        super::pty::spawn(self, spec)
+    }
+}

@@ -1,0 +1,214 @@
+//! Finding and ending everything a local spawn started.
+//!
+//! Every local spawn runs in its own session and process group (`setsid` before exec, so
+//! session id = process group id = the child's pid) and carries a unique marker variable
+//! `EXEC_WORLD_SPAWN=<id>` in its environment. The members of a spawn are the live
+//! (non-zombie) processes that
+//! 1. are in its process group or session (children, grandchildren, `nohup`'d ones,
+//!    background jobs of an interactive shell, which get their own groups in the session),
+//! 2. descend from it by parent chain (as seen in `/proc` at each scan), or
+//! 3. have the marker in `/proc/<pid>/environ` (descendants that left with `setsid` and were
+//!    orphaned, so neither 1 nor 2 finds them).
+//!
+//! Only a process that both left the session *and* cleared its environment, after its
+//! parent chain to us was broken, escapes. Reading other users' `environ` needs root or the
+//! same user. This process and its ancestors are never members.
+//!
+//! Ending: SIGTERM (and SIGHUP for terminals) to every member, SIGCONT so stopped ones see
+//! it, rescans during `grace` until none is left, then SIGKILL rounds (scan, kill) until a
+//! scan finds no member, so processes forked meanwhile are caught by the next round.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// The name of the marker variable given to every local spawn.
+pub const MARKER_VAR: &str = "EXEC_WORLD_SPAWN";
+
+#[derive(Clone, Copy, Debug)]
+struct ProcStat {
+    ppid: u32,
+    pgrp: u32,
+    session: u32,
+    zombie: bool,
+}
+
+fn read_stat(pid: u32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: parse after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut it = rest.split_whitespace();
+    let state = it.next()?;
+    let ppid = it.next()?.parse().ok()?;
+    let pgrp = it.next()?.parse().ok()?;
+    let session = it.next()?.parse().ok()?;
+    Some(ProcStat {
+        ppid,
+        pgrp,
+        session,
+        zombie: state == "Z" || state == "X",
+    })
+}
+
+fn has_marker(pid: u32, needle: &[u8]) -> bool {
+    match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(env) => env.split(|b| *b == 0).any(|var| var == needle),
+        Err(_) => false,
+    }
+}
+
+/// This process and its ancestors: never signalled.
+fn protected() -> HashSet<u32> {
+    let mut out = HashSet::new();
+    let mut pid = std::process::id();
+    while pid > 1 && out.insert(pid) {
+        match read_stat(pid) {
+            Some(s) => pid = s.ppid,
+            None => break,
+        }
+    }
+    out.insert(1);
+    out
+}
+
+/// One spawn's identity: its leader pid (= pgid = sid) and marker value.
+#[derive(Clone, Debug)]
+pub(crate) struct Tree {
+    leader: u32,
+    marker: String,
+}
+
+impl Tree {
+    pub(crate) fn new(leader: u32, marker: String) -> Tree {
+        Tree { leader, marker }
+    }
+
+    /// The live members (see the module docs) with their process group.
+    fn scan(&self) -> Vec<(u32, u32)> {
+        let needle = format!("{MARKER_VAR}={}", self.marker).into_bytes();
+        let protected = protected();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let mut stats: HashMap<u32, ProcStat> = HashMap::new();
+        for entry in dir.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some(st) = read_stat(pid) {
+                stats.insert(pid, st);
+            }
+        }
+        let mut members: HashMap<u32, u32> = HashMap::new();
+        for (&pid, st) in &stats {
+            if st.zombie || protected.contains(&pid) {
+                continue;
+            }
+            // A pid is never reused while it names a live group or session, so these
+            // two tests cannot hit a stranger even after the leader was reaped.
+            if st.pgrp == self.leader || st.session == self.leader {
+                members.insert(pid, st.pgrp);
+                continue;
+            }
+            // Parent chain up to the leader.
+            let mut cur = st.ppid;
+            let mut hops = 0;
+            while cur > 1 && hops < 4096 {
+                if cur == self.leader {
+                    members.insert(pid, st.pgrp);
+                    break;
+                }
+                match stats.get(&cur) {
+                    Some(s) => cur = s.ppid,
+                    None => break,
+                }
+                hops += 1;
+            }
+            if !members.contains_key(&pid) && has_marker(pid, &needle) {
+                members.insert(pid, st.pgrp);
+            }
+        }
+        members.into_iter().collect()
+    }
+
+    /// Sends `sig` to every member in `found`, and to the leader's group when a member
+    /// shows it still exists (so a reused pid is never signalled as a group).
+    fn signal_all(&self, found: &[(u32, u32)], sig: i32) {
+        if found.iter().any(|&(_, pgrp)| pgrp == self.leader) {
+            send(-(self.leader as i32), sig);
+        }
+        for &(p, _) in found {
+            send(p as i32, sig);
+        }
+    }
+
+    /// SIGKILL rounds until a scan finds no member (bounded). Synchronous: used by Drop.
+    pub(crate) fn kill_now(&self) {
+        for _ in 0..200 {
+            let m = self.scan();
+            if m.is_empty() {
+                return;
+            }
+            self.signal_all(&m, libc::SIGKILL);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        tracing::warn!(leader = self.leader, "processes survived 200 SIGKILL rounds");
+    }
+
+    /// Polite then forceful end of every member; returns when a scan finds none.
+    pub(crate) async fn terminate(&self, grace: Duration, hangup: bool) {
+        let first = self.scan();
+        if first.is_empty() {
+            return;
+        }
+        if hangup {
+            self.signal_all(&first, libc::SIGHUP);
+        }
+        self.signal_all(&first, libc::SIGTERM);
+        self.signal_all(&first, libc::SIGCONT);
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            if self.scan().is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10).min(deadline - now)).await;
+        }
+        for _ in 0..500 {
+            let m = self.scan();
+            if m.is_empty() {
+                return;
+            }
+            self.signal_all(&m, libc::SIGKILL);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tracing::warn!(leader = self.leader, "processes survived 500 SIGKILL rounds");
+    }
+}
+
+/// `kill(pid, sig)`, ignoring errors (ESRCH: already gone).
+pub(crate) fn send(pid: i32, sig: i32) -> bool {
+    if pid == 0 || pid == -1 {
+        return false; // never "our own group" or "everyone"
+    }
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// A marker value unique to this spawn.
+pub(crate) fn new_marker() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}-{}-{:x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        nanos
+    )
+}
