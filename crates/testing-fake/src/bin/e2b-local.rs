@@ -1,3 +1,78 @@
-//! `e2b-local`: serve the emulator on loopback.
+//! `e2b-local`: serve the E2B emulator on loopback.
+//!
+//! Prints, one per line and ready to `export`, `E2B_API_URL=…`, `E2B_SANDBOX_URL=…` and
+//! `E2B_API_KEY=…`, then serves until SIGINT or SIGTERM, and cleans up (every sandbox's
+//! processes killed, the temporary root removed). Logs go to stderr and never contain the
+//! key. Counters and fault rules are reachable at `/_emulator/counters` and
+//! `/_emulator/faults` with the same `X-API-KEY`.
 
-fn main() {}
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use testing_fake::{Emulator, EmulatorConfig};
+
+/// Serve an offline E2B (control plane + envd) on loopback.
+#[derive(Parser)]
+#[command(name = "e2b-local", version)]
+struct Args {
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    bind: IpAddr,
+    /// Directory for the sandboxes' trees (default: a temporary directory removed on exit).
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// API key clients must send (default: a random `e2b_<40 hex>`).
+    #[arg(long, env = "E2B_LOCAL_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let cfg = EmulatorConfig {
+        bind: SocketAddr::new(args.bind, args.port),
+        api_key: args.api_key,
+        root: args.root,
+        ..EmulatorConfig::default()
+    };
+    let emu = match Emulator::start(cfg).await {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("e2b-local: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    {
+        let mut out = std::io::stdout().lock();
+        if out.write_all(emu.env_lines().as_bytes()).is_err() || out.flush().is_err() {
+            eprintln!("e2b-local: cannot write to stdout");
+        }
+    }
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("e2b-local: cannot install a SIGTERM handler: {e}");
+            emu.shutdown().await;
+            return ExitCode::FAILURE;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+    }
+    emu.shutdown().await;
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,404 @@
+//! Control-plane handlers for one sandbox or a new one: create (v1 and v2), info, kill,
+//! timeout, refreshes, pause, connect (v1 and v2), resume, metrics, and the API health check.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use e2b_core::proto::control::{
+    ListedSandbox, NewSandbox, PauseSandbox, RefreshSandbox, Sandbox, SandboxDetail, SandboxState,
+    SetTimeout,
+};
+use e2b_core::proto::{CLIENT_ID, control::Lifecycle};
+use serde::Deserialize;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::error::{ApiErr, parse_body};
+use super::ids::short_id;
+use super::store::{CreateParams, Resumed, SandboxRecord, Store};
+use crate::template::Template;
+
+type ApiResult<T> = Result<T, ApiErr>;
+
+/// RFC 3339 with at most microsecond precision (every SDK's date parser accepts it).
+pub(crate) fn rfc3339(t: OffsetDateTime) -> String {
+    let t = t
+        .replace_nanosecond(t.nanosecond() / 1_000 * 1_000)
+        .unwrap_or(t);
+    t.format(&Rfc3339).unwrap_or_default()
+}
+
+/// The `Sandbox` answer of create / connect / resume.
+fn sandbox_answer(rec: &SandboxRecord) -> Sandbox {
+    Sandbox {
+        template_id: rec.template.id.clone(),
+        sandbox_id: rec.id.clone(),
+        client_id: CLIENT_ID.into(),
+        envd_version: rec.template.envd_version.clone(),
+        envd_access_token: rec.access_token.clone(),
+        traffic_access_token: None,
+        domain: None,
+        alias: Some(rec.template.alias.clone()),
+    }
+}
+
+/// The listing view of a sandbox.
+pub(crate) fn listed(rec: &SandboxRecord) -> ListedSandbox {
+    let (state, end_at) = {
+        let life = rec.life();
+        (life.state, life.end_at)
+    };
+    ListedSandbox {
+        template_id: rec.template.id.clone(),
+        alias: Some(rec.template.alias.clone()),
+        sandbox_id: rec.id.clone(),
+        client_id: CLIENT_ID.into(),
+        started_at: rfc3339(rec.started_at),
+        end_at: rfc3339(end_at),
+        cpu_count: i64::from(rec.template.cpu_count),
+        memory_mb: i64::from(rec.template.memory_mb),
+        disk_size_mb: i64::from(rec.template.disk_size_mb),
+        metadata: Some(rec.metadata.clone()),
+        state,
+        envd_version: rec.template.envd_version.clone(),
+    }
+}
+
+fn lookup(store: &Store, raw_id: &str) -> ApiResult<Arc<SandboxRecord>> {
+    let id = short_id(raw_id)?;
+    store.get(&id).ok_or_else(|| ApiErr::sandbox_not_found(&id))
+}
+
+fn check_timeout(store: &Store, secs: i64) -> ApiResult<Duration> {
+    let max = store.max_timeout;
+    if secs > 0 && u64::try_from(secs).is_ok_and(|s| s > max.as_secs()) {
+        return Err(ApiErr::bad_request(format!(
+            "Timeout cannot be greater than {} hours",
+            max.as_secs() / 3600
+        )));
+    }
+    Ok(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+}
+
+/// `GET /health` of the API.
+pub(crate) async fn health() -> &'static str {
+    "Health check successful"
+}
+
+/// `POST /sandboxes`.
+pub(crate) async fn create_v1(State(store): State<Arc<Store>>, body: Bytes) -> Response {
+    create(&store, &body, false).await.into_response()
+}
+
+/// `POST /v2/sandboxes`.
+pub(crate) async fn create_v2(State(store): State<Arc<Store>>, body: Bytes) -> Response {
+    create(&store, &body, true).await.into_response()
+}
+
+async fn create(store: &Store, body: &[u8], v2: bool) -> ApiResult<(StatusCode, Json<Sandbox>)> {
+    let req: NewSandbox = parse_body(body, true)?.unwrap_or_default();
+    if req.template_id.is_empty() {
+        return Err(ApiErr::validation(
+            "request body has an error: doesn't match schema: property \"templateID\" is missing",
+        ));
+    }
+    // Server default when absent: 15 s on v1 (infra), 300 s on v2 (spec default).
+    let secs = req.timeout.unwrap_or(if v2 { 300 } else { 15 });
+    if secs <= 0 {
+        return Err(ApiErr::bad_request(
+            "Timeout must be greater than 0 seconds",
+        ));
+    }
+    let timeout = check_timeout(store, secs)?;
+    let auto_pause = req.auto_pause.unwrap_or(false);
+    if req.auto_pause_memory.is_some() && !auto_pause {
+        return Err(ApiErr::bad_request(
+            "autoPauseMemory can only be set when autoPause is true",
+        ));
+    }
+    let auto_pause_memory = req.auto_pause_memory.unwrap_or(true);
+    let auto_resume = req.auto_resume.is_some_and(|a| a.enabled);
+    if auto_resume && !auto_pause_memory {
+        return Err(ApiErr::bad_request(
+            "autoResume cannot be enabled when autoPauseMemory is false",
+        ));
+    }
+    let template = Template::lookup(&req.template_id).ok_or_else(|| {
+        ApiErr::new(
+            StatusCode::NOT_FOUND,
+            format!("template '{}' not found", req.template_id),
+        )
+    })?;
+    // v2 sandboxes are always secured; v1 honours an explicit `secure: false`.
+    let secure = v2 || req.secure.unwrap_or(true);
+    let rec = store
+        .create(CreateParams {
+            template,
+            timeout,
+            secure,
+            auto_pause,
+            auto_pause_memory,
+            auto_resume,
+            allow_internet_access: req.allow_internet_access,
+            network: req.network,
+            metadata: req.metadata.unwrap_or_default(),
+            env_vars: req.env_vars.unwrap_or_default(),
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(sandbox_answer(&rec))))
+}
+
+/// `GET /sandboxes/{id}`.
+pub(crate) async fn info(
+    State(store): State<Arc<Store>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SandboxDetail>> {
+    let rec = lookup(&store, &id)?;
+    Ok(Json(SandboxDetail {
+        listed: listed(&rec),
+        envd_access_token: rec.access_token.clone(),
+        allow_internet_access: rec.allow_internet_access,
+        domain: None,
+        network: rec.network.clone().map(|mut n| {
+            if let Some(p) = n.egress_proxy.as_mut() {
+                p.password = None;
+            }
+            n
+        }),
+        lifecycle: Some(Lifecycle {
+            auto_resume: rec.auto_resume,
+            on_timeout: if rec.auto_pause { "pause" } else { "kill" }.into(),
+        }),
+    }))
+}
+
+/// `DELETE /sandboxes/{id}`.
+pub(crate) async fn kill(
+    State(store): State<Arc<Store>>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let id = short_id(&id)?;
+    if store.kill(&id).await {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiErr::sandbox_not_found(&id))
+    }
+}
+
+/// `POST /sandboxes/{id}/timeout`.
+pub(crate) async fn set_timeout(
+    State(store): State<Arc<Store>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let rec = lookup(&store, &id)?;
+    let req: SetTimeout = parse_body(&body, true)?.unwrap_or_default();
+    if u64::try_from(req.timeout).is_ok_and(|s| s > store.max_timeout.as_secs()) {
+        return Err(ApiErr::bad_request("Max instance length exceeded"));
+    }
+    // Negative is treated as 0.
+    store.set_timeout(
+        &rec,
+        Duration::from_secs(u64::try_from(req.timeout).unwrap_or(0)),
+    )?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /sandboxes/{id}/refreshes`.
+pub(crate) async fn refresh(
+    State(store): State<Arc<Store>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let rec = lookup(&store, &id)?;
+    let req: RefreshSandbox = parse_body(&body, false)?.unwrap_or_default();
+    let secs = req.duration.unwrap_or(0);
+    if !(0..=3600).contains(&secs) {
+        return Err(ApiErr::validation(
+            "request body has an error: doesn't match schema: duration must be between 0 and 3600",
+        ));
+    }
+    store.refresh(
+        &rec,
+        Duration::from_secs(u64::try_from(secs.max(15)).unwrap_or(15)),
+    )?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /sandboxes/{id}/pause`.
+pub(crate) async fn pause(
+    State(store): State<Arc<Store>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let rec = lookup(&store, &id)?;
+    let req: PauseSandbox = parse_body(&body, false)?.unwrap_or_default();
+    store.pause(&rec, req.memory.unwrap_or(true)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Body of connect (v1: `timeout` required; v2: default 300).
+#[derive(Debug, Deserialize)]
+struct ConnectBody {
+    timeout: Option<i64>,
+    memory: Option<bool>,
+}
+
+/// `POST /sandboxes/{id}/connect`.
+pub(crate) async fn connect_v1(
+    State(store): State<Arc<Store>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    connect(&store, &id, &body, false).await
+}
+
+/// `POST /v2/sandboxes/{id}/connect`.
+pub(crate) async fn connect_v2(
+    State(store): State<Arc<Store>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    connect(&store, &id, &body, true).await
+}
+
+async fn connect(store: &Store, id: &str, body: &[u8], v2: bool) -> ApiResult<Response> {
+    let id = short_id(id)?;
+    let req: Option<ConnectBody> = parse_body(body, !v2)?;
+    let (timeout, memory) = match req {
+        Some(b) => (b.timeout, b.memory),
+        None => (None, None),
+    };
+    let secs = match timeout {
+        Some(t) => t,
+        None if v2 => 300,
+        None => {
+            return Err(ApiErr::validation(
+                "request body has an error: doesn't match schema: property \"timeout\" is missing",
+            ));
+        }
+    };
+    if secs < 0 {
+        return Err(ApiErr::validation(
+            "request body has an error: doesn't match schema: timeout must be at least 0",
+        ));
+    }
+    let timeout = check_timeout(store, secs)?;
+    let rec = store
+        .get(&id)
+        .ok_or_else(|| ApiErr::sandbox_not_found(&id))?;
+    let status = match store.resume(&rec, timeout, memory).await? {
+        Resumed::AlreadyRunning => StatusCode::OK,
+        Resumed::Resumed => StatusCode::CREATED,
+    };
+    Ok((status, Json(sandbox_answer(&rec))).into_response())
+}
+
+/// Body of the deprecated resume.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResumeBody {
+    timeout: Option<i64>,
+    #[allow(dead_code)]
+    auto_pause: Option<bool>,
+    memory: Option<bool>,
+}
+
+/// `POST /sandboxes/{id}/resume` (deprecated).
+pub(crate) async fn resume(
+    State(store): State<Arc<Store>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<Sandbox>)> {
+    let rec = lookup(&store, &id)?;
+    let req: ResumeBody = parse_body(&body, false)?.unwrap_or_default();
+    let secs = req.timeout.unwrap_or(15);
+    if secs < 0 {
+        return Err(ApiErr::validation(
+            "request body has an error: doesn't match schema: timeout must be at least 0",
+        ));
+    }
+    let timeout = check_timeout(&store, secs)?;
+    if rec.life().state == SandboxState::Running {
+        return Err(ApiErr::conflict(format!(
+            "Sandbox {} is already running",
+            rec.id
+        )));
+    }
+    match store.resume(&rec, timeout, req.memory).await? {
+        Resumed::AlreadyRunning => Err(ApiErr::conflict(format!(
+            "Sandbox {} is already running",
+            rec.id
+        ))),
+        Resumed::Resumed => Ok((StatusCode::CREATED, Json(sandbox_answer(&rec)))),
+    }
+}
+
+fn metric(rec: &SandboxRecord, at: OffsetDateTime) -> serde_json::Value {
+    let mem_total = u64::from(rec.template.memory_mb) * 1024 * 1024;
+    let disk_total = u64::from(rec.template.disk_size_mb) * 1024 * 1024;
+    serde_json::json!({
+        "timestamp": rfc3339(at),
+        "timestampUnix": at.unix_timestamp(),
+        "cpuCount": rec.template.cpu_count,
+        "cpuUsedPct": 0.0,
+        "memUsed": mem_total / 8,
+        "memTotal": mem_total,
+        "memCache": 0,
+        "diskUsed": disk_total / 16,
+        "diskTotal": disk_total,
+    })
+}
+
+/// `GET /sandboxes/{id}/metrics`: one synthetic sample while running, none while paused.
+pub(crate) async fn metrics(
+    State(store): State<Arc<Store>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let rec = lookup(&store, &id)?;
+    if rec.life().state == SandboxState::Paused {
+        return Ok(Json(serde_json::json!([])));
+    }
+    Ok(Json(serde_json::json!([metric(
+        &rec,
+        OffsetDateTime::now_utc()
+    )])))
+}
+
+/// `GET /sandboxes/metrics?sandbox_ids=a,b`.
+pub(crate) async fn metrics_many(
+    State(store): State<Arc<Store>>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<serde_json::Value>> {
+    let query = query.unwrap_or_default();
+    let ids: Vec<String> = url::form_urlencoded::parse(query.as_bytes())
+        .filter(|(k, _)| k == "sandbox_ids")
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if ids.is_empty() || ids.len() > 100 {
+        return Err(ApiErr::validation(
+            "parameter \"sandbox_ids\" in query has an error: expected 1 to 100 ids",
+        ));
+    }
+    let now = OffsetDateTime::now_utc();
+    let mut out = BTreeMap::new();
+    for id in ids {
+        if let Some(rec) = store.get(&id) {
+            if rec.life().state == SandboxState::Running {
+                out.insert(id, metric(&rec, now));
+            }
+        }
+    }
+    Ok(Json(serde_json::json!({ "sandboxes": out })))
+}

@@ -1,0 +1,75 @@
+//! The control plane: E2B's REST API (`/sandboxes`, `/v2/sandboxes`, …) over the sandbox
+//! registry in [`store`].
+//!
+//! Every route except `GET /health` requires `X-API-KEY`; errors are always
+//! `{"code": <status>, "message": …}`.
+
+pub(crate) mod error;
+pub(crate) mod handlers;
+pub(crate) mod ids;
+pub(crate) mod list;
+pub(crate) mod store;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use e2b_core::proto::headers;
+
+use error::ApiErr;
+use store::Store;
+
+/// The API key every control-plane call must carry.
+#[derive(Clone)]
+struct ApiKey(Arc<str>);
+
+async fn require_api_key(State(key): State<ApiKey>, req: Request, next: Next) -> Response {
+    if req.method() == Method::GET && req.uri().path() == "/health" {
+        return next.run(req).await;
+    }
+    let given = req
+        .headers()
+        .get(headers::API_KEY)
+        .and_then(|v| v.to_str().ok());
+    if given != Some(&*key.0) {
+        return ApiErr::unauthorized().into_response();
+    }
+    next.run(req).await
+}
+
+async fn no_route() -> ApiErr {
+    ApiErr::new(StatusCode::NOT_FOUND, "no matching operation was found")
+}
+
+async fn no_method() -> ApiErr {
+    ApiErr::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+}
+
+/// The control-plane router.
+pub(crate) fn router(store: Arc<Store>, api_key: &str) -> Router {
+    use handlers as h;
+    Router::new()
+        .route("/health", get(h::health))
+        .route("/sandboxes", post(h::create_v1).get(list::list_v1))
+        .route("/v2/sandboxes", post(h::create_v2).get(list::list_v2))
+        .route("/sandboxes/metrics", get(h::metrics_many))
+        .route("/sandboxes/{id}", get(h::info).delete(h::kill))
+        .route("/sandboxes/{id}/timeout", post(h::set_timeout))
+        .route("/sandboxes/{id}/refreshes", post(h::refresh))
+        .route("/sandboxes/{id}/pause", post(h::pause))
+        .route("/sandboxes/{id}/connect", post(h::connect_v1))
+        .route("/v2/sandboxes/{id}/connect", post(h::connect_v2))
+        .route("/sandboxes/{id}/resume", post(h::resume))
+        .route("/sandboxes/{id}/metrics", get(h::metrics))
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
+        .with_state(store)
+        .layer(middleware::from_fn_with_state(
+            ApiKey(Arc::from(api_key)),
+            require_api_key,
+        ))
+}

@@ -1,0 +1,334 @@
+//! The sandbox registry and every lifecycle transition: create, pause (with or without
+//! memory), resume / connect (thaw or cold boot), timeout changes, expiry, kill.
+//!
+//! Each sandbox has a short-lived `std` lock over its state (read on every envd request) and
+//! an async lock that serializes transitions, so a pause and a connect never interleave.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use e2b_core::proto::control::{NetworkConfig, SandboxState};
+use time::OffsetDateTime;
+
+use crate::envd::{Envd, EnvdConfig};
+use crate::template::Template;
+
+use super::error::ApiErr;
+use super::ids;
+
+/// Mutable state of one sandbox.
+pub(crate) struct Life {
+    /// Running or paused.
+    pub state: SandboxState,
+    /// When the sandbox times out (running), or when it was paused (paused).
+    pub end_at: OffsetDateTime,
+    /// Whether the last pause kept memory (frozen processes) or only files.
+    pub paused_with_memory: bool,
+    /// The current envd (replaced on a cold boot).
+    pub envd: Arc<Envd>,
+    /// `envd.router()`, built once per boot.
+    pub router: axum::Router,
+    /// Killed: every later lookup fails.
+    pub gone: bool,
+}
+
+/// One sandbox.
+pub(crate) struct SandboxRecord {
+    pub id: String,
+    pub template: Template,
+    pub metadata: BTreeMap<String, String>,
+    pub env_vars: BTreeMap<String, String>,
+    pub started_at: OffsetDateTime,
+    pub access_token: Option<String>,
+    pub auto_pause: bool,
+    pub auto_pause_memory: bool,
+    pub auto_resume: bool,
+    pub allow_internet_access: Option<bool>,
+    pub network: Option<NetworkConfig>,
+    pub root: PathBuf,
+    life: Mutex<Life>,
+    op: tokio::sync::Mutex<()>,
+}
+
+impl SandboxRecord {
+    /// The state, locked briefly.
+    pub fn life(&self) -> MutexGuard<'_, Life> {
+        self.life.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn envd_config(&self) -> EnvdConfig {
+        EnvdConfig {
+            sandbox_id: self.id.clone(),
+            template: self.template.clone(),
+            root: self.root.clone(),
+            access_token: self.access_token.clone(),
+            env_vars: self.env_vars.clone(),
+        }
+    }
+}
+
+/// What `create` needs after validation.
+pub(crate) struct CreateParams {
+    pub template: Template,
+    pub timeout: Duration,
+    pub secure: bool,
+    pub auto_pause: bool,
+    pub auto_pause_memory: bool,
+    pub auto_resume: bool,
+    pub allow_internet_access: Option<bool>,
+    pub network: Option<NetworkConfig>,
+    pub metadata: BTreeMap<String, String>,
+    pub env_vars: BTreeMap<String, String>,
+}
+
+/// Outcome of a resume / connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resumed {
+    /// It was running (200).
+    AlreadyRunning,
+    /// It was paused and now runs (201).
+    Resumed,
+}
+
+/// All sandboxes of one emulator.
+pub(crate) struct Store {
+    secret: [u8; 32],
+    root: PathBuf,
+    pub max_timeout: Duration,
+    sandboxes: Mutex<HashMap<String, Arc<SandboxRecord>>>,
+}
+
+fn later(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
+    now + time::Duration::try_from(d).unwrap_or(time::Duration::MAX)
+}
+
+impl Store {
+    pub fn new(root: PathBuf, max_timeout: Duration) -> Self {
+        Store {
+            secret: ids::new_secret(),
+            root,
+            max_timeout,
+            sandboxes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<SandboxRecord>>> {
+        self.sandboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A live (not killed) sandbox.
+    pub fn get(&self, id: &str) -> Option<Arc<SandboxRecord>> {
+        self.map().get(id).cloned()
+    }
+
+    /// Every live sandbox.
+    pub fn all(&self) -> Vec<Arc<SandboxRecord>> {
+        self.map().values().cloned().collect()
+    }
+
+    /// Boot a new sandbox.
+    pub async fn create(&self, p: CreateParams) -> Result<Arc<SandboxRecord>, ApiErr> {
+        let id = loop {
+            let id = ids::new_sandbox_id();
+            if !self.map().contains_key(&id) {
+                break id;
+            }
+        };
+        let access_token = p.secure.then(|| ids::access_token(&self.secret, &id));
+        let root = self.root.join("sandboxes").join(&id);
+        let now = OffsetDateTime::now_utc();
+        let cfg = EnvdConfig {
+            sandbox_id: id.clone(),
+            template: p.template.clone(),
+            root: root.clone(),
+            access_token: access_token.clone(),
+            env_vars: p.env_vars.clone(),
+        };
+        let envd = Envd::boot(cfg)
+            .await
+            .map_err(|e| ApiErr::internal(format!("Failed to create sandbox: {e}")))?;
+        let router = envd.router();
+        let rec = Arc::new(SandboxRecord {
+            id: id.clone(),
+            template: p.template,
+            metadata: p.metadata,
+            env_vars: p.env_vars,
+            started_at: now,
+            access_token,
+            auto_pause: p.auto_pause,
+            auto_pause_memory: p.auto_pause_memory,
+            auto_resume: p.auto_resume,
+            allow_internet_access: p.allow_internet_access,
+            network: p.network,
+            root,
+            life: Mutex::new(Life {
+                state: SandboxState::Running,
+                end_at: later(now, p.timeout),
+                paused_with_memory: true,
+                envd,
+                router,
+                gone: false,
+            }),
+            op: tokio::sync::Mutex::new(()),
+        });
+        self.map().insert(id, rec.clone());
+        tracing::info!(sandbox = %rec.id, template = %rec.template.alias, "sandbox created");
+        Ok(rec)
+    }
+
+    /// Kill: remove the sandbox and everything it ran. False when unknown.
+    pub async fn kill(&self, id: &str) -> bool {
+        let Some(rec) = self.map().remove(id) else {
+            return false;
+        };
+        let _op = rec.op.lock().await;
+        let envd = {
+            let mut life = rec.life();
+            life.gone = true;
+            life.envd.clone()
+        };
+        envd.destroy().await;
+        tracing::info!(sandbox = %id, "sandbox killed");
+        true
+    }
+
+    /// Pause a running sandbox: freeze its processes (memory) or end them (files only).
+    pub async fn pause(&self, rec: &SandboxRecord, memory: bool) -> Result<(), ApiErr> {
+        let _op = rec.op.lock().await;
+        let envd = {
+            let mut life = rec.life();
+            if life.gone {
+                return Err(ApiErr::sandbox_not_found(&rec.id));
+            }
+            if life.state == SandboxState::Paused {
+                return Err(ApiErr::conflict(format!(
+                    "Error pausing sandbox - sandbox '{}' is already paused",
+                    rec.id
+                )));
+            }
+            life.state = SandboxState::Paused;
+            life.end_at = OffsetDateTime::now_utc();
+            life.paused_with_memory = memory;
+            life.envd.clone()
+        };
+        if memory {
+            envd.freeze().await;
+        } else {
+            envd.stop_all().await;
+        }
+        tracing::info!(sandbox = %rec.id, memory, "sandbox paused");
+        Ok(())
+    }
+
+    /// Connect / resume: a running sandbox only gets a later end time; a paused one is
+    /// thawed (memory) or cold-booted (`memory == Some(false)`, or it was paused without
+    /// memory): every process ends, files stay.
+    pub async fn resume(
+        &self,
+        rec: &SandboxRecord,
+        timeout: Duration,
+        memory: Option<bool>,
+    ) -> Result<Resumed, ApiErr> {
+        let _op = rec.op.lock().await;
+        let now = OffsetDateTime::now_utc();
+        let (envd, with_memory) = {
+            let mut life = rec.life();
+            if life.gone {
+                return Err(ApiErr::sandbox_not_found(&rec.id));
+            }
+            if life.state == SandboxState::Running {
+                let end = later(now, timeout);
+                if end > life.end_at {
+                    life.end_at = end;
+                }
+                return Ok(Resumed::AlreadyRunning);
+            }
+            (life.envd.clone(), life.paused_with_memory)
+        };
+        if memory != Some(false) && with_memory {
+            envd.thaw().await;
+        } else {
+            // Cold boot: whatever still exists of the old processes ends; the tree stays.
+            envd.stop_all().await;
+            let fresh = Envd::boot(rec.envd_config())
+                .await
+                .map_err(|e| ApiErr::internal(format!("Failed to resume sandbox: {e}")))?;
+            let router = fresh.router();
+            let mut life = rec.life();
+            life.envd = fresh;
+            life.router = router;
+        }
+        let mut life = rec.life();
+        life.state = SandboxState::Running;
+        life.end_at = later(OffsetDateTime::now_utc(), timeout);
+        tracing::info!(sandbox = %rec.id, cold = memory == Some(false) || !with_memory, "sandbox resumed");
+        Ok(Resumed::Resumed)
+    }
+
+    /// `POST /sandboxes/{id}/timeout`: end time = now + timeout (may shorten).
+    pub fn set_timeout(&self, rec: &SandboxRecord, timeout: Duration) -> Result<(), ApiErr> {
+        let mut life = rec.life();
+        if life.gone || life.state != SandboxState::Running {
+            return Err(ApiErr::sandbox_not_found(&rec.id));
+        }
+        life.end_at = later(OffsetDateTime::now_utc(), timeout);
+        Ok(())
+    }
+
+    /// `POST /sandboxes/{id}/refreshes`: extends only.
+    pub fn refresh(&self, rec: &SandboxRecord, duration: Duration) -> Result<(), ApiErr> {
+        let mut life = rec.life();
+        if life.gone || life.state != SandboxState::Running {
+            return Err(ApiErr::sandbox_not_found(&rec.id));
+        }
+        let end = later(OffsetDateTime::now_utc(), duration);
+        if end > life.end_at {
+            life.end_at = end;
+        }
+        Ok(())
+    }
+
+    /// Pause (autoPause) or kill every running sandbox whose end time has passed.
+    pub async fn expire_due(&self) {
+        let now = OffsetDateTime::now_utc();
+        let due: Vec<Arc<SandboxRecord>> = self
+            .all()
+            .into_iter()
+            .filter(|r| {
+                let life = r.life();
+                !life.gone && life.state == SandboxState::Running && life.end_at <= now
+            })
+            .collect();
+        for rec in due {
+            // Re-check: a timeout change may have raced with this scan.
+            let still_due = {
+                let life = rec.life();
+                life.state == SandboxState::Running
+                    && life.end_at <= OffsetDateTime::now_utc()
+                    && !life.gone
+            };
+            if !still_due {
+                continue;
+            }
+            tracing::info!(sandbox = %rec.id, auto_pause = rec.auto_pause, "sandbox timed out");
+            if rec.auto_pause {
+                // A conflicting transition in between only means someone else won.
+                let _ = self.pause(&rec, rec.auto_pause_memory).await;
+            } else {
+                self.kill(&rec.id).await;
+            }
+        }
+    }
+
+    /// Kill every sandbox (shutdown).
+    pub async fn kill_all(&self) {
+        let ids: Vec<String> = self.map().keys().cloned().collect();
+        for id in ids {
+            self.kill(&id).await;
+        }
+    }
+}

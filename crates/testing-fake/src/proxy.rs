@@ -1,0 +1,236 @@
+//! envd routing, as on E2B's shared sandbox host (`e2b-dev/infra packages/shared/pkg/proxy`):
+//! a request carrying `E2b-Sandbox-Id` / `E2b-Sandbox-Port` goes to that sandbox's envd.
+//!
+//! Answers of the proxy itself (JSON for non-browser clients):
+//! * one routing header without the other → 400 text `missing header`; a port that is not
+//!   an unsigned integer → 400 text `Invalid sandbox port`;
+//! * unknown / killed sandbox → 502 `{"sandboxId","message":"The sandbox was not found","code":502}`;
+//! * a port other than envd's → 502 `{"sandboxId","message":"The sandbox is running but port is not open","port":N,"code":502}`;
+//! * paused sandbox: auto-resumed when it was created with `autoResume.enabled` (and paused
+//!   with memory), else 409 `{"sandboxId","message":"The sandbox is paused","code":409,"canAutoResume":false}`.
+//!
+//! Also: [`cut_stream`], the body wrapper of the `CutStream` fault.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
+use e2b_core::proto::control::SandboxState;
+use e2b_core::proto::{ENVD_PORT, headers};
+use futures::StreamExt;
+use tower::ServiceExt;
+
+use crate::control::ids::is_valid_id;
+use crate::control::store::Store;
+
+/// Seconds of life a sandbox gets when traffic auto-resumes it (infra's proxy uses 600).
+const AUTO_RESUME_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Where a request goes.
+pub(crate) enum Target {
+    /// No routing header: the control plane.
+    Control,
+    /// envd of this sandbox, on this port.
+    Envd {
+        /// Sandbox id (as sent).
+        sandbox_id: String,
+        /// Port (as parsed).
+        port: u64,
+    },
+    /// Bad routing headers: the proxy's answer.
+    Invalid(Response),
+}
+
+fn text(status: StatusCode, msg: &str) -> Response {
+    let mut r = (status, format!("{msg}\n")).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    r
+}
+
+fn json(status: StatusCode, body: serde_json::Value) -> Response {
+    let mut r = (status, body.to_string()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    r
+}
+
+/// The proxy's "sandbox not found" answer.
+pub(crate) fn not_found(sandbox_id: &str) -> Response {
+    json(
+        StatusCode::BAD_GATEWAY,
+        serde_json::json!({
+            "sandboxId": sandbox_id,
+            "message": "The sandbox was not found",
+            "code": 502,
+        }),
+    )
+}
+
+fn paused(sandbox_id: &str) -> Response {
+    json(
+        StatusCode::CONFLICT,
+        serde_json::json!({
+            "sandboxId": sandbox_id,
+            "message": "The sandbox is paused",
+            "code": 409,
+            "canAutoResume": false,
+        }),
+    )
+}
+
+fn port_closed(sandbox_id: &str, port: u64) -> Response {
+    json(
+        StatusCode::BAD_GATEWAY,
+        serde_json::json!({
+            "sandboxId": sandbox_id,
+            "message": "The sandbox is running but port is not open",
+            "port": port,
+            "code": 502,
+        }),
+    )
+}
+
+/// Classify a request by its routing headers.
+pub(crate) fn target(h: &HeaderMap) -> Target {
+    let get = |name: &str| {
+        h.get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let id = get(headers::SANDBOX_ID);
+    let port = get(headers::SANDBOX_PORT);
+    match (id, port) {
+        (None, None) => Target::Control,
+        (None, Some(_)) | (Some(_), None) => {
+            Target::Invalid(text(StatusCode::BAD_REQUEST, "missing header"))
+        }
+        (Some(sandbox_id), Some(port)) => match port.parse::<u64>() {
+            Ok(port) => Target::Envd { sandbox_id, port },
+            Err(_) => Target::Invalid(text(StatusCode::BAD_REQUEST, "Invalid sandbox port")),
+        },
+    }
+}
+
+/// Hand an envd request to its sandbox.
+pub(crate) async fn route_envd(
+    store: &Arc<Store>,
+    sandbox_id: &str,
+    port: u64,
+    req: Request,
+) -> Response {
+    if !is_valid_id(sandbox_id) {
+        return not_found(sandbox_id);
+    }
+    let Some(rec) = store.get(sandbox_id) else {
+        return not_found(sandbox_id);
+    };
+    let (state, can_resume) = {
+        let life = rec.life();
+        if life.gone {
+            return not_found(sandbox_id);
+        }
+        (life.state, rec.auto_resume && life.paused_with_memory)
+    };
+    if state == SandboxState::Paused {
+        if !can_resume {
+            return paused(sandbox_id);
+        }
+        let timeout = AUTO_RESUME_TIMEOUT.min(store.max_timeout);
+        if store.resume(&rec, timeout, None).await.is_err() {
+            return not_found(sandbox_id);
+        }
+        tracing::info!(sandbox = %sandbox_id, "sandbox auto-resumed by traffic");
+    }
+    if port != u64::from(ENVD_PORT) {
+        return port_closed(sandbox_id, port);
+    }
+    let router = {
+        let life = rec.life();
+        if life.gone {
+            return not_found(sandbox_id);
+        }
+        if life.state == SandboxState::Paused {
+            return paused(sandbox_id);
+        }
+        life.router.clone()
+    };
+    match router.oneshot(req).await {
+        Ok(resp) => resp,
+        Err(never) => match never {},
+    }
+}
+
+/// Pass the first `after_frames` Connect envelopes of a streaming response, then end the
+/// body without an end-of-stream frame. Non-streaming responses pass unchanged.
+pub(crate) fn cut_stream(resp: Response, after_frames: usize) -> Response {
+    let streaming = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/connect+"));
+    if !streaming {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    struct St {
+        inner: axum::body::BodyDataStream,
+        buf: BytesMut,
+        passed: usize,
+        done: bool,
+    }
+    let st = St {
+        inner: body.into_data_stream(),
+        buf: BytesMut::new(),
+        passed: 0,
+        done: after_frames == 0,
+    };
+    let stream = futures::stream::unfold(st, move |mut st| async move {
+        loop {
+            if st.done {
+                return None;
+            }
+            let chunk = match st.inner.next().await {
+                Some(Ok(c)) => c,
+                _ => return None,
+            };
+            st.buf.extend_from_slice(&chunk);
+            let mut out = BytesMut::new();
+            while st.buf.len() >= 5 && !st.done {
+                let flags = st.buf[0];
+                let len = u32::from_be_bytes([st.buf[1], st.buf[2], st.buf[3], st.buf[4]]) as usize;
+                if st.buf.len() < 5 + len {
+                    break;
+                }
+                let frame = st.buf.split_to(5 + len);
+                if flags & 0x02 != 0 {
+                    st.done = true;
+                    break;
+                }
+                out.extend_from_slice(&frame);
+                st.passed += 1;
+                if st.passed >= after_frames {
+                    st.done = true;
+                }
+            }
+            if !out.is_empty() {
+                let bytes: Bytes = out.freeze();
+                return Some((Ok::<Bytes, std::io::Error>(bytes), st));
+            }
+        }
+    });
+    Response::from_parts(parts, Body::from_stream(stream))
+}
