@@ -268,7 +268,10 @@ impl Target {
     /// The `file:` URI: `file://` followed by the percent-encoded path (everything but
     /// `A-Z a-z 0-9 - . _ ~ /` is encoded, UTF-8 byte by byte).
     pub fn uri(&self) -> String {
-        format!("file://{}", utf8_percent_encode(self.path.as_str(), URI_PATH))
+        format!(
+            "file://{}",
+            utf8_percent_encode(self.path.as_str(), URI_PATH)
+        )
     }
 
     /// True when `other` is `self` or lies beneath it (component-wise: `/a` contains
@@ -319,8 +322,14 @@ mod tests {
 
     #[test]
     fn rejects_bad_paths() {
-        assert!(matches!(WorldPath::new(""), Err(FsError::InvalidPath { .. })));
-        assert!(matches!(WorldPath::new("a\0b"), Err(FsError::InvalidPath { .. })));
+        assert!(matches!(
+            WorldPath::new(""),
+            Err(FsError::InvalidPath { .. })
+        ));
+        assert!(matches!(
+            WorldPath::new("a\0b"),
+            Err(FsError::InvalidPath { .. })
+        ));
     }
 
     #[test]

@@ -136,7 +136,9 @@ pub struct Terminal {
 
 impl std::fmt::Debug for Terminal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Terminal").field("pid", &self.pid()).finish()
+        f.debug_struct("Terminal")
+            .field("pid", &self.pid())
+            .finish()
     }
 }
 

@@ -130,7 +130,10 @@ fn temp_sibling(path: &Path) -> PathBuf {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = format!(".{name}.exec-world-{}-{n}-{nanos:x}.tmp", std::process::id());
+    let tmp = format!(
+        ".{name}.exec-world-{}-{n}-{nanos:x}.tmp",
+        std::process::id()
+    );
     path.with_file_name(tmp)
 }
 
@@ -311,9 +314,9 @@ impl Fs for LocalFs {
         opts: WriteOptions,
     ) -> Result<Version, FsError> {
         let (abs, path) = self.local(p);
-        let parent = abs.parent().ok_or_else(|| FsError::IsADirectory {
-            path: abs.clone(),
-        })?;
+        let parent = abs
+            .parent()
+            .ok_or_else(|| FsError::IsADirectory { path: abs.clone() })?;
         if opts.create_parents {
             self.mkdir(&parent, true).await?;
         }
@@ -327,11 +330,13 @@ impl Fs for LocalFs {
         let mode = opts.mode.or(existing_mode).unwrap_or(0o644);
         let tmp = temp_sibling(&path);
         let mut guard = TempGuard(Some(tmp.clone()));
-        fill_temp(&abs, &tmp, data, mode).await.map_err(|e| match e {
-            // A missing parent shows up as ENOENT on the temp file: name the target.
-            FsError::NotFound { .. } => FsError::NotFound { path: abs.clone() },
-            other => other,
-        })?;
+        fill_temp(&abs, &tmp, data, mode)
+            .await
+            .map_err(|e| match e {
+                // A missing parent shows up as ENOENT on the temp file: name the target.
+                FsError::NotFound { .. } => FsError::NotFound { path: abs.clone() },
+                other => other,
+            })?;
         tokio::fs::rename(&tmp, &path)
             .await
             .map_err(|e| FsError::from_io(&abs, "rename into place", e))?;

@@ -89,7 +89,8 @@ pub(crate) fn build_env(
                     env.insert(key.into(), v);
                 }
             }
-            env.entry("PATH".into()).or_insert_with(|| DEFAULT_PATH.into());
+            env.entry("PATH".into())
+                .or_insert_with(|| DEFAULT_PATH.into());
             env.entry("LANG".into()).or_insert_with(|| "C.UTF-8".into());
         }
     }
@@ -140,7 +141,10 @@ pub(crate) struct Reaped {
 
 impl Reaped {
     /// Starts the reaping task for `child`.
-    pub(crate) fn start(mut child: tokio::process::Child, marker: String) -> Result<Reaped, ProcError> {
+    pub(crate) fn start(
+        mut child: tokio::process::Child,
+        marker: String,
+    ) -> Result<Reaped, ProcError> {
         let pid = child
             .id()
             .ok_or_else(|| ProcError::other("spawned child has no pid"))?;
@@ -331,10 +335,7 @@ impl Subprocess for LocalSubprocess {
             });
         }
         let mut child = cmd.spawn().map_err(|e| spawn_error(&spec.program, e))?;
-        let stdin = child
-            .stdin
-            .take()
-            .map(|s| Box::pin(s) as InputSink);
+        let stdin = child.stdin.take().map(|s| Box::pin(s) as InputSink);
         let stdout = child.stdout.take().map(|s| output(s, "read stdout"));
         let stderr = child.stderr.take().map(|s| output(s, "read stderr"));
         let reaped = Reaped::start(child, marker)?;

@@ -4,8 +4,8 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -78,7 +78,9 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
         .open(&name)
         .map_err(|e| ProcError::io(format!("open {name}"), e))?;
     let stdio = |f: &File| -> Result<Stdio, ProcError> {
-        Ok(Stdio::from(f.try_clone().map_err(|e| ProcError::io("dup pty", e))?))
+        Ok(Stdio::from(
+            f.try_clone().map_err(|e| ProcError::io("dup pty", e))?,
+        ))
     };
 
     let mut cmd = tokio::process::Command::new(&program);

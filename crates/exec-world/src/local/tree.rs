@@ -91,7 +91,11 @@ impl Tree {
         };
         let mut stats: HashMap<u32, ProcStat> = HashMap::new();
         for entry in dir.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
                 continue;
             };
             if let Some(st) = read_stat(pid) {
@@ -151,7 +155,10 @@ impl Tree {
             self.signal_all(&m, libc::SIGKILL);
             std::thread::sleep(Duration::from_millis(2));
         }
-        tracing::warn!(leader = self.leader, "processes survived 200 SIGKILL rounds");
+        tracing::warn!(
+            leader = self.leader,
+            "processes survived 200 SIGKILL rounds"
+        );
     }
 
     /// Polite then forceful end of every member; returns when a scan finds none.
@@ -184,7 +191,10 @@ impl Tree {
             self.signal_all(&m, libc::SIGKILL);
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        tracing::warn!(leader = self.leader, "processes survived 500 SIGKILL rounds");
+        tracing::warn!(
+            leader = self.leader,
+            "processes survived 500 SIGKILL rounds"
+        );
     }
 }
 

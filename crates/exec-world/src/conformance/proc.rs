@@ -1,0 +1,317 @@
+//! Process conformance tests (`proc_*`), for any [`Subprocess`](crate::Subprocess).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio_util::sync::CancellationToken;
+
+use super::{Output, World, collect, pids_in, read_until, run, sh, skip, survivors, within};
+use crate::{EnvBase, ProcError, Signal, SpawnSpec};
+
+/// argv is passed without a shell (spaces, quotes, empty args), env and cwd apply.
+pub async fn proc_spawn_args_env_cwd(w: &World) {
+    let p = w.proc.as_ref();
+    let w_dir = w.path("work dir");
+    w.fs.mkdir(&w_dir, false).await.expect("mkdir");
+    let spec = SpawnSpec::new("sh")
+        .arg("-c")
+        .arg(r#"printf '[%s]' "$@"; printf '\n%s\n' "$GREETING"; pwd"#)
+        .arg("sh")
+        .args(["a b", "", "'q'", "$HOME", "é"])
+        .env("GREETING", "hi there")
+        .cwd(w_dir.clone());
+    let out = run(p, spec, None).await;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        out.stdout_text(),
+        format!("[a b][]['q'][$HOME][é]\nhi there\n{w_dir}\n")
+    );
+    // Relative cwd resolves against the Subprocess's cwd; the base env has PATH and HOME.
+    let rel = SpawnSpec::new("sh")
+        .arg("-c")
+        .arg(r#"pwd; [ -n "$PATH" ] && [ -n "$HOME" ] && echo base-ok"#);
+    let rel = match w_dir.as_str().strip_prefix(&format!("{}/", p.cwd())) {
+        Some(r) => rel.cwd(r.parse().expect("relative path")),
+        None => rel.cwd(w_dir.clone()),
+    };
+    let out = run(p, rel, None).await;
+    assert_eq!(out.stdout_text(), format!("{w_dir}\nbase-ok\n"));
+    // A cwd that does not exist is refused (at spawn, or when the start fails).
+    let bad = SpawnSpec::new("true").cwd(w.path("no such dir"));
+    match p.spawn(bad) {
+        Err(_) => {}
+        Ok(child) => assert!(child.wait().await.is_err(), "spawn in a missing cwd"),
+    }
+}
+
+/// EnvBase::Clean gives exactly the explicit variables (plus the backend's marker).
+pub async fn proc_clean_env(w: &World) {
+    if !w.proc.capabilities().clean_env {
+        return skip("proc_clean_env", "clean_env");
+    }
+    let spec = SpawnSpec::new("/usr/bin/env")
+        .env_base(EnvBase::Clean)
+        .env("ONLY", "this");
+    let out = run(w.proc.as_ref(), spec, None).await;
+    let vars: Vec<String> = out
+        .stdout_text()
+        .lines()
+        .filter(|l| !l.starts_with("EXEC_WORLD_SPAWN="))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(vars, vec!["ONLY=this".to_string()]);
+}
+
+/// stdin, stdout and stderr carry arbitrary bytes; dropping stdin is EOF.
+pub async fn proc_stdio_bytes(w: &World) {
+    if !w.proc.capabilities().stdin {
+        return skip("proc_stdio_bytes", "stdin");
+    }
+    let p = w.proc.as_ref();
+    let mut data: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+    data.extend_from_slice(b"\xff\xfe\x00\xc3\x28 not utf-8");
+    let data = Bytes::from(data);
+    let out = run(p, SpawnSpec::new("cat"), Some(data.clone())).await;
+    assert!(out.status.success());
+    assert_eq!(out.stdout.len(), data.len());
+    assert!(out.stdout == data, "stdout differs from stdin");
+    let out = run(
+        p,
+        SpawnSpec::new("sh")
+            .arg("-c")
+            .arg("cat >&2; printf 'out\\377'"),
+        Some(data.clone()),
+    )
+    .await;
+    assert!(out.stderr == data, "stderr differs from stdin");
+    assert_eq!(&out.stdout[..], b"out\xff");
+    // Null stdin reads EOF at once.
+    let out = run(p, SpawnSpec::new("cat"), None).await;
+    assert!(out.status.success() && out.stdout.is_empty());
+}
+
+/// Exit codes are data; deaths by signal report the signal.
+pub async fn proc_exit_codes_and_signals(w: &World) {
+    let p = w.proc.as_ref();
+    let out: Output = sh(p, "exit 3", &[]).await;
+    assert_eq!((out.status.code, out.status.signal), (Some(3), None));
+    assert!(!out.status.success());
+    assert!(sh(p, "exit 0", &[]).await.status.success());
+    let out = sh(p, "kill -TERM $$; sleep 5", &[]).await;
+    assert_eq!((out.status.code, out.status.signal), (None, Some(15)));
+    if !w.proc.capabilities().signals {
+        return skip("proc_exit_codes_and_signals (signal)", "signals");
+    }
+    let child = p
+        .spawn(SpawnSpec::new("sleep").arg("1000"))
+        .expect("spawn sleep");
+    child.started().await.expect("started");
+    child.signal(Signal::Kill).await.expect("signal");
+    let st = within(60, "killed sleep", child.wait())
+        .await
+        .expect("wait");
+    assert_eq!((st.code, st.signal), (None, Some(9)));
+    // wait again: same status; signalling an ended process is fine.
+    assert_eq!(child.wait().await.expect("wait again"), st);
+    child.signal(Signal::Term).await.expect("signal after exit");
+}
+
+/// which finds programs on the base PATH and reports missing ones as None.
+pub async fn proc_which(w: &World) {
+    let p = w.proc.as_ref();
+    let sh_path = p.which("sh").await.expect("which sh").expect("sh on PATH");
+    assert!(
+        sh_path.starts_with('/') && sh_path.ends_with("/sh"),
+        "{sh_path}"
+    );
+    assert_eq!(
+        p.which("no-such-program-exec-world").await.expect("which"),
+        None
+    );
+}
+
+/// A missing program is ProcError::NotFound, at spawn or from started/wait.
+pub async fn proc_missing_program(w: &World) {
+    match w.proc.spawn(SpawnSpec::new("no-such-program-exec-world")) {
+        Err(ProcError::NotFound { .. }) => {}
+        Err(e) => panic!("expected NotFound, got {e:?}"),
+        Ok(child) => {
+            assert!(matches!(
+                child.wait().await,
+                Err(ProcError::NotFound { .. })
+            ));
+        }
+    }
+}
+
+/// A process tree with children, grandchildren, a nohup'd process, setsid'd descendants
+/// (one orphaned, so only the spawn's own tracking can find it) and a TERM-ignoring one:
+/// terminate leaves no survivor.
+pub async fn proc_terminate_reaches_every_descendant(w: &World) {
+    let caps = w.proc.capabilities();
+    if !caps.process_groups {
+        return skip("proc_terminate_reaches_every_descendant", "process_groups");
+    }
+    let mut script = String::from(
+        r#"echo "pid $$"
+sleep 1000 & echo "pid $!"
+sh -c 'sleep 1000 & echo "pid $!"; echo "pid $$"; wait' &
+nohup sleep 1000 >/dev/null 2>&1 & echo "pid $!"
+sh -c 'trap "" TERM HUP; echo "pid $$"; exec sleep 1000' &
+"#,
+    );
+    let mut expected = 6;
+    if caps.escaped_descendants {
+        script.push_str(
+            r#"setsid sh -c 'echo "pid $$"; exec sleep 1000' &
+sh -c 'setsid sh -c "echo \"pid \$\$\"; exec sleep 1000" & ' &
+"#,
+        );
+        expected += 2;
+    } else {
+        skip(
+            "proc_terminate (setsid'd descendants)",
+            "escaped_descendants",
+        );
+    }
+    script.push_str("wait\n");
+    let mut child = w
+        .proc
+        .spawn(SpawnSpec::new("sh").arg("-c").arg(script))
+        .expect("spawn tree");
+    let mut out = child.take_stdout().expect("stdout");
+    let mut seen = Vec::new();
+    read_until(&mut out, &mut seen, 60, "tree pids", |s| {
+        pids_in(s).len() >= expected
+    })
+    .await;
+    let pids = pids_in(&String::from_utf8_lossy(&seen));
+    assert_eq!(
+        survivors(w.proc.as_ref(), &pids).await.len(),
+        pids.len(),
+        "all started"
+    );
+    let status = within(
+        120,
+        "terminate",
+        child.terminate(Duration::from_millis(500)),
+    )
+    .await
+    .expect("terminate");
+    assert!(!status.success(), "terminated leader reports {status:?}");
+    let alive = survivors(w.proc.as_ref(), &pids).await;
+    assert!(
+        alive.is_empty(),
+        "survivors of terminate: {alive:?} of {pids:?}"
+    );
+}
+
+/// terminate sends SIGTERM first and honours the grace (a handler gets to run and exit
+/// cleanly); what ignores SIGTERM is killed after it (previous test).
+pub async fn proc_terminate_grace_then_kill(w: &World) {
+    if !w.proc.capabilities().process_groups {
+        return skip("proc_terminate_grace_then_kill", "process_groups");
+    }
+    let mut child =
+        w.proc
+            .spawn(SpawnSpec::new("sh").arg("-c").arg(
+                r#"trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.1; done"#,
+            ))
+            .expect("spawn");
+    let mut out = child.take_stdout().expect("stdout");
+    let mut seen = Vec::new();
+    read_until(&mut out, &mut seen, 60, "ready", |s| s.contains("ready")).await;
+    let status = within(120, "terminate", child.terminate(Duration::from_secs(60)))
+        .await
+        .expect("terminate");
+    assert_eq!(
+        status.code,
+        Some(7),
+        "the TERM handler ran and chose the exit code"
+    );
+    let rest = within(60, "output end", collect(Some(out))).await;
+    seen.extend_from_slice(&rest);
+    assert!(String::from_utf8_lossy(&seen).contains("got-term"));
+}
+
+/// Many processes at once keep their outputs apart.
+pub async fn proc_concurrent_spawns(w: &World) {
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let p = w.proc.clone();
+        tasks.push(tokio::spawn(async move {
+            let out = sh(
+                p.as_ref(),
+                "sleep 0.2; echo \"n=$1\"; exit $1",
+                &[i.to_string()],
+            )
+            .await;
+            (i, out)
+        }));
+    }
+    for t in tasks {
+        let (i, out) = within(120, "concurrent spawn", t).await.expect("task");
+        assert_eq!(out.stdout_text(), format!("n={i}\n"));
+        assert_eq!(out.status.code, Some(i));
+    }
+}
+
+/// Dropping a Child (not detached) ends its process group.
+pub async fn proc_drop_kills_group(w: &World) {
+    if !w.proc.capabilities().process_groups {
+        return skip("proc_drop_kills_group", "process_groups");
+    }
+    let mut child = w
+        .proc
+        .spawn(
+            SpawnSpec::new("sh")
+                .arg("-c")
+                .arg(r#"sleep 1000 & echo "pid $!"; echo "pid $$"; wait"#),
+        )
+        .expect("spawn");
+    let mut out = child.take_stdout().expect("stdout");
+    let mut seen = Vec::new();
+    read_until(&mut out, &mut seen, 60, "pids", |s| pids_in(s).len() >= 2).await;
+    let pids = pids_in(&String::from_utf8_lossy(&seen));
+    drop(child);
+    // Remote backends kill from a background task: allow it to land.
+    let mut alive = pids.clone();
+    for _ in 0..100 {
+        alive = survivors(w.proc.as_ref(), &pids).await;
+        if alive.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(alive.is_empty(), "survivors of drop: {alive:?}");
+}
+
+/// wait_or_cancel: cancelling runs terminate to completion, then reports Cancelled.
+pub async fn proc_cancel_terminates(w: &World) {
+    if !w.proc.capabilities().process_groups {
+        return skip("proc_cancel_terminates", "process_groups");
+    }
+    let mut child = w
+        .proc
+        .spawn(
+            SpawnSpec::new("sh")
+                .arg("-c")
+                .arg(r#"sleep 1000 & echo "pid $!"; echo "pid $$"; wait"#),
+        )
+        .expect("spawn");
+    let mut out = child.take_stdout().expect("stdout");
+    let mut seen = Vec::new();
+    read_until(&mut out, &mut seen, 60, "pids", |s| pids_in(s).len() >= 2).await;
+    let pids = pids_in(&String::from_utf8_lossy(&seen));
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let r = within(
+        120,
+        "wait_or_cancel",
+        child.wait_or_cancel(&cancel, Duration::from_millis(200)),
+    )
+    .await;
+    assert!(matches!(r, Err(ProcError::Cancelled { .. })), "{r:?}");
+    let alive = survivors(w.proc.as_ref(), &pids).await;
+    assert!(alive.is_empty(), "survivors of cancel: {alive:?}");
+}
