@@ -169,8 +169,10 @@ pub enum Created {
 
 /// What a file-system backend supports. The conformance suite skips what a flag denies,
 /// and the crate README shows every backend's flags. New flags default to `false`.
+///
+/// Build with struct update syntax so flags added later default to `false`:
+/// `FsCapabilities { /* flags you claim */ ..Default::default() }`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct FsCapabilities {
     /// Symlinks exist: `lstat` reports them, `stat` follows them.
     pub symlinks: bool,

@@ -213,8 +213,10 @@ impl Signal {
 }
 
 /// What a process backend supports. New flags default to `false`.
+///
+/// Build with struct update syntax so flags added later default to `false`:
+/// `ProcCapabilities { /* flags you claim */ ..Default::default() }`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct ProcCapabilities {
     /// Piped stdin ([`StdinMode::Piped`]).
     pub stdin: bool,

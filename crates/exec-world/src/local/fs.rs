@@ -206,14 +206,14 @@ impl Fs for LocalFs {
     }
 
     fn capabilities(&self) -> FsCapabilities {
-        let mut c = FsCapabilities::default();
-        c.symlinks = true;
-        c.posix_modes = true;
-        c.atomic_write = true;
-        c.exclusive_create = true;
-        c.large_files = true;
-        c.mtime = true;
-        c
+        FsCapabilities {
+            symlinks: true,
+            posix_modes: true,
+            atomic_write: true,
+            exclusive_create: true,
+            large_files: true,
+            mtime: true,
+        }
     }
 
     async fn stat(&self, p: &WorldPath) -> Result<Metadata, FsError> {

@@ -285,15 +285,15 @@ impl Subprocess for LocalSubprocess {
     }
 
     fn capabilities(&self) -> ProcCapabilities {
-        let mut c = ProcCapabilities::default();
-        c.stdin = true;
-        c.signals = true;
-        c.process_groups = true;
-        c.escaped_descendants = true;
-        c.clean_env = true;
-        c.terminals = true;
-        c.terminal_resize = true;
-        c
+        ProcCapabilities {
+            stdin: true,
+            signals: true,
+            process_groups: true,
+            escaped_descendants: true,
+            clean_env: true,
+            terminals: true,
+            terminal_resize: true,
+        }
     }
 
     async fn which(&self, program: &str) -> Result<Option<String>, ProcError> {
