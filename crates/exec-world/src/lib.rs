@@ -19,6 +19,7 @@
 mod error;
 mod fs;
 pub mod local;
+pub mod output;
 mod path;
 mod proc;
 mod terminal;

@@ -251,6 +251,8 @@ pub async fn fs_large_file_streaming(w: &World) {
     }
     let f = w.path("large.bin");
     let expected = within(600, "hash generated", hash_stream(generated(LARGE))).await;
+    // Host-side memory: an adapter buffering the file shows as peak-RSS growth here.
+    let peak_before = peak_rss();
     let v = within(
         600,
         "write 256 MiB",
@@ -273,6 +275,21 @@ pub async fn fs_large_file_streaming(w: &World) {
         fs.read(&f, 1 << 20).await,
         Err(FsError::TooLarge { .. })
     ));
+    if let (Some(before), Some(after)) = (peak_before, peak_rss()) {
+        assert!(
+            after.saturating_sub(before) < LARGE / 2,
+            "peak RSS grew by {} bytes while streaming {LARGE} bytes",
+            after.saturating_sub(before)
+        );
+    }
+}
+
+/// This process's peak resident set (Linux `VmHWM`), in bytes.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// Versions change on every write; modes apply; create_parents; writing onto a dir.

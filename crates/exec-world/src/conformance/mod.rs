@@ -71,6 +71,9 @@ impl World {
     }
 }
 
+/// A conformance test as a plain function pointer (see [`fs_tests`]).
+pub type TestFn = for<'a> fn(&'a World) -> futures::future::BoxFuture<'a, ()>;
+
 /// Declares one `#[tokio::test]` per listed test of `$module`. Internal to the macros.
 #[doc(hidden)]
 #[macro_export]
@@ -86,29 +89,84 @@ macro_rules! __conformance_tests {
     };
 }
 
+/// Builds the `(name, TestFn)` list of `$module`. Internal.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_list {
+    ($module:ident, [$($name:ident),* $(,)?]) => {{
+        $(
+            fn $name(w: &$crate::conformance::World) -> ::futures::future::BoxFuture<'_, ()> {
+                Box::pin($crate::conformance::$module::$name(w))
+            }
+        )*
+        vec![$((stringify!($name), $name as $crate::conformance::TestFn)),*]
+    }};
+}
+
+/// The file-system tests, by name. The single list both the macro and [`fs_tests`] use.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __fs_test_names {
+    ($cb:ident!($($pre:tt)*)) => {
+        $crate::$cb! { $($pre)* [
+            fs_stat_lstat_files_and_dirs,
+            fs_symlinks,
+            fs_read_dir_one_level,
+            fs_bounded_read,
+            fs_large_file_streaming,
+            fs_write_versions_modes_parents,
+            fs_atomic_write_concurrent_reader,
+            fs_failed_write_keeps_old,
+            fs_create_if_absent_race,
+            fs_mkdir_and_remove,
+            fs_rename,
+            fs_relative_paths,
+            fs_canonical_targets,
+        ] }
+    };
+}
+
+/// The process tests, by name.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __proc_test_names {
+    ($cb:ident!($($pre:tt)*)) => {
+        $crate::$cb! { $($pre)* [
+            proc_spawn_args_env_cwd,
+            proc_clean_env,
+            proc_stdio_bytes,
+            proc_exit_codes_and_signals,
+            proc_which,
+            proc_missing_program,
+            proc_terminate_reaches_every_descendant,
+            proc_terminate_grace_then_kill,
+            proc_concurrent_spawns,
+            proc_drop_kills_group,
+            proc_cancel_terminates,
+            proc_capture_with_spill,
+        ] }
+    };
+}
+
+/// The terminal tests, by name.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __terminal_test_names {
+    ($cb:ident!($($pre:tt)*)) => {
+        $crate::$cb! { $($pre)* [
+            term_io_and_exit,
+            term_resize,
+            term_signal_foreground,
+            term_terminate_every_group,
+        ] }
+    };
+}
+
 /// One `#[tokio::test]` per file-system conformance test; `$make` is an `async fn() -> World`.
 #[macro_export]
 macro_rules! fs_conformance_tests {
     ($make:path) => {
-        $crate::__conformance_tests!(
-            $make,
-            fs,
-            [
-                fs_stat_lstat_files_and_dirs,
-                fs_symlinks,
-                fs_read_dir_one_level,
-                fs_bounded_read,
-                fs_large_file_streaming,
-                fs_write_versions_modes_parents,
-                fs_atomic_write_concurrent_reader,
-                fs_failed_write_keeps_old,
-                fs_create_if_absent_race,
-                fs_mkdir_and_remove,
-                fs_rename,
-                fs_relative_paths,
-                fs_canonical_targets,
-            ]
-        );
+        $crate::__fs_test_names!(__conformance_tests!($make, fs,));
     };
 }
 
@@ -116,23 +174,7 @@ macro_rules! fs_conformance_tests {
 #[macro_export]
 macro_rules! proc_conformance_tests {
     ($make:path) => {
-        $crate::__conformance_tests!(
-            $make,
-            proc,
-            [
-                proc_spawn_args_env_cwd,
-                proc_clean_env,
-                proc_stdio_bytes,
-                proc_exit_codes_and_signals,
-                proc_which,
-                proc_missing_program,
-                proc_terminate_reaches_every_descendant,
-                proc_terminate_grace_then_kill,
-                proc_concurrent_spawns,
-                proc_drop_kills_group,
-                proc_cancel_terminates,
-            ]
-        );
+        $crate::__proc_test_names!(__conformance_tests!($make, proc,));
     };
 }
 
@@ -140,17 +182,24 @@ macro_rules! proc_conformance_tests {
 #[macro_export]
 macro_rules! terminal_conformance_tests {
     ($make:path) => {
-        $crate::__conformance_tests!(
-            $make,
-            terminal,
-            [
-                term_io_and_exit,
-                term_resize,
-                term_signal_foreground,
-                term_terminate_every_group,
-            ]
-        );
+        $crate::__terminal_test_names!(__conformance_tests!($make, terminal,));
     };
+}
+
+/// The file-system tests as `(name, fn)`, for runners that share one world (e.g. one real
+/// sandbox) across tests: give each test its own empty scratch directory.
+pub fn fs_tests() -> Vec<(&'static str, TestFn)> {
+    crate::__fs_test_names!(__conformance_list!(fs,))
+}
+
+/// The process tests as `(name, fn)`.
+pub fn proc_tests() -> Vec<(&'static str, TestFn)> {
+    crate::__proc_test_names!(__conformance_list!(proc,))
+}
+
+/// The terminal tests as `(name, fn)`.
+pub fn terminal_tests() -> Vec<(&'static str, TestFn)> {
+    crate::__terminal_test_names!(__conformance_list!(terminal,))
 }
 
 /// Prints why a test is skipped (shows with `--nocapture`).

@@ -6,7 +6,8 @@ use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
 use super::{Output, World, collect, pids_in, read_until, run, sh, skip, survivors, within};
-use crate::{EnvBase, ProcError, Signal, SpawnSpec};
+use crate::output::{CaptureLimit, Spill, capture};
+use crate::{EnvBase, ProcError, Signal, SpawnSpec, WriteOptions};
 
 /// argv is passed without a shell (spaces, quotes, empty args), env and cwd apply.
 pub async fn proc_spawn_args_env_cwd(w: &World) {
@@ -314,4 +315,49 @@ pub async fn proc_cancel_terminates(w: &World) {
     assert!(matches!(r, Err(ProcError::Cancelled { .. })), "{r:?}");
     let alive = survivors(w.proc.as_ref(), &pids).await;
     assert!(alive.is_empty(), "survivors of cancel: {alive:?}");
+}
+
+/// Output capture keeps head and tail, counts everything, and spills the whole stream to
+/// a file in the world.
+pub async fn proc_capture_with_spill(w: &World) {
+    let mut child = w
+        .proc
+        .spawn(
+            SpawnSpec::new("sh")
+                .arg("-c")
+                .arg(r#"i=0; while [ $i -lt 20000 ]; do echo "line $i"; i=$((i+1)); done"#),
+        )
+        .expect("spawn");
+    let out = child.take_stdout().expect("stdout");
+    let spill_path = w.path("spill/out.txt");
+    let spill = Spill {
+        fs: w.fs.as_ref(),
+        path: spill_path.clone(),
+        options: WriteOptions::default().create_parents(true),
+    };
+    let c = within(
+        120,
+        "capture",
+        capture(out, CaptureLimit { head: 7, tail: 11 }, Some(spill)),
+    )
+    .await
+    .expect("capture");
+    assert!(
+        within(60, "exit", child.wait())
+            .await
+            .expect("wait")
+            .success()
+    );
+    let full: String = (0..20000).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(c.total, full.len() as u64);
+    assert_eq!(&c.head[..], b"line 0\n");
+    assert_eq!(&c.tail[..], b"line 19999\n");
+    assert!(c.truncated());
+    assert!(c.text().contains("bytes omitted"));
+    c.spill.expect("spill asked").expect("spill written");
+    let spilled = w.fs.read(&spill_path, 1 << 24).await.expect("read spill");
+    assert!(
+        spilled == full.as_bytes(),
+        "spill file differs from the output"
+    );
 }
