@@ -74,7 +74,9 @@ pub struct Metadata {
     pub mode: Option<u32>,
     /// Modification time, when the backend knows it.
     pub mtime: Option<SystemTime>,
-    /// For a symlink seen by `lstat` (or listed by `read_dir`): where it points, as stored.
+    /// For a symlink seen by `lstat` (or listed by `read_dir`): where it points. The link
+    /// text as stored where the backend can read it (local), else the absolute path it
+    /// resolves to (E2B's envd reports only that).
     pub symlink_target: Option<String>,
     /// The content version (see [`Version`]).
     pub version: Version,

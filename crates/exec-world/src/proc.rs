@@ -65,7 +65,8 @@ pub enum StdinMode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SpawnSpec {
-    /// The program: a path, or a name looked up in the `PATH` of the *resulting*
+    /// The program: an absolute path, a relative path containing `/` (resolved against
+    /// the spawn's cwd), or a bare name looked up in the `PATH` of the resulting
     /// environment.
     pub program: String,
     /// Arguments after the program (argv[1..]).

@@ -144,6 +144,7 @@ macro_rules! __proc_test_names {
             proc_drop_kills_group,
             proc_cancel_terminates,
             proc_capture_with_spill,
+            proc_runs_script_written_through_fs,
         ] }
     };
 }

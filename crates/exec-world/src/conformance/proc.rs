@@ -361,3 +361,27 @@ pub async fn proc_capture_with_spill(w: &World) {
         "spill file differs from the output"
     );
 }
+
+/// A script written through the world's Fs runs by relative path from its directory:
+/// Fs and Subprocess see the same files, and modes apply.
+pub async fn proc_runs_script_written_through_fs(w: &World) {
+    if !w.fs.capabilities().posix_modes {
+        return skip("proc_runs_script_written_through_fs", "posix_modes");
+    }
+    let dir = w.path("bin");
+    w.fs.mkdir(&dir, false).await.expect("mkdir");
+    w.fs.write(
+        &w.path("bin/run.sh"),
+        crate::bytes_stream(&b"#!/bin/sh\necho \"ran in $(pwd) with $1\"\n"[..]),
+        WriteOptions::default().mode(0o755),
+    )
+    .await
+    .expect("write script");
+    let spec = SpawnSpec::new("./run.sh").arg("arg1").cwd(dir.clone());
+    let out = run(w.proc.as_ref(), spec, None).await;
+    assert_eq!(
+        out.stdout_text(),
+        format!("ran in {dir} with arg1\n"),
+        "{out:?}"
+    );
+}

@@ -260,6 +260,19 @@ impl Drop for LocalChild {
     }
 }
 
+/// A relative program path with a `/` (`./run.sh`) made absolute against `cwd`; a bare
+/// name is left for the `PATH` search.
+pub(crate) fn absolute_program(program: &str, cwd: &WorldPath) -> String {
+    if program.contains('/') && !program.starts_with('/') {
+        match WorldPath::new(program) {
+            Ok(p) => p.resolve(cwd).to_string(),
+            Err(_) => program.to_string(),
+        }
+    } else {
+        program.to_string()
+    }
+}
+
 /// Searches `path_var` for an executable `program`.
 fn search_path(program: &str, path_var: &str) -> Option<String> {
     let is_exec = |p: &Path| {
@@ -299,7 +312,7 @@ impl Subprocess for LocalSubprocess {
     async fn which(&self, program: &str) -> Result<Option<String>, ProcError> {
         let env = build_env(EnvBase::Base, &BTreeMap::new(), "", false);
         let path = env.get("PATH").cloned().unwrap_or_default();
-        let program = program.to_string();
+        let program = absolute_program(program, &self.cwd);
         tokio::task::spawn_blocking(move || search_path(&program, &path))
             .await
             .map_err(|e| ProcError::other(format!("which: {e}")))
@@ -315,7 +328,7 @@ impl Subprocess for LocalSubprocess {
         let cwd = self.resolve_cwd(spec.cwd.as_ref())?;
         let marker = new_marker();
         let env = build_env(spec.env_base, &spec.env, &marker, false);
-        let mut cmd = tokio::process::Command::new(&spec.program);
+        let mut cmd = tokio::process::Command::new(absolute_program(&spec.program, &cwd));
         cmd.args(&spec.args)
             .env_clear()
             .envs(&env)

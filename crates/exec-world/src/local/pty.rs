@@ -16,7 +16,9 @@ use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 use rustix::termios::{Winsize, tcgetpgrp, tcsetwinsize};
 use tokio::sync::mpsc;
 
-use super::proc::{LocalSubprocess, Reaped, build_env, ensure_runtime, spawn_error};
+use super::proc::{
+    LocalSubprocess, Reaped, absolute_program, build_env, ensure_runtime, spawn_error,
+};
 use super::tree::{new_marker, send};
 use crate::error::ProcError;
 use crate::proc::{ExitStatus, OutputStream, Signal};
@@ -83,7 +85,7 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
         ))
     };
 
-    let mut cmd = tokio::process::Command::new(&program);
+    let mut cmd = tokio::process::Command::new(absolute_program(&program, &cwd));
     cmd.args(&spec.args)
         .env_clear()
         .envs(&env)

@@ -161,9 +161,17 @@ impl Tree {
         );
     }
 
+    /// `scan` off the async workers (it reads a few files per process in `/proc`).
+    async fn scan_async(&self) -> Vec<(u32, u32)> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.scan())
+            .await
+            .unwrap_or_else(|_| self.scan())
+    }
+
     /// Polite then forceful end of every member; returns when a scan finds none.
     pub(crate) async fn terminate(&self, grace: Duration, hangup: bool) {
-        let first = self.scan();
+        let first = self.scan_async().await;
         if first.is_empty() {
             return;
         }
@@ -178,13 +186,13 @@ impl Tree {
             if now >= deadline {
                 break;
             }
-            if self.scan().is_empty() {
+            if self.scan_async().await.is_empty() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10).min(deadline - now)).await;
         }
         for _ in 0..500 {
-            let m = self.scan();
+            let m = self.scan_async().await;
             if m.is_empty() {
                 return;
             }
