@@ -1,5 +1,29 @@
 //! Our own E2B client: the control-plane REST API, envd's Connect JSON services and its
 //! `/files` routes, spoken with reqwest (rustls). The [`proto`] module holds the wire types,
 //! shared with the `testing-fake` emulator.
+//!
+//! * [`Config`]: API key, domain, URLs, timeouts (from the environment or built).
+//! * [`Client`]: the control plane (create, list, get, kill, set timeout, refresh, pause,
+//!   connect/resume).
+//! * [`Sandbox`]: a connected, cloneable handle; [`EnvdApi`] is the object-safe trait of its
+//!   envd operations that adapters accept.
+//! * [`Error`]: one typed error enum.
 
+pub mod api;
+pub mod config;
+pub mod envd;
+pub mod error;
+mod http;
 pub mod proto;
+pub mod sandbox;
+
+pub use api::{
+    Client, ConnectOptions, CreateOptions, ListPage, ListQuery, PauseOptions, SandboxStream,
+};
+pub use config::{Config, Secret};
+pub use envd::{
+    ByteStream, Download, FileOp, MessageStream, ProcessOutput, ProcessStream, StartProcess,
+    StreamOptions, WatchOptions, WatchStream, bytes_stream, file_signature, reader_stream,
+};
+pub use error::{Error, Surface};
+pub use sandbox::{EnvdApi, Sandbox, SandboxParts};

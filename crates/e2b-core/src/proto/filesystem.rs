@@ -191,6 +191,7 @@ pub struct FilesystemEvent {
 }
 
 /// `WatchDir` stream message (a protobuf `oneof`).
+#[allow(clippy::large_enum_variant)] // mirrors the wire; events are short-lived
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum WatchDirResponse {
@@ -226,6 +227,24 @@ pub struct GetWatcherEventsResponse {
     /// Drained events.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<FilesystemEvent>,
+}
+
+/// One element of the JSON array `POST /files` answers (envd `EntryInfo` of its HTTP API,
+/// not the RPC one: `type` is the plain string `"file"`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteInfo {
+    /// Base name.
+    #[serde(default)]
+    pub name: String,
+    /// Entry type as a plain string (`"file"`).
+    #[serde(default, rename = "type")]
+    pub kind: String,
+    /// Absolute path written.
+    #[serde(default)]
+    pub path: String,
+    /// Stored `X-Metadata-*` pairs; omitted when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 #[cfg(test)]

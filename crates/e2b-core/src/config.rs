@@ -1,0 +1,348 @@
+//! Client configuration: API key, domain, URLs and timeouts, read from the environment like
+//! the official SDKs do (`E2B_API_KEY`, `E2B_DOMAIN`, `E2B_API_URL`, `E2B_SANDBOX_URL`) and
+//! adjustable with builder methods. Secrets live in [`Secret`], which never prints itself.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::proto::ENVD_PORT;
+
+/// Default domain of E2B's cloud.
+pub const DEFAULT_DOMAIN: &str = "e2b.app";
+/// Default timeout of one request (the SDKs' `requestTimeoutMs`).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default TCP/TLS connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default `Keepalive-Ping-Interval` sent on streaming RPCs (the SDKs send 50 s).
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(50);
+/// Default sandbox lifetime asked for at create and connect (the SDKs' 300 s).
+pub const DEFAULT_SANDBOX_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Domains served by E2B's shared envd host `sandbox.<domain>` (header routing).
+const SHARED_HOST_DOMAINS: [&str; 4] = ["e2b.app", "e2b.dev", "e2b.pro", "e2b-staging.dev"];
+
+/// A secret string (API key, envd access token). `Debug` prints `<redacted>`; there is no
+/// `Display`, so it cannot end up in a message by accident. Cheap to clone.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Arc<str>);
+
+impl Secret {
+    /// Wrap a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(Arc::from(value.into()))
+    }
+
+    /// The secret value, for putting it on the wire. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Self {
+        Secret::new(value)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Self {
+        Secret::new(value)
+    }
+}
+
+/// How the client reaches E2B (or a compatible control plane and envd).
+///
+/// ```
+/// use std::time::Duration;
+/// use e2b_core::Config;
+///
+/// let cfg = Config::new()
+///     .api_key("e2b_0123")
+///     .api_url("http://127.0.0.1:3000")
+///     .sandbox_url("http://127.0.0.1:3000")
+///     .request_timeout(Duration::from_secs(5));
+/// assert_eq!(cfg.resolved_api_url(), "http://127.0.0.1:3000");
+/// assert!(!format!("{cfg:?}").contains("e2b_0123"));
+/// ```
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub(crate) api_key: Option<Secret>,
+    pub(crate) domain: String,
+    pub(crate) api_url: Option<String>,
+    pub(crate) sandbox_url: Option<String>,
+    pub(crate) request_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) stream_idle_timeout: Option<Duration>,
+    pub(crate) transfer_idle_timeout: Option<Duration>,
+    pub(crate) keepalive_interval: Duration,
+    pub(crate) user_agent: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Config {
+    /// Defaults only; nothing is read from the environment.
+    pub fn new() -> Self {
+        Config {
+            api_key: None,
+            domain: DEFAULT_DOMAIN.to_owned(),
+            api_url: None,
+            sandbox_url: None,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            stream_idle_timeout: None,
+            transfer_idle_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
+            user_agent: format!("e2b-rust-core/{}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+
+    /// Defaults overridden by `E2B_API_KEY`, `E2B_DOMAIN`, `E2B_API_URL` and
+    /// `E2B_SANDBOX_URL` (empty values are ignored).
+    pub fn from_env() -> Self {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Like [`Config::from_env`] with a custom variable lookup (for tests and embedding).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
+        let mut cfg = Self::new();
+        if let Some(key) = get("E2B_API_KEY") {
+            cfg.api_key = Some(Secret::new(key.trim()));
+        }
+        if let Some(d) = get("E2B_DOMAIN") {
+            cfg.domain = d.trim().to_owned();
+        }
+        cfg.api_url = get("E2B_API_URL").map(|u| trim_url(&u));
+        cfg.sandbox_url = get("E2B_SANDBOX_URL").map(|u| trim_url(&u));
+        cfg
+    }
+
+    /// Set the API key (sent as `X-API-KEY`).
+    pub fn api_key(mut self, key: impl Into<Secret>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Set the domain (default `e2b.app`).
+    pub fn domain(mut self, domain: impl Into<String>) -> Self {
+        self.domain = domain.into();
+        self
+    }
+
+    /// Set the control-plane URL (default `https://api.<domain>`).
+    pub fn api_url(mut self, url: impl Into<String>) -> Self {
+        self.api_url = Some(trim_url(&url.into()));
+        self
+    }
+
+    /// Send every envd request to this URL (self-hosted, emulator); routing then relies on
+    /// the `E2b-Sandbox-Id` header.
+    pub fn sandbox_url(mut self, url: impl Into<String>) -> Self {
+        self.sandbox_url = Some(trim_url(&url.into()));
+        self
+    }
+
+    /// Timeout of every unary call, and of the handshake of streaming calls (default 60 s).
+    pub fn request_timeout(mut self, t: Duration) -> Self {
+        self.request_timeout = t;
+        self
+    }
+
+    /// TCP and TLS connect timeout (default 10 s).
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// Fail a streaming RPC (process output, watch) when no frame, not even a keepalive,
+    /// arrives for this long. Default: none. The keepalive interval asked of envd is lowered
+    /// to half of it so a quiet but healthy stream never trips it.
+    pub fn stream_idle_timeout(mut self, t: Option<Duration>) -> Self {
+        self.stream_idle_timeout = t;
+        self
+    }
+
+    /// Fail an upload or download when no bytes move for this long (default 60 s; `None`
+    /// disables).
+    pub fn transfer_idle_timeout(mut self, t: Option<Duration>) -> Self {
+        self.transfer_idle_timeout = t;
+        self
+    }
+
+    /// `Keepalive-Ping-Interval` asked of envd on streaming RPCs (default 50 s; whole
+    /// seconds, at least 1).
+    pub fn keepalive_interval(mut self, t: Duration) -> Self {
+        self.keepalive_interval = t;
+        self
+    }
+
+    /// The `User-Agent` header.
+    pub fn user_agent(mut self, ua: impl Into<String>) -> Self {
+        self.user_agent = ua.into();
+        self
+    }
+
+    /// The API key, if any.
+    pub fn get_api_key(&self) -> Option<&Secret> {
+        self.api_key.as_ref()
+    }
+
+    /// The configured domain.
+    pub fn get_domain(&self) -> &str {
+        &self.domain
+    }
+
+    /// The sandbox URL override, if any.
+    pub fn get_sandbox_url(&self) -> Option<&str> {
+        self.sandbox_url.as_deref()
+    }
+
+    /// The request timeout.
+    pub fn get_request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The control-plane base URL: the override, else `https://api.<domain>`.
+    pub fn resolved_api_url(&self) -> String {
+        match &self.api_url {
+            Some(u) => u.clone(),
+            None => format!("https://api.{}", self.domain),
+        }
+    }
+
+    /// The envd base URL used for RPCs and `/files` (§1.1 `envdApiUrl`): the override, else
+    /// `https://sandbox.<domain>` for E2B's own domains, else `https://49983-<id>.<domain>`.
+    /// `sandbox_domain` is the `domain` of the create/connect answer when non-empty.
+    pub fn envd_api_url(&self, sandbox_id: &str, sandbox_domain: Option<&str>) -> String {
+        if let Some(u) = &self.sandbox_url {
+            return u.clone();
+        }
+        let domain = self.sandbox_domain(sandbox_domain);
+        if SHARED_HOST_DOMAINS.contains(&domain) {
+            format!("https://sandbox.{domain}")
+        } else {
+            format!("https://{ENVD_PORT}-{sandbox_id}.{domain}")
+        }
+    }
+
+    /// The envd URL handed to third parties in signed URLs (§1.1 `envdDirectUrl`): the
+    /// override, else always `https://49983-<id>.<domain>`.
+    pub fn envd_direct_url(&self, sandbox_id: &str, sandbox_domain: Option<&str>) -> String {
+        if let Some(u) = &self.sandbox_url {
+            return u.clone();
+        }
+        let domain = self.sandbox_domain(sandbox_domain);
+        format!("https://{ENVD_PORT}-{sandbox_id}.{domain}")
+    }
+
+    fn sandbox_domain<'a>(&'a self, sandbox_domain: Option<&'a str>) -> &'a str {
+        sandbox_domain
+            .filter(|d| !d.is_empty())
+            .unwrap_or(&self.domain)
+    }
+
+    /// Whole seconds of keepalive interval for a stream with the given idle timeout.
+    pub(crate) fn keepalive_secs(&self, idle: Option<Duration>) -> u64 {
+        let base = self.keepalive_interval.as_secs().max(1);
+        match idle {
+            Some(idle) => base.min((idle.as_secs() / 2).max(1)),
+            None => base,
+        }
+    }
+}
+
+fn trim_url(u: &str) -> String {
+    u.trim().trim_end_matches('/').to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Config {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Config::from_lookup(move |k| pairs.iter().find(|(pk, _)| pk == k).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn defaults_and_env() {
+        let c = env(&[]);
+        assert!(c.get_api_key().is_none());
+        assert_eq!(c.resolved_api_url(), "https://api.e2b.app");
+        assert_eq!(c.get_request_timeout(), Duration::from_secs(60));
+        let c = env(&[
+            ("E2B_API_KEY", "e2b_abc"),
+            ("E2B_DOMAIN", "example.org"),
+            ("E2B_SANDBOX_URL", ""),
+        ]);
+        assert_eq!(c.get_api_key().map(Secret::expose), Some("e2b_abc"));
+        assert_eq!(c.resolved_api_url(), "https://api.example.org");
+        assert!(c.get_sandbox_url().is_none());
+        let c = env(&[
+            ("E2B_API_URL", "http://127.0.0.1:9/"),
+            ("E2B_SANDBOX_URL", "http://127.0.0.1:8/"),
+        ]);
+        assert_eq!(c.resolved_api_url(), "http://127.0.0.1:9");
+        assert_eq!(c.envd_api_url("iabc", None), "http://127.0.0.1:8");
+        assert_eq!(
+            c.envd_direct_url("iabc", Some("x.dev")),
+            "http://127.0.0.1:8"
+        );
+    }
+
+    #[test]
+    fn envd_urls_follow_the_sdk_rules() {
+        let c = Config::new();
+        assert_eq!(c.envd_api_url("iabc", None), "https://sandbox.e2b.app");
+        assert_eq!(c.envd_api_url("iabc", Some("")), "https://sandbox.e2b.app");
+        assert_eq!(
+            c.envd_api_url("iabc", Some("e2b.dev")),
+            "https://sandbox.e2b.dev"
+        );
+        assert_eq!(
+            c.envd_api_url("iabc", Some("self.example")),
+            "https://49983-iabc.self.example"
+        );
+        assert_eq!(
+            c.envd_direct_url("iabc", None),
+            "https://49983-iabc.e2b.app"
+        );
+        let c = Config::new().domain("corp.local");
+        assert_eq!(
+            c.envd_api_url("iabc", None),
+            "https://49983-iabc.corp.local"
+        );
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let c = Config::new().api_key("e2b_deadbeef");
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("deadbeef"), "{dbg}");
+        assert!(dbg.contains("<redacted>"));
+        assert_eq!(format!("{:?}", Secret::new("tok")), "<redacted>");
+    }
+
+    #[test]
+    fn keepalive_fits_under_idle_timeout() {
+        let c = Config::new();
+        assert_eq!(c.keepalive_secs(None), 50);
+        assert_eq!(c.keepalive_secs(Some(Duration::from_secs(10))), 5);
+        assert_eq!(c.keepalive_secs(Some(Duration::from_millis(300))), 1);
+    }
+}

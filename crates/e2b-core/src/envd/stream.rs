@@ -1,0 +1,235 @@
+//! Decoding server-streaming Connect responses, and the typed streams handed to callers.
+//!
+//! A response body is fed chunk by chunk to [`FrameDecoder`]; data frames become messages,
+//! the end-of-stream frame ends the stream (`{}`) or fails it with its Connect error. A
+//! body that ends before the end-of-stream frame (or inside a frame) is an error, never a
+//! clean end. With an idle timeout, a gap without any bytes longer than it fails the
+//! stream with [`Error::Timeout`].
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt as _};
+use serde::de::DeserializeOwned;
+
+use crate::config::Secret;
+use crate::error::{Error, Surface};
+use crate::proto::envelope::{EndStream, FrameDecoder};
+use crate::proto::filesystem::FilesystemEvent;
+use crate::proto::process::{DataEvent, EndEvent, ProcessEvent};
+
+/// A boxed stream of decoded messages (or the error that ended it).
+pub type MessageStream<T> = Pin<Box<dyn Stream<Item = Result<T, Error>> + Send>>;
+
+type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+
+struct DecodeState {
+    body: BodyStream,
+    decoder: FrameDecoder,
+    idle: Option<Duration>,
+    secrets: Vec<Secret>,
+    finished: bool,
+}
+
+impl DecodeState {
+    fn fail(&mut self, e: Error) -> Option<Result<Bytes, Error>> {
+        self.finished = true;
+        Some(Err(e))
+    }
+
+    /// The payload of the next data frame; `None` after a clean end-of-stream.
+    async fn next_payload(&mut self) -> Option<Result<Bytes, Error>> {
+        if self.finished {
+            return None;
+        }
+        loop {
+            match self.decoder.next_frame() {
+                Err(e) => {
+                    return self.fail(Error::protocol(Surface::Envd, format!("bad envelope: {e}")));
+                }
+                Ok(Some(frame)) if frame.is_end_stream() => {
+                    self.finished = true;
+                    let end: EndStream = match serde_json::from_slice(&frame.payload) {
+                        Ok(end) => end,
+                        Err(e) => {
+                            return Some(Err(Error::protocol(
+                                Surface::Envd,
+                                format!("undecodable end-of-stream frame: {e}"),
+                            )));
+                        }
+                    };
+                    let secrets: Vec<&Secret> = self.secrets.iter().collect();
+                    return end
+                        .error
+                        .map(|err| Err(Error::from_connect(err, None, &secrets)));
+                }
+                Ok(Some(frame)) => return Some(Ok(frame.payload)),
+                Ok(None) => {}
+            }
+            let chunk = match self.idle {
+                Some(idle) => match tokio::time::timeout(idle, self.body.next()).await {
+                    Ok(c) => c,
+                    Err(_) => {
+                        return self.fail(Error::Timeout {
+                            what: "envd stream idle",
+                            after: idle,
+                        });
+                    }
+                },
+                None => self.body.next().await,
+            };
+            match chunk {
+                Some(Ok(bytes)) => self.decoder.push(&bytes),
+                Some(Err(e)) => {
+                    let e =
+                        Error::from_reqwest(Surface::Envd, e, "envd stream body", Duration::ZERO);
+                    return self.fail(e);
+                }
+                None => {
+                    let detail = match self.decoder.finish() {
+                        Err(e) => format!("stream ended inside a frame: {e}"),
+                        Ok(()) => "stream ended without its end-of-stream frame".to_owned(),
+                    };
+                    return self.fail(Error::protocol(Surface::Envd, detail));
+                }
+            }
+        }
+    }
+}
+
+/// Turn a 200 `application/connect+json` response into a message stream.
+pub(crate) fn message_stream<T: DeserializeOwned + Send + 'static>(
+    resp: reqwest::Response,
+    idle: Option<Duration>,
+    secrets: Vec<Secret>,
+) -> MessageStream<T> {
+    let st = DecodeState {
+        body: Box::pin(resp.bytes_stream()),
+        decoder: FrameDecoder::default(),
+        idle,
+        secrets,
+        finished: false,
+    };
+    Box::pin(futures::stream::unfold(st, |mut st| async move {
+        let item = match st.next_payload().await? {
+            Ok(payload) => serde_json::from_slice::<T>(&payload).map_err(|e| {
+                st.finished = true;
+                Error::protocol(Surface::Envd, format!("undecodable stream message: {e}"))
+            }),
+            Err(e) => Err(e),
+        };
+        Some((item, st))
+    }))
+}
+
+/// The events of one process after its `start`: output chunks and finally `end`.
+/// Keepalives are dropped. The stream ends after the end-of-stream frame; if the
+/// connection breaks first, the last item is an error.
+///
+/// Dropping it disconnects from the process but does not stop it (envd keeps it running;
+/// use `send_signal` to stop it).
+pub struct ProcessStream {
+    pid: u32,
+    inner: MessageStream<ProcessEvent>,
+}
+
+impl std::fmt::Debug for ProcessStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessStream")
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything a process printed, and how it ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessOutput {
+    /// The pid.
+    pub pid: u32,
+    /// stdout bytes.
+    pub stdout: Vec<u8>,
+    /// stderr bytes.
+    pub stderr: Vec<u8>,
+    /// PTY bytes.
+    pub pty: Vec<u8>,
+    /// The end event (exit code 0 when omitted on the wire).
+    pub end: EndEvent,
+}
+
+impl ProcessStream {
+    /// Wrap a stream of events (after `start`) for a process; also how in-process
+    /// stand-ins of [`EnvdApi`](crate::EnvdApi) build one.
+    pub fn new(pid: u32, events: MessageStream<ProcessEvent>) -> Self {
+        ProcessStream { pid, inner: events }
+    }
+
+    /// The pid from the `start` event.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Read to the end, collecting output. A stream that ends without an `end` event is a
+    /// protocol error.
+    pub async fn wait_output(mut self) -> Result<ProcessOutput, Error> {
+        let mut out = ProcessOutput {
+            pid: self.pid,
+            ..Default::default()
+        };
+        let mut end = None;
+        while let Some(ev) = self.next().await {
+            match ev? {
+                ProcessEvent::Data(DataEvent::Stdout(b)) => out.stdout.extend_from_slice(&b),
+                ProcessEvent::Data(DataEvent::Stderr(b)) => out.stderr.extend_from_slice(&b),
+                ProcessEvent::Data(DataEvent::Pty(b)) => out.pty.extend_from_slice(&b),
+                ProcessEvent::End(e) => end = Some(e),
+                ProcessEvent::Start(_) | ProcessEvent::Keepalive(_) => {}
+            }
+        }
+        out.end = end.ok_or_else(|| {
+            Error::protocol(Surface::Envd, "process stream ended without an end event")
+        })?;
+        Ok(out)
+    }
+}
+
+impl Stream for ProcessStream {
+    type Item = Result<ProcessEvent, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            match self.inner.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(ProcessEvent::Keepalive(_)))) => continue,
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Events of a directory watch after its `start`. Keepalives are dropped; the watch
+/// runs until dropped, its deadline (`deadline_exceeded`) or an error.
+pub struct WatchStream {
+    inner: MessageStream<FilesystemEvent>,
+}
+
+impl std::fmt::Debug for WatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchStream").finish_non_exhaustive()
+    }
+}
+
+impl WatchStream {
+    /// Wrap a stream of filesystem events (after `start`).
+    pub fn new(events: MessageStream<FilesystemEvent>) -> Self {
+        WatchStream { inner: events }
+    }
+}
+
+impl Stream for WatchStream {
+    type Item = Result<FilesystemEvent, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}

@@ -1,0 +1,72 @@
+//! Shared HTTP plumbing: building the reqwest client, reading bounded error bodies, and
+//! turning non-success answers into [`Error`]s.
+
+use std::time::Duration;
+
+use futures::StreamExt as _;
+
+use crate::config::{Config, Secret};
+use crate::error::{Error, Surface};
+
+/// Most bytes read from an error response body.
+const ERROR_BODY_READ_LIMIT: usize = 64 * 1024;
+
+/// The reqwest client shared by the control plane and every sandbox handle. No global
+/// timeout (streams must outlive it); each call sets its own.
+pub(crate) fn build_client(cfg: &Config) -> Result<reqwest::Client, Error> {
+    reqwest::Client::builder()
+        .connect_timeout(cfg.connect_timeout)
+        .user_agent(cfg.user_agent.clone())
+        .build()
+        .map_err(|e| Error::Config(format!("cannot build the HTTP client: {e}")))
+}
+
+/// Read at most [`ERROR_BODY_READ_LIMIT`] bytes of a body (for error messages).
+pub(crate) async fn read_bounded(resp: reqwest::Response, timeout: Duration) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut stream = resp.bytes_stream();
+    let read = async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            let room = ERROR_BODY_READ_LIMIT.saturating_sub(out.len());
+            out.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if out.len() >= ERROR_BODY_READ_LIMIT {
+                break;
+            }
+        }
+    };
+    // A body that never ends must not hang the error path.
+    let _ = tokio::time::timeout(timeout, read).await;
+    out
+}
+
+/// Consume a non-success response into the mapped error.
+pub(crate) async fn error_from(
+    surface: Surface,
+    resp: reqwest::Response,
+    timeout: Duration,
+    secrets: &[&Secret],
+) -> Error {
+    let status = resp.status().as_u16();
+    let retry_after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = read_bounded(resp, timeout).await;
+    Error::from_response(surface, status, retry_after.as_deref(), &body, secrets)
+}
+
+/// The media type of a response, lowercased, without parameters.
+pub(crate) fn media_type(resp: &reqwest::Response) -> String {
+    resp.headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default()
+}
