@@ -23,6 +23,7 @@ pub mod output;
 mod path;
 mod proc;
 mod terminal;
+pub mod tree_script;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

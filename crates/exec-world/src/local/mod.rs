@@ -7,3 +7,5 @@ mod tree;
 
 pub use fs::LocalFs;
 pub use proc::LocalSubprocess;
+pub use tree::MARKER_VAR;
+pub(crate) use tree::new_marker;
