@@ -1,0 +1,384 @@
+//! The bash tool: runs a command string through the world's shell (`bash -c`, else
+//! `sh -c`) with cwd, env, a timeout and a per-stream output cap, and returns a
+//! serializable [`BashOutput`]. Written only against [`Subprocess`].
+//!
+//! Memory is bounded: both pipes are drained together until EOF, and bytes past the cap
+//! are counted and discarded, so a command printing gigabytes costs at most the cap.
+//! A non-zero exit is data ([`BashOutput::exit_code`]), never an error.
+//!
+//! **Lifetime of what the command starts**: when `run` returns, nothing the command
+//! started is left running. After the shell exits, output is still drained for
+//! [`BashRequest::linger`] (a background job may still be writing); then the process
+//! group (and every tracked descendant) is terminated. On timeout the same termination
+//! runs at once and `timed_out` is set. Dropping the `run` future drops the
+//! [`exec_world::Child`], which kills the group too.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use exec_world::{ExitStatus, OutputStream, ProcError, SpawnSpec, Subprocess, WorldPath};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::OnceCell;
+
+use crate::capture::{Capture, CapturedOutput};
+
+/// Default [`BashRequest::timeout`]: 2 minutes.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default [`BashRequest::max_output_bytes`]: 64 KiB per stream.
+pub const DEFAULT_MAX_OUTPUT: usize = 64 * 1024;
+/// Default [`BashRequest::grace`] between SIGTERM and SIGKILL: 2 s.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
+/// Default [`BashRequest::linger`] after the shell exits: 250 ms.
+pub const DEFAULT_LINGER: Duration = Duration::from_millis(250);
+/// After termination, how long output still in flight is awaited before giving up.
+const FINAL_DRAIN: Duration = Duration::from_secs(5);
+
+mod duration_ms {
+    //! Serializes a `Duration` as whole milliseconds.
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+/// What to run. Deserializable from a harness's JSON (durations in milliseconds:
+/// `{"command": "ls", "timeout": 5000}`); missing fields take the defaults.
+///
+/// ```
+/// # use agent_tools::bash::BashRequest;
+/// # use std::time::Duration;
+/// let req = BashRequest::new("cargo test 2>&1 | tail -n 20")
+///     .cwd("/home/user/project")
+///     .env("RUST_BACKTRACE", "1")
+///     .timeout(Duration::from_secs(600))
+///     .max_output_bytes(32 * 1024);
+/// # drop(req);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct BashRequest {
+    /// The command string, given to `bash -c` (or `sh -c`).
+    pub command: String,
+    /// Working directory (relative: against the Subprocess's cwd); `None`: its cwd.
+    pub cwd: Option<String>,
+    /// Variables set on top of the world's base environment.
+    pub env: BTreeMap<String, String>,
+    /// How long the command may run before it is terminated.
+    #[serde(with = "duration_ms")]
+    pub timeout: Duration,
+    /// Bytes kept per stream (stdout and stderr each); the rest is counted, discarded.
+    pub max_output_bytes: usize,
+    /// Grace between SIGTERM and SIGKILL when terminating.
+    #[serde(with = "duration_ms")]
+    pub grace: Duration,
+    /// How long to keep reading after the shell exited while a background process still
+    /// holds the output open, before terminating it.
+    #[serde(with = "duration_ms")]
+    pub linger: Duration,
+}
+
+impl Default for BashRequest {
+    fn default() -> Self {
+        BashRequest {
+            command: String::new(),
+            cwd: None,
+            env: BTreeMap::new(),
+            timeout: DEFAULT_TIMEOUT,
+            max_output_bytes: DEFAULT_MAX_OUTPUT,
+            grace: DEFAULT_GRACE,
+            linger: DEFAULT_LINGER,
+        }
+    }
+}
+
+impl BashRequest {
+    /// A request for `command` with the defaults.
+    pub fn new(command: impl Into<String>) -> Self {
+        BashRequest {
+            command: command.into(),
+            ..BashRequest::default()
+        }
+    }
+
+    /// Sets the working directory.
+    pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+
+    /// Sets one environment variable.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets the timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets the per-stream cap.
+    pub fn max_output_bytes(mut self, cap: usize) -> Self {
+        self.max_output_bytes = cap;
+        self
+    }
+
+    /// Sets the termination grace.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Sets the linger after the shell exits.
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
+    }
+}
+
+/// The outcome of a command that ran (whatever its exit code).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct BashOutput {
+    /// The shell's exit code, when it exited normally.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the shell (Linux numbering), when one did (e.g. 15 or 9
+    /// after a timeout).
+    pub signal: Option<i32>,
+    /// True when the timeout expired and the command was terminated.
+    pub timed_out: bool,
+    /// Standard output (capped).
+    pub stdout: CapturedOutput,
+    /// Standard error (capped).
+    pub stderr: CapturedOutput,
+    /// The shell that ran the command (absolute path in the world).
+    pub shell: String,
+}
+
+impl BashOutput {
+    /// True when the command exited with code 0 in time.
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out
+    }
+}
+
+/// Why a command could not be run at all (not: it ran and failed).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BashError {
+    /// Neither `bash` nor `sh` is on the world's PATH.
+    #[error("no shell found in the world (looked for bash and sh)")]
+    NoShell,
+    /// The request is unusable (empty command, bad cwd).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// Starting or talking to the process failed.
+    #[error(transparent)]
+    Proc(#[from] ProcError),
+}
+
+/// The bash tool over one world's [`Subprocess`]. Cheap to clone; the shell's path is
+/// looked up once (`which bash`, else `which sh`) and reused.
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use agent_tools::bash::{BashTool, BashRequest};
+/// # async fn demo(proc: Arc<dyn exec_world::Subprocess>) -> Result<(), agent_tools::bash::BashError> {
+/// let tool = BashTool::new(proc);
+/// let out = tool.run(BashRequest::new("echo hi; exit 3")).await?;
+/// assert_eq!(out.exit_code, Some(3));
+/// assert_eq!(out.stdout.text, "hi\n");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct BashTool {
+    proc: Arc<dyn Subprocess>,
+    shell: Arc<OnceCell<String>>,
+}
+
+impl std::fmt::Debug for BashTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BashTool")
+            .field("shell", &self.shell.get())
+            .finish()
+    }
+}
+
+impl BashTool {
+    /// A tool running commands through `proc`.
+    pub fn new(proc: Arc<dyn Subprocess>) -> BashTool {
+        BashTool {
+            proc,
+            shell: Arc::new(OnceCell::new()),
+        }
+    }
+
+    /// The shell used: `bash` if the world has it, else `sh` (looked up once).
+    pub async fn shell(&self) -> Result<String, BashError> {
+        self.shell
+            .get_or_try_init(|| async {
+                for name in ["bash", "sh"] {
+                    if let Some(path) = self.proc.which(name).await? {
+                        return Ok(path);
+                    }
+                }
+                Err(BashError::NoShell)
+            })
+            .await
+            .cloned()
+    }
+
+    /// Runs `req` to completion (or timeout) and returns what happened.
+    pub async fn run(&self, req: BashRequest) -> Result<BashOutput, BashError> {
+        if req.command.trim().is_empty() {
+            return Err(BashError::InvalidRequest("empty command".into()));
+        }
+        let shell = self.shell().await?;
+        let mut spec = SpawnSpec::new(shell.clone()).arg("-c").arg(req.command.clone());
+        for (k, v) in &req.env {
+            spec = spec.env(k.clone(), v.clone());
+        }
+        if let Some(cwd) = &req.cwd {
+            let cwd = WorldPath::new(cwd.clone())
+                .map_err(|e| BashError::InvalidRequest(format!("cwd: {e}")))?;
+            spec = spec.cwd(cwd);
+        }
+        let mut child = self.proc.spawn(spec)?;
+        let mut out = Drain::new(child.take_stdout(), req.max_output_bytes);
+        let mut err = Drain::new(child.take_stderr(), req.max_output_bytes);
+
+        let deadline = tokio::time::sleep(req.timeout);
+        tokio::pin!(deadline);
+        let mut timed_out = false;
+        let mut status: Option<ExitStatus> = None;
+        {
+            let wait = child.wait();
+            tokio::pin!(wait);
+            // Phase 1: until the shell exits and both pipes close, or the deadline.
+            loop {
+                if status.is_some() && out.done() && err.done() {
+                    break;
+                }
+                tokio::select! {
+                    s = &mut wait, if status.is_none() => status = Some(s?),
+                    chunk = out.next(), if !out.done() => out.take(chunk),
+                    chunk = err.next(), if !err.done() => err.take(chunk),
+                    _ = &mut deadline => { timed_out = true; break; }
+                }
+                if status.is_some() && !(out.done() && err.done()) {
+                    // The shell is gone but something still holds a pipe: give it
+                    // `linger`, then end it (below), within the timeout.
+                    let linger = tokio::time::sleep(req.linger);
+                    tokio::pin!(linger);
+                    loop {
+                        if out.done() && err.done() {
+                            break;
+                        }
+                        tokio::select! {
+                            chunk = out.next(), if !out.done() => out.take(chunk),
+                            chunk = err.next(), if !err.done() => err.take(chunk),
+                            _ = &mut linger => break,
+                            _ = &mut deadline => { timed_out = true; break; }
+                        }
+                    }
+                    break;
+                }
+            }
+        }
+        if timed_out || !(out.done() && err.done()) {
+            // Phase 2: end the whole group, then collect what is still in flight.
+            let terminated = {
+                let term = child.terminate(req.grace);
+                tokio::pin!(term);
+                loop {
+                    tokio::select! {
+                        s = &mut term => break s,
+                        chunk = out.next(), if !out.done() => out.take(chunk),
+                        chunk = err.next(), if !err.done() => err.take(chunk),
+                    }
+                }
+            };
+            let st = terminated?;
+            if status.is_none() {
+                status = Some(st);
+            }
+            let final_drain = tokio::time::sleep(FINAL_DRAIN);
+            tokio::pin!(final_drain);
+            while !(out.done() && err.done()) {
+                tokio::select! {
+                    chunk = out.next(), if !out.done() => out.take(chunk),
+                    chunk = err.next(), if !err.done() => err.take(chunk),
+                    _ = &mut final_drain => {
+                        tracing::warn!("bash tool: output still open after termination");
+                        break;
+                    }
+                }
+            }
+        }
+        let status = match status {
+            Some(s) => s,
+            None => child.wait().await?,
+        };
+        Ok(BashOutput {
+            exit_code: status.code,
+            signal: status.signal,
+            timed_out,
+            stdout: out.finish(),
+            stderr: err.finish(),
+            shell,
+        })
+    }
+}
+
+/// One output stream being drained into a bounded capture.
+struct Drain {
+    stream: Option<OutputStream>,
+    capture: Capture,
+}
+
+impl Drain {
+    fn new(stream: Option<OutputStream>, cap: usize) -> Drain {
+        Drain {
+            stream,
+            capture: Capture::new(cap),
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.stream.is_none()
+    }
+
+    /// The next item; pending forever once done (guarded by `done()` in selects).
+    async fn next(&mut self) -> Option<Result<bytes::Bytes, ProcError>> {
+        match self.stream.as_mut() {
+            Some(s) => s.next().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn take(&mut self, item: Option<Result<bytes::Bytes, ProcError>>) {
+        match item {
+            Some(Ok(chunk)) => self.capture.push(&chunk),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "bash tool: output stream failed");
+                self.stream = None;
+            }
+            None => self.stream = None,
+        }
+    }
+
+    fn finish(self) -> CapturedOutput {
+        self.capture.finish()
+    }
+}

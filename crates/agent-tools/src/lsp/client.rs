@@ -1,0 +1,593 @@
+//! [`LspClient`]: one language server process and the JSON-RPC connection to it.
+//!
+//! Tasks: a reader (stdout → [`FrameDecoder`] → responses to waiting requests, server
+//! requests to the [`ServerRequestHandler`], notifications to subscribers) and a stderr
+//! drain (kept as a bounded tail for error messages). Writes go through one lock on the
+//! server's stdin, so concurrent requests never interleave their frames.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use exec_world::{
+    Child, ExitStatus, InputSink, OutputStream, SpawnSpec, StdinMode, Subprocess, Target,
+};
+use futures::StreamExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{broadcast, oneshot, watch};
+
+use super::error::LspError;
+use super::framing::{DEFAULT_MAX_BODY, FrameDecoder, FrameError, encode};
+use super::handler::{DefaultHandler, ServerRequestHandler};
+use super::message::{
+    Incoming, Notification, RequestId, ResponseError, classify, notification_body,
+    request_body, response_body,
+};
+
+/// How much of the server's stderr is kept for error messages.
+const STDERR_TAIL: usize = 16 * 1024;
+/// Notifications buffered per subscriber before it lags.
+const NOTIFY_CAPACITY: usize = 1024;
+
+/// Options of [`LspClient::spawn`].
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct LspOptions {
+    /// Largest message body accepted from the server (default 64 MiB); a larger one is
+    /// skipped and reported as a protocol error.
+    pub max_body: usize,
+    /// Timeout of [`LspClient::request`] (default 30 s).
+    pub request_timeout: Duration,
+    /// Answers server→client requests (default [`DefaultHandler`]).
+    pub handler: Arc<dyn ServerRequestHandler>,
+}
+
+impl Default for LspOptions {
+    fn default() -> Self {
+        LspOptions {
+            max_body: DEFAULT_MAX_BODY,
+            request_timeout: Duration::from_secs(30),
+            handler: Arc::new(DefaultHandler),
+        }
+    }
+}
+
+impl std::fmt::Debug for LspOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LspOptions")
+            .field("max_body", &self.max_body)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LspOptions {
+    /// Sets [`LspOptions::max_body`].
+    pub fn max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// Sets [`LspOptions::request_timeout`].
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Sets [`LspOptions::handler`].
+    pub fn handler(mut self, handler: impl ServerRequestHandler + 'static) -> Self {
+        self.handler = Arc::new(handler);
+        self
+    }
+}
+
+type Pending = HashMap<RequestId, oneshot::Sender<Result<Value, ResponseError>>>;
+
+/// State shared by the client handle and its tasks.
+struct Shared {
+    stdin: tokio::sync::Mutex<Option<InputSink>>,
+    pending: Mutex<Pending>,
+    /// Why the connection closed, once it did.
+    closed: Mutex<Option<String>>,
+    stderr_tail: Mutex<VecDeque<u8>>,
+    /// Latest `publishDiagnostics` per URI: the `diagnostics` array.
+    diagnostics: Mutex<HashMap<String, Vec<Value>>>,
+    diagnostics_changed: watch::Sender<u64>,
+    notifications: broadcast::Sender<Notification>,
+    handler: Arc<dyn ServerRequestHandler>,
+}
+
+impl Shared {
+    async fn send(&self, body: &[u8]) -> Result<(), LspError> {
+        let frame = encode(body);
+        let mut guard = self.stdin.lock().await;
+        let Some(sink) = guard.as_mut() else {
+            return Err(LspError::Closed {
+                reason: "the server's stdin is closed".into(),
+            });
+        };
+        sink.write_all(&frame)
+            .await
+            .map_err(|e| LspError::Write(e.to_string()))?;
+        sink.flush().await.map_err(|e| LspError::Write(e.to_string()))
+    }
+
+    fn closed_reason(&self) -> Option<String> {
+        self.closed.lock().ok().and_then(|c| c.clone())
+    }
+
+    /// Marks the connection closed and fails every waiting request.
+    fn close(&self, reason: String) {
+        if let Ok(mut c) = self.closed.lock() {
+            if c.is_none() {
+                let tail = self.stderr_tail();
+                *c = Some(if tail.trim().is_empty() {
+                    reason
+                } else {
+                    format!("{reason}; server stderr ends with: {}", tail.trim_end())
+                });
+            }
+        }
+        if let Ok(mut p) = self.pending.lock() {
+            p.clear(); // dropping the senders wakes the waiters with Closed
+        }
+        self.diagnostics_changed.send_modify(|_| {});
+    }
+
+    fn stderr_tail(&self) -> String {
+        match self.stderr_tail.lock() {
+            Ok(t) => {
+                let bytes: Vec<u8> = t.iter().copied().collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+            Err(_) => String::new(),
+        }
+    }
+}
+
+/// A running language server and the connection to it.
+///
+/// Dropping the client kills the server's process group (exec-world's `Child` drop);
+/// [`LspClient::close`] shuts it down politely first.
+///
+/// ```no_run
+/// # use agent_tools::lsp::{LspClient, LspOptions, default_client_capabilities};
+/// # use exec_world::{SpawnSpec, Target, WorldPath};
+/// # async fn demo(proc: &dyn exec_world::Subprocess) -> Result<(), agent_tools::lsp::LspError> {
+/// let spec = SpawnSpec::new("python3").arg("-m").arg("pylsp");
+/// let lsp = LspClient::spawn(proc, spec, LspOptions::default())?;
+/// let root = Target::from_absolute(&WorldPath::new("/home/user/proj").unwrap()).unwrap();
+/// lsp.initialize(&root, default_client_capabilities()).await?;
+/// lsp.initialized().await?;
+/// lsp.did_open("file:///home/user/proj/a.py", "python", 1, "print(x)\n").await?;
+/// let diags = lsp
+///     .wait_for_diagnostics("file:///home/user/proj/a.py", std::time::Duration::from_secs(30), |d| !d.is_empty())
+///     .await?;
+/// let status = lsp.close(std::time::Duration::from_secs(5)).await?;
+/// # let _ = (diags, status); Ok(()) }
+/// ```
+pub struct LspClient {
+    shared: Arc<Shared>,
+    child: Child,
+    next_id: AtomicI64,
+    request_timeout: Duration,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for LspClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LspClient")
+            .field("pid", &self.child.pid())
+            .field("closed", &self.shared.closed_reason())
+            .finish()
+    }
+}
+
+impl LspClient {
+    /// Starts the server `spec` (its stdin is made a pipe) and connects to it.
+    pub fn spawn(
+        proc: &dyn Subprocess,
+        spec: SpawnSpec,
+        opts: LspOptions,
+    ) -> Result<LspClient, LspError> {
+        let mut child = proc
+            .spawn(spec.stdin(StdinMode::Piped))
+            .map_err(LspError::Spawn)?;
+        let stdin = child.take_stdin();
+        let stdout = child.take_stdout();
+        let stderr = child.take_stderr();
+        let (notifications, _) = broadcast::channel(NOTIFY_CAPACITY);
+        let (diagnostics_changed, _) = watch::channel(0u64);
+        let shared = Arc::new(Shared {
+            stdin: tokio::sync::Mutex::new(stdin),
+            pending: Mutex::new(HashMap::new()),
+            closed: Mutex::new(None),
+            stderr_tail: Mutex::new(VecDeque::new()),
+            diagnostics: Mutex::new(HashMap::new()),
+            diagnostics_changed,
+            notifications,
+            handler: opts.handler.clone(),
+        });
+        let mut tasks = Vec::new();
+        if let Some(err) = stderr {
+            tasks.push(tokio::spawn(drain_stderr(shared.clone(), err)));
+        }
+        match stdout {
+            Some(out) => tasks.push(tokio::spawn(read_loop(shared.clone(), out, opts.max_body))),
+            None => shared.close("the server has no stdout".into()),
+        }
+        Ok(LspClient {
+            shared,
+            child,
+            next_id: AtomicI64::new(1),
+            request_timeout: opts.request_timeout,
+            tasks,
+        })
+    }
+
+    /// The server's pid in the world, once known.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.pid()
+    }
+
+    /// Sends a request and waits for its result with the default timeout, deserialized
+    /// as `R` (use `serde_json::Value` for the raw result).
+    pub async fn request<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: P,
+    ) -> Result<R, LspError> {
+        let v = self
+            .request_value(method, serde_json::to_value(params)?, self.request_timeout)
+            .await?;
+        serde_json::from_value(v)
+            .map_err(|e| LspError::Protocol(format!("{method}: unexpected result: {e}")))
+    }
+
+    /// Sends a request and waits up to `timeout` for its raw result. On timeout (or when
+    /// this future is dropped) the server is sent `$/cancelRequest`.
+    pub async fn request_value(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Value, LspError> {
+        if let Some(reason) = self.shared.closed_reason() {
+            return Err(LspError::Closed { reason });
+        }
+        let id = RequestId::Number(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = oneshot::channel();
+        self.shared
+            .pending
+            .lock()
+            .map_err(|_| LspError::Protocol("pending map poisoned".into()))?
+            .insert(id.clone(), tx);
+        let mut guard = CancelGuard {
+            shared: &self.shared,
+            id: Some(id.clone()),
+        };
+        self.shared
+            .send(&request_body(&id, method, &params))
+            .await?;
+        let outcome = tokio::time::timeout(timeout, rx).await;
+        match outcome {
+            Ok(Ok(Ok(v))) => {
+                guard.id = None;
+                Ok(v)
+            }
+            Ok(Ok(Err(error))) => {
+                guard.id = None;
+                Err(LspError::Server {
+                    method: method.to_string(),
+                    error,
+                })
+            }
+            Ok(Err(_)) => {
+                guard.id = None;
+                Err(LspError::Closed {
+                    reason: self
+                        .shared
+                        .closed_reason()
+                        .unwrap_or_else(|| "connection closed".into()),
+                })
+            }
+            Err(_) => Err(LspError::Timeout {
+                method: method.to_string(),
+                after: timeout,
+            }),
+        }
+    }
+
+    /// Sends a notification.
+    pub async fn notify<P: Serialize>(&self, method: &str, params: P) -> Result<(), LspError> {
+        if let Some(reason) = self.shared.closed_reason() {
+            return Err(LspError::Closed { reason });
+        }
+        let params = serde_json::to_value(params)?;
+        self.shared.send(&notification_body(method, &params)).await
+    }
+
+    /// Notifications from the server from now on (every method, including
+    /// `textDocument/publishDiagnostics`, `window/logMessage`, `$/progress`). A subscriber
+    /// that falls more than 1024 behind gets `RecvError::Lagged`.
+    pub fn subscribe(&self) -> broadcast::Receiver<Notification> {
+        self.shared.notifications.subscribe()
+    }
+
+    /// The last diagnostics published for `uri`, if any.
+    pub fn diagnostics(&self, uri: &str) -> Option<Vec<Value>> {
+        self.shared.diagnostics.lock().ok()?.get(uri).cloned()
+    }
+
+    /// Waits until the latest diagnostics for `uri` satisfy `pred` (checked against what
+    /// was already received too, so there is no subscribe race) and returns them.
+    pub async fn wait_for_diagnostics(
+        &self,
+        uri: &str,
+        timeout: Duration,
+        pred: impl Fn(&[Value]) -> bool,
+    ) -> Result<Vec<Value>, LspError> {
+        let mut changed = self.shared.diagnostics_changed.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            changed.borrow_and_update();
+            if let Some(d) = self.diagnostics(uri) {
+                if pred(&d) {
+                    return Ok(d);
+                }
+            }
+            if let Some(reason) = self.shared.closed_reason() {
+                return Err(LspError::Closed { reason });
+            }
+            match tokio::time::timeout_at(deadline, changed.changed()).await {
+                Ok(_) => {}
+                Err(_) => {
+                    return Err(LspError::Timeout {
+                        method: format!("textDocument/publishDiagnostics for {uri}"),
+                        after: timeout,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The `initialize` request for a workspace rooted at `root` (`rootUri`,
+    /// `workspaceFolders`), `processId: null` (the client lives in another world than
+    /// the server). Returns the server's `InitializeResult`.
+    pub async fn initialize(&self, root: &Target, capabilities: Value) -> Result<Value, LspError> {
+        let name = root.path().file_name().unwrap_or_else(|| "root".into());
+        let params = json!({
+            "processId": null,
+            "clientInfo": {"name": "agent-tools", "version": env!("CARGO_PKG_VERSION")},
+            "rootUri": root.uri(),
+            "rootPath": root.path().as_str(),
+            "workspaceFolders": [{"uri": root.uri(), "name": name}],
+            "capabilities": capabilities,
+        });
+        self.request_value("initialize", params, self.request_timeout)
+            .await
+    }
+
+    /// The `initialized` notification.
+    pub async fn initialized(&self) -> Result<(), LspError> {
+        self.notify("initialized", json!({})).await
+    }
+
+    /// `textDocument/didOpen`.
+    pub async fn did_open(
+        &self,
+        uri: &str,
+        language_id: &str,
+        version: i64,
+        text: &str,
+    ) -> Result<(), LspError> {
+        self.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": uri, "languageId": language_id, "version": version, "text": text}}),
+        )
+        .await
+    }
+
+    /// `textDocument/didChange` with the full new text.
+    pub async fn did_change(&self, uri: &str, version: i64, text: &str) -> Result<(), LspError> {
+        self.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": text}]}),
+        )
+        .await
+    }
+
+    /// `textDocument/didClose`.
+    pub async fn did_close(&self, uri: &str) -> Result<(), LspError> {
+        self.notify("textDocument/didClose", json!({"textDocument": {"uri": uri}}))
+            .await
+    }
+
+    /// The `shutdown` request.
+    pub async fn shutdown(&self) -> Result<(), LspError> {
+        self.request_value("shutdown", Value::Null, self.request_timeout)
+            .await
+            .map(|_| ())
+    }
+
+    /// The `exit` notification, then closes the server's stdin.
+    pub async fn exit(&self) -> Result<(), LspError> {
+        let r = self.notify("exit", Value::Null).await;
+        let mut stdin = self.shared.stdin.lock().await;
+        if let Some(mut sink) = stdin.take() {
+            let _ = sink.shutdown().await;
+        }
+        r
+    }
+
+    /// Waits for the server process to exit.
+    pub async fn wait(&self) -> Result<ExitStatus, LspError> {
+        self.child.wait().await.map_err(LspError::Process)
+    }
+
+    /// Ends the server: `shutdown` and `exit` (if the connection is still open), up to
+    /// `grace` for the process to exit by itself, then terminates its whole process group
+    /// (SIGTERM, `grace`, SIGKILL). Returns the server's exit status.
+    pub async fn close(self, grace: Duration) -> Result<ExitStatus, LspError> {
+        let polite = async {
+            if self.shared.closed_reason().is_none() {
+                let _ = self.request_value("shutdown", Value::Null, grace).await;
+                let _ = self.exit().await;
+            }
+            self.child.wait().await
+        };
+        let status = match tokio::time::timeout(grace.saturating_mul(2), polite).await {
+            Ok(Ok(s)) => {
+                // The leader exited; still end anything it left in its group.
+                self.child.terminate(grace).await.map_err(LspError::Process)?;
+                s
+            }
+            _ => self.child.terminate(grace).await.map_err(LspError::Process)?,
+        };
+        self.shared.close("closed by the client".into());
+        Ok(status)
+    }
+}
+
+impl Drop for LspClient {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        // `child` drops after this: exec-world kills the server's process group.
+    }
+}
+
+/// Removes a request from the pending map and tells the server to cancel it, unless the
+/// request completed (`id` taken).
+struct CancelGuard<'a> {
+    shared: &'a Arc<Shared>,
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        if let Ok(mut p) = self.shared.pending.lock() {
+            p.remove(&id);
+        }
+        if self.shared.closed_reason().is_some() {
+            return;
+        }
+        let shared = self.shared.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let body = notification_body("$/cancelRequest", &json!({"id": id}));
+                let _ = shared.send(&body).await;
+            });
+        }
+    }
+}
+
+/// Reads the server's stdout until it ends, dispatching every message.
+async fn read_loop(shared: Arc<Shared>, mut out: OutputStream, max_body: usize) {
+    let mut decoder = FrameDecoder::new(max_body);
+    let reason = 'outer: loop {
+        match out.next().await {
+            None => break "the server's output ended (it exited)".to_string(),
+            Some(Err(e)) => break format!("reading the server's output: {e}"),
+            Some(Ok(chunk)) => {
+                decoder.push(&chunk);
+                loop {
+                    match decoder.next_frame() {
+                        Ok(Some(body)) => dispatch(&shared, &body),
+                        Ok(None) => break,
+                        Err(e @ FrameError::TooLarge { .. }) => {
+                            tracing::warn!(error = %e, "lsp: skipped an oversize message");
+                        }
+                        Err(e) => break 'outer format!("framing error: {e}"),
+                    }
+                }
+            }
+        }
+    };
+    tracing::debug!(%reason, "lsp: connection closed");
+    shared.close(reason);
+}
+
+fn dispatch(shared: &Arc<Shared>, body: &[u8]) {
+    let msg = match classify(body) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(error = %e, "lsp: ignoring an invalid message");
+            return;
+        }
+    };
+    match msg {
+        Incoming::Response { id, result } => {
+            let waiter = shared.pending.lock().ok().and_then(|mut p| p.remove(&id));
+            match waiter {
+                Some(tx) => {
+                    let _ = tx.send(result);
+                }
+                None => tracing::debug!(%id, "lsp: response to no pending request"),
+            }
+        }
+        Incoming::Request(req) => {
+            let result = shared.handler.handle(&req.method, &req.params);
+            let body = response_body(&req.id, &result);
+            let shared = shared.clone();
+            // Written from a task so the reader never blocks on a full stdin pipe.
+            tokio::spawn(async move {
+                if let Err(e) = shared.send(&body).await {
+                    tracing::debug!(error = %e, method = %req.method, "lsp: could not answer");
+                }
+            });
+        }
+        Incoming::Notification(n) => {
+            if n.method == "textDocument/publishDiagnostics" {
+                let uri = n.params.get("uri").and_then(Value::as_str);
+                let diags = n.params.get("diagnostics").and_then(Value::as_array);
+                if let (Some(uri), Some(diags)) = (uri, diags) {
+                    if let Ok(mut d) = shared.diagnostics.lock() {
+                        d.insert(uri.to_string(), diags.clone());
+                    }
+                    shared.diagnostics_changed.send_modify(|v| *v = v.wrapping_add(1));
+                }
+            }
+            let _ = shared.notifications.send(n);
+        }
+    }
+}
+
+/// Keeps the last [`STDERR_TAIL`] bytes of the server's stderr.
+async fn drain_stderr(shared: Arc<Shared>, mut err: OutputStream) {
+    while let Some(Ok(chunk)) = err.next().await {
+        tracing::trace!(stderr = %String::from_utf8_lossy(&chunk), "lsp server");
+        if let Ok(mut tail) = shared.stderr_tail.lock() {
+            tail.extend(chunk.iter().copied());
+            let excess = tail.len().saturating_sub(STDERR_TAIL);
+            tail.drain(..excess);
+        }
+    }
+}
+
+/// Client capabilities suitable for diagnostics and navigation: publishDiagnostics,
+/// hover/definition/completion basics, `workspace/configuration`, workDoneProgress.
+pub fn default_client_capabilities() -> Value {
+    json!({
+        "workspace": {
+            "configuration": true,
+            "workspaceFolders": true,
+            "didChangeConfiguration": {"dynamicRegistration": false}
+        },
+        "textDocument": {
+            "synchronization": {"dynamicRegistration": false, "didSave": true},
+            "publishDiagnostics": {"relatedInformation": true, "versionSupport": true},
+            "hover": {"contentFormat": ["markdown", "plaintext"]},
+            "definition": {"linkSupport": true},
+            "completion": {"completionItem": {"snippetSupport": false}}
+        },
+        "window": {"workDoneProgress": true},
+        "general": {"positionEncodings": ["utf-16"]}
+    })
+}
