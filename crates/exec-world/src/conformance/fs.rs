@@ -338,6 +338,15 @@ pub async fn fs_write_versions_modes_parents(w: &World) {
         skip("fs_write_versions_modes_parents (modes)", "posix_modes");
     }
 
+    assert!(matches!(
+        fs.write(
+            &w.path("v.txt/x"),
+            bytes_stream(&b"x"[..]),
+            WriteOptions::default()
+        )
+        .await,
+        Err(FsError::NotADirectory { .. }) | Err(FsError::NotFound { .. })
+    ));
     let deep = w.path("a/b/c.txt");
     assert!(matches!(
         fs.write(&deep, bytes_stream(&b"x"[..]), WriteOptions::default())
@@ -500,6 +509,11 @@ pub async fn fs_create_if_absent_race(w: &World) {
             .expect("late"),
         Created::AlreadyExisted
     );
+    assert!(matches!(
+        w.fs.create_if_absent(&w.path("no/parent"), Bytes::from_static(b"x"))
+            .await,
+        Err(FsError::NotFound { .. })
+    ));
     // A directory in the way also counts as existing.
     assert_eq!(
         w.fs.create_if_absent(&w.scratch, Bytes::from_static(b"x"))
@@ -653,4 +667,46 @@ pub async fn fs_canonical_targets(w: &World) {
     );
     assert!(!root.contains(&base.canonical(&wp(".."))));
     assert_eq!(base.canonical(&w.path("x")), base.canonical(&wp("x")));
+}
+
+/// Dropping a write future midway (cancellation) leaves the old file, and the backend
+/// cleans its temporary file up.
+pub async fn fs_dropped_write_keeps_old(w: &World) {
+    let fs = w.fs.as_ref();
+    if !fs.capabilities().atomic_write {
+        return skip("fs_dropped_write_keeps_old", "atomic_write");
+    }
+    let f = w.path("cancel.txt");
+    put(fs, &f, b"old").await;
+    let stalled: ByteStream = Box::pin(
+        futures::stream::iter(vec![Ok(Bytes::from(vec![b'n'; 64 * 1024]))])
+            .chain(futures::stream::pending()),
+    );
+    let r = tokio::time::timeout(
+        std::time::Duration::from_millis(500),
+        fs.write(&f, stalled, WriteOptions::default()),
+    )
+    .await;
+    assert!(r.is_err(), "a write whose input never ends cannot finish");
+    assert_eq!(&fs.read(&f, 100).await.expect("read")[..], b"old");
+    // Remote backends may clean up from a background task: give it time to land.
+    let mut names = Vec::new();
+    for _ in 0..100 {
+        names = fs
+            .read_dir(&w.scratch)
+            .await
+            .expect("read_dir")
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        if names.len() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        names,
+        vec!["cancel.txt".to_string()],
+        "temporary files left behind"
+    );
 }

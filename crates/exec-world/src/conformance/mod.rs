@@ -117,6 +117,7 @@ macro_rules! __fs_test_names {
             fs_write_versions_modes_parents,
             fs_atomic_write_concurrent_reader,
             fs_failed_write_keeps_old,
+            fs_dropped_write_keeps_old,
             fs_create_if_absent_race,
             fs_mkdir_and_remove,
             fs_rename,

@@ -106,7 +106,8 @@ pub async fn proc_exit_codes_and_signals(w: &World) {
     let child = p
         .spawn(SpawnSpec::new("sleep").arg("1000"))
         .expect("spawn sleep");
-    child.started().await.expect("started");
+    let pid = child.started().await.expect("started");
+    assert_eq!(child.pid(), Some(pid), "pid known once started");
     child.signal(Signal::Kill).await.expect("signal");
     let st = within(60, "killed sleep", child.wait())
         .await
