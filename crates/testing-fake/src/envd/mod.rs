@@ -4,10 +4,35 @@
 //! [`Envd::router`] serves every envd route: `/health`, `/files`, `/envs`, `/metrics`, the
 //! reserved internal routes, and the Connect services `process.Process` and
 //! `filesystem.Filesystem`.
+//!
+//! Layout of `cfg.root`: `fs/` is the sandbox tree (`fs/home/user`, `fs/tmp`, …, one
+//! directory per template mount), `.e2b/` holds the private `passwd`/`group` and the
+//! mount point of the namespace's new root.
+
+mod auth;
+mod connect;
+mod files;
+mod filesystem;
+mod isolation;
+mod paths;
+mod process;
+mod pty;
+mod watch;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+
+use crate::template::{Template, TemplateUser};
+
+/// The `PATH` envd gives every process (the standard one of E2B images).
+pub(crate) const SANDBOX_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// What one sandbox's envd needs to know.
 #[derive(Debug, Clone)]
@@ -41,47 +66,359 @@ pub enum EnvdError {
     Template(String),
 }
 
+fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EnvdError {
+    let context = context.into();
+    move |source| EnvdError::Io { context, source }
+}
+
 /// One sandbox's envd.
 pub struct Envd {
     cfg: EnvdConfig,
+    /// The sandbox tree on the host (`root/fs`).
+    tree: PathBuf,
+    iso: isolation::Isolation,
+    fs: Arc<isolation::FsWorker>,
+    fsctx: filesystem::FsCtx,
+    procs: Arc<process::Table>,
+    watchers: watch::Watchers,
+    /// Global environment (`envVars` plus the `E2B_*` variables).
+    globals: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Envd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Envd")
             .field("sandbox_id", &self.cfg.sandbox_id)
+            .field("isolated", &self.iso.enabled())
             .finish_non_exhaustive()
     }
+}
+
+fn chown_path(p: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::chown(p, Some(uid), Some(gid))
+}
+
+/// Lay out the sandbox tree from the template (first boot only).
+fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path) -> Result<(), EnvdError> {
+    use std::os::unix::fs::PermissionsExt;
+    let t = &cfg.template;
+    let marker = private.join("template");
+    let first = !marker.exists();
+    std::fs::create_dir_all(private).map_err(io_err(format!("creating {}", private.display())))?;
+    std::fs::write(private.join("passwd"), t.passwd()).map_err(io_err("writing passwd"))?;
+    std::fs::write(private.join("group"), t.group()).map_err(io_err("writing group"))?;
+    for m in &t.mounts {
+        let p = tree.join(m.trim_start_matches('/'));
+        std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+    }
+    if !first {
+        return Ok(());
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    for d in &t.dirs {
+        let owner = t
+            .user(&d.owner)
+            .ok_or_else(|| EnvdError::Template(format!("{}: unknown owner {}", d.path, d.owner)))?;
+        let p = tree.join(d.path.trim_start_matches('/'));
+        std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(d.mode))
+            .map_err(io_err(format!("chmod {}", p.display())))?;
+        if root {
+            chown_path(&p, owner.uid, owner.gid)
+                .map_err(io_err(format!("chown {}", p.display())))?;
+        }
+    }
+    std::fs::write(&marker, format!("{}\n", t.id)).map_err(io_err("writing marker"))?;
+    Ok(())
 }
 
 impl Envd {
     /// Boot envd: the first boot lays out the tree from the template; a later boot on an
     /// existing root (cold boot) keeps the files.
     pub async fn boot(cfg: EnvdConfig) -> Result<Arc<Envd>, EnvdError> {
-        std::fs::create_dir_all(&cfg.root).map_err(|source| EnvdError::Io {
-            context: format!("creating {}", cfg.root.display()),
-            source,
-        })?;
-        Ok(Arc::new(Envd { cfg }))
+        std::fs::create_dir_all(&cfg.root)
+            .map_err(io_err(format!("creating {}", cfg.root.display())))?;
+        let root = std::fs::canonicalize(&cfg.root)
+            .map_err(io_err(format!("resolving {}", cfg.root.display())))?;
+        let tree = root.join("fs");
+        let private = root.join(".e2b");
+        lay_out(&cfg, &tree, &private)?;
+
+        let iso = if isolation::can_isolate() {
+            let mut mapped: Vec<(PathBuf, PathBuf)> = cfg
+                .template
+                .mounts
+                .iter()
+                .map(|m| (PathBuf::from(m), tree.join(m.trim_start_matches('/'))))
+                .collect();
+            mapped.push(("/etc/passwd".into(), private.join("passwd")));
+            mapped.push(("/etc/group".into(), private.join("group")));
+            match isolation::Isolation::start(&private.join("newroot"), &mapped) {
+                Ok(iso) => iso,
+                Err(e) => isolation::Isolation::off(&format!(
+                    "could not create the sandbox mount namespace: {e}"
+                )),
+            }
+        } else {
+            isolation::Isolation::off("not running as root")
+        };
+        let fs = match isolation::FsWorker::start(iso.ns_fd(), 2) {
+            Ok(fs) => fs,
+            Err(e) => {
+                iso.shutdown();
+                return Err(EnvdError::Io {
+                    context: "starting the filesystem workers in the sandbox namespace".into(),
+                    source: e,
+                });
+            }
+        };
+
+        let mut globals = BTreeMap::new();
+        globals.insert("E2B_SANDBOX".to_string(), "true".to_string());
+        globals.insert("E2B_SANDBOX_ID".to_string(), cfg.sandbox_id.clone());
+        globals.insert("E2B_TEMPLATE_ID".to_string(), cfg.template.id.clone());
+        for (k, v) in &cfg.env_vars {
+            globals.insert(k.clone(), v.clone());
+        }
+        let fsctx = filesystem::FsCtx {
+            tree: tree.clone(),
+            isolated: iso.enabled(),
+            template: Arc::new(cfg.template.clone()),
+        };
+        Ok(Arc::new(Envd {
+            cfg,
+            tree,
+            iso,
+            fs: Arc::new(fs),
+            fsctx,
+            procs: Arc::new(process::Table::default()),
+            watchers: watch::Watchers::default(),
+            globals,
+        }))
     }
 
     /// Every envd route.
-    pub fn router(self: &Arc<Self>) -> axum::Router {
-        axum::Router::new()
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/health", get(health))
+            .route("/files", get(files::download).post(files::upload))
+            .route("/envs", get(envs))
+            .route("/metrics", get(metrics))
+            .route("/process.Process/{method}", any(process::dispatch))
+            .route("/filesystem.Filesystem/{method}", any(filesystem::dispatch))
+            .fallback(not_found)
+            .layer(axum::extract::DefaultBodyLimit::disable())
+            .layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                auth::middleware,
+            ))
+            .with_state(self.clone())
     }
 
     /// Pause with memory: SIGSTOP every process of the sandbox.
-    pub async fn freeze(&self) {}
+    pub async fn freeze(&self) {
+        for pid in self.all_pids() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+        }
+    }
 
     /// Resume after [`Envd::freeze`]: SIGCONT every process of the sandbox.
-    pub async fn thaw(&self) {}
+    pub async fn thaw(&self) {
+        for pid in self.all_pids() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    }
 
     /// SIGKILL every process of the sandbox and wait for them.
-    pub async fn stop_all(&self) {}
+    pub async fn stop_all(&self) {
+        self.watchers.clear();
+        self.kill_everything();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !self.procs.is_empty() && tokio::time::Instant::now() < deadline {
+            self.kill_everything();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
 
     /// [`Envd::stop_all`], then remove the sandbox tree.
     pub async fn destroy(&self) {
         self.stop_all().await;
-        let _ = std::fs::remove_dir_all(&self.cfg.root);
+        self.fs.shutdown();
+        self.iso.shutdown();
+        let root = self.cfg.root.clone();
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(root)).await;
     }
+
+    /// True when processes and file operations run in a private mount namespace.
+    pub fn is_isolated(&self) -> bool {
+        self.iso.enabled()
+    }
+
+    fn kill_everything(&self) {
+        for pid in self.all_pids() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+
+    /// Every process of the sandbox: namespace members, started processes and their
+    /// descendants.
+    fn all_pids(&self) -> Vec<i32> {
+        let mut pids = self.iso.members();
+        let roots = self.procs.pids();
+        for pid in descendants(&roots) {
+            if !pids.contains(&pid) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// The template user named `name`.
+    fn user(&self, name: &str) -> Option<&TemplateUser> {
+        self.cfg.template.user(name)
+    }
+
+    /// The default user.
+    fn default_user(&self) -> Option<&TemplateUser> {
+        self.user(&self.cfg.template.default_user)
+    }
+
+    fn template(&self) -> &Template {
+        &self.cfg.template
+    }
+
+    /// Where a sandbox path lives on the host as seen by envd's workers and processes:
+    /// the path itself when isolated, else mapped under the sandbox tree.
+    pub(crate) fn host_path(&self, sandbox: &str) -> PathBuf {
+        self.fsctx.host(sandbox)
+    }
+}
+
+impl Drop for Envd {
+    fn drop(&mut self) {
+        self.watchers.clear();
+        self.kill_everything();
+        self.procs.kill_all_direct();
+        self.fs.shutdown();
+        self.iso.shutdown();
+    }
+}
+
+/// Descendants (inclusive) of `roots`, from `/proc/*/stat` parent links.
+fn descendants(roots: &[i32]) -> Vec<i32> {
+    if roots.is_empty() {
+        return Vec::new();
+    }
+    let mut parent: Vec<(i32, i32)> = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid ...
+            let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
+            let ppid = after
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse::<i32>().ok())
+                .unwrap_or(0);
+            parent.push((pid, ppid));
+        }
+    }
+    let mut out: Vec<i32> = roots.to_vec();
+    let mut i = 0;
+    while i < out.len() {
+        let cur = out[i];
+        for (pid, ppid) in &parent {
+            if *ppid == cur && !out.contains(pid) {
+                out.push(*pid);
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+async fn health() -> Response {
+    (
+        StatusCode::NO_CONTENT,
+        [(header::CACHE_CONTROL, "no-store")],
+    )
+        .into_response()
+}
+
+async fn envs(axum::extract::State(envd): axum::extract::State<Arc<Envd>>) -> Response {
+    let body = serde_json::to_string(&envd.globals).unwrap_or_else(|_| "{}".into());
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{body}\n"),
+    )
+        .into_response()
+}
+
+async fn metrics(axum::extract::State(envd): axum::extract::State<Arc<Envd>>) -> Response {
+    let t = envd.template();
+    let mem_total: u64 = u64::from(t.memory_mb) * 1024 * 1024;
+    let ts = time::OffsetDateTime::now_utc().unix_timestamp();
+    let tree = envd.tree.clone();
+    let disk_used = tokio::task::spawn_blocking(move || du(&tree))
+        .await
+        .unwrap_or(0);
+    let body = serde_json::json!({
+        "ts": ts,
+        "cpu_count": t.cpu_count,
+        "cpu_used_pct": 0.0,
+        "mem_total": mem_total,
+        "mem_used": 0,
+        "mem_cache": 0,
+        "mem_total_mib": t.memory_mb,
+        "mem_used_mib": 0,
+        "disk_used": disk_used,
+        "disk_total": u64::from(t.disk_size_mb) * 1024 * 1024,
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{body}\n"),
+    )
+        .into_response()
+}
+
+/// Bytes used under `p` (allocated blocks).
+fn du(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(md) = std::fs::symlink_metadata(p) else {
+        return 0;
+    };
+    let mut total = md.blocks() * 512;
+    if md.is_dir()
+        && let Ok(rd) = std::fs::read_dir(p)
+    {
+        for e in rd.flatten() {
+            total += du(&e.path());
+        }
+    }
+    total
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        "404 page not found\n",
+    )
+        .into_response()
 }

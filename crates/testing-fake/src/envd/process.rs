@@ -1,0 +1,825 @@
+//! `process.Process`: real processes started the way envd starts them, their process table,
+//! output multiplexing to any number of streams, exit retention, signals, stdin and PTYs.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method};
+use axum::response::Response;
+use e2b_core::proto::connect::Code;
+use e2b_core::proto::process::{
+    CloseStdinRequest, ConnectRequest, DataEvent, Empty, EndEvent, EventResponse, ListResponse,
+    ProcessConfig, ProcessEvent, ProcessInfo, ProcessInput, ProcessSelector, SendInputRequest,
+    SendSignalRequest, Signal, StartEvent, StartRequest, UpdateRequest,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+
+use super::auth::ActingUser;
+use super::connect::{self, RpcError, StreamTx};
+use super::{Envd, SANDBOX_PATH, isolation, paths, pty};
+
+const STD_CHUNK: usize = 32 << 10;
+const PTY_CHUNK: usize = 16 << 10;
+const RETENTION: Duration = Duration::from_secs(30);
+const OOM_WRAPPER: &str = r#"echo 100 > /proc/$$/oom_score_adj && exec "${@}""#;
+
+/// A live process.
+pub(crate) struct Proc {
+    pid: u32,
+    config: ProcessConfig,
+    tag: Option<String>,
+    subs: Mutex<Vec<mpsc::Sender<ProcessEvent>>>,
+    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    pty: Option<Arc<pty::Master>>,
+    /// envd's `outCancel`: stop waiting for the output readers (SIGKILL/SIGTERM sent).
+    out_cancel: Notify,
+}
+
+impl Proc {
+    fn subscribe(&self) -> mpsc::Receiver<ProcessEvent> {
+        let (tx, rx) = mpsc::channel(64);
+        if let Ok(mut s) = self.subs.lock() {
+            s.push(tx);
+        }
+        rx
+    }
+
+    fn has_subscribers(&self) -> bool {
+        self.subs.lock().map(|s| !s.is_empty()).unwrap_or(false)
+    }
+
+    /// Deliver to every subscriber (back-pressure: waits for slow ones; drops gone ones).
+    async fn publish(&self, ev: ProcessEvent) {
+        let subs: Vec<mpsc::Sender<ProcessEvent>> = match self.subs.lock() {
+            Ok(s) => s.clone(),
+            Err(_) => return,
+        };
+        let mut gone = false;
+        for s in &subs {
+            if s.send(ev.clone()).await.is_err() {
+                gone = true;
+            }
+        }
+        if gone && let Ok(mut s) = self.subs.lock() {
+            s.retain(|t| !t.is_closed());
+        }
+    }
+}
+
+struct Retained {
+    pid: u32,
+    tag: Option<String>,
+    end: EndEvent,
+    expiry: Instant,
+}
+
+/// The process table: live processes in start order, and recently exited ones.
+#[derive(Default)]
+pub(crate) struct Table {
+    inner: Mutex<TableInner>,
+}
+
+#[derive(Default)]
+struct TableInner {
+    live: Vec<Arc<Proc>>,
+    terminated: HashMap<u32, Retained>,
+}
+
+impl Table {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.inner.lock().map(|t| t.live.is_empty()).unwrap_or(true)
+    }
+
+    pub(crate) fn pids(&self) -> Vec<i32> {
+        self.inner
+            .lock()
+            .map(|t| t.live.iter().map(|p| p.pid as i32).collect())
+            .unwrap_or_default()
+    }
+
+    /// SIGKILL every direct child (used on drop).
+    pub(crate) fn kill_all_direct(&self) {
+        for pid in self.pids() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+
+    fn get(&self, sel: &ProcessSelector) -> Result<Arc<Proc>, RpcError> {
+        let t = self
+            .inner
+            .lock()
+            .map_err(|_| RpcError::internal("process table poisoned"))?;
+        match sel {
+            ProcessSelector::Pid(pid) => t
+                .live
+                .iter()
+                .find(|p| p.pid == *pid)
+                .cloned()
+                .ok_or_else(|| RpcError::not_found(format!("process with pid {pid} not found"))),
+            ProcessSelector::Tag(tag) => t
+                .live
+                .iter()
+                .find(|p| p.tag.as_deref() == Some(tag.as_str()))
+                .cloned()
+                .ok_or_else(|| RpcError::not_found(format!("process with tag {tag} not found"))),
+        }
+    }
+
+    fn terminated(&self, sel: &ProcessSelector) -> Option<(u32, EndEvent)> {
+        let mut t = self.inner.lock().ok()?;
+        let now = Instant::now();
+        t.terminated.retain(|_, r| r.expiry > now);
+        let found = match sel {
+            ProcessSelector::Pid(pid) => t.terminated.get(pid),
+            ProcessSelector::Tag(tag) => t
+                .terminated
+                .values()
+                .find(|r| r.tag.as_deref() == Some(tag.as_str())),
+        };
+        found.map(|r| (r.pid, r.end.clone()))
+    }
+
+    fn insert(&self, p: Arc<Proc>) {
+        if let Ok(mut t) = self.inner.lock() {
+            t.terminated.remove(&p.pid);
+            if let Some(tag) = &p.tag {
+                t.terminated.retain(|_, r| r.tag.as_ref() != Some(tag));
+            }
+            t.live.push(p);
+        }
+    }
+
+    fn finish(&self, p: &Arc<Proc>, end: &EndEvent) {
+        if let Ok(mut t) = self.inner.lock() {
+            let before = t.live.len();
+            t.live.retain(|q| !Arc::ptr_eq(q, p));
+            if t.live.len() != before {
+                t.terminated.insert(
+                    p.pid,
+                    Retained {
+                        pid: p.pid,
+                        tag: p.tag.clone(),
+                        end: end.clone(),
+                        expiry: Instant::now() + RETENTION,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// Go's name of a signal in `ProcessState.String()`.
+fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGHUP => "hangup".into(),
+        libc::SIGINT => "interrupt".into(),
+        libc::SIGQUIT => "quit".into(),
+        libc::SIGILL => "illegal instruction".into(),
+        libc::SIGTRAP => "trace/breakpoint trap".into(),
+        libc::SIGABRT => "aborted".into(),
+        libc::SIGBUS => "bus error".into(),
+        libc::SIGFPE => "floating point exception".into(),
+        libc::SIGKILL => "killed".into(),
+        libc::SIGUSR1 => "user defined signal 1".into(),
+        libc::SIGSEGV => "segmentation fault".into(),
+        libc::SIGUSR2 => "user defined signal 2".into(),
+        libc::SIGPIPE => "broken pipe".into(),
+        libc::SIGALRM => "alarm clock".into(),
+        libc::SIGTERM => "terminated".into(),
+        libc::SIGSTKFLT => "stack fault".into(),
+        libc::SIGCHLD => "child exited".into(),
+        libc::SIGCONT => "continued".into(),
+        libc::SIGSTOP => "stopped (signal)".into(),
+        libc::SIGTSTP => "stopped".into(),
+        libc::SIGTTIN => "stopped (tty input)".into(),
+        libc::SIGTTOU => "stopped (tty output)".into(),
+        libc::SIGURG => "urgent I/O condition".into(),
+        libc::SIGXCPU => "CPU time limit exceeded".into(),
+        libc::SIGXFSZ => "file size limit exceeded".into(),
+        libc::SIGVTALRM => "virtual timer expired".into(),
+        libc::SIGPROF => "profiling timer expired".into(),
+        libc::SIGWINCH => "window changed".into(),
+        libc::SIGIO => "I/O possible".into(),
+        libc::SIGPWR => "power failure".into(),
+        libc::SIGSYS => "bad system call".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+/// The end event of Go's `ProcessState` (§8.3).
+pub(crate) fn end_event(status: std::process::ExitStatus) -> EndEvent {
+    if let Some(code) = status.code() {
+        let s = format!("exit status {code}");
+        EndEvent {
+            exit_code: code,
+            exited: true,
+            error: (code != 0).then(|| s.clone()),
+            status: s,
+        }
+    } else {
+        let sig = status.signal().unwrap_or(0);
+        let mut s = format!("signal: {}", signal_name(sig));
+        if status.core_dumped() {
+            s.push_str(" (core dumped)");
+        }
+        EndEvent {
+            exit_code: -1,
+            exited: false,
+            error: Some(s.clone()),
+            status: s,
+        }
+    }
+}
+
+enum Pumped {
+    Done,
+    Closed,
+    Deadline,
+}
+
+/// Forward a subscription to a stream: events, keepalives when idle, until `end`.
+async fn pump(
+    tx: &StreamTx,
+    rx: &mut mpsc::Receiver<ProcessEvent>,
+    keepalive: Duration,
+    deadline: Option<Instant>,
+) -> Pumped {
+    let far = Instant::now() + Duration::from_secs(86400 * 365);
+    let deadline_at = deadline.unwrap_or(far);
+    let mut next_tick = Instant::now() + keepalive;
+    loop {
+        tokio::select! {
+            ev = rx.recv() => {
+                let Some(ev) = ev else {
+                    return Pumped::Done;
+                };
+                let is_end = matches!(ev, ProcessEvent::End(_));
+                if tx.send(&EventResponse { event: ev }).await.is_err() {
+                    return Pumped::Closed;
+                }
+                if is_end {
+                    return Pumped::Done;
+                }
+                next_tick = Instant::now() + keepalive;
+            }
+            _ = tokio::time::sleep_until(next_tick) => {
+                let ka = EventResponse { event: ProcessEvent::Keepalive(Empty {}) };
+                if tx.send(&ka).await.is_err() {
+                    return Pumped::Closed;
+                }
+                next_tick += keepalive;
+            }
+            _ = tokio::time::sleep_until(deadline_at) => return Pumped::Deadline,
+            _ = tx.closed() => return Pumped::Closed,
+        }
+    }
+}
+
+async fn finish_pumped(tx: StreamTx, r: Pumped) {
+    match r {
+        Pumped::Done => tx.finish(None).await,
+        Pumped::Deadline => {
+            tx.finish(Some(RpcError::new(
+                Code::DeadlineExceeded,
+                "context deadline exceeded",
+            )))
+            .await
+        }
+        Pumped::Closed => {}
+    }
+}
+
+/// `POST /process.Process/{method}`.
+pub(crate) async fn dispatch(
+    State(envd): State<Arc<Envd>>,
+    Path(method): Path<String>,
+    Extension(user): Extension<ActingUser>,
+    http_method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    macro_rules! unary {
+        ($t:ty, $f:expr) => {
+            match connect::unary_request::<$t>(&http_method, &headers, &body) {
+                Ok(req) => connect::unary($f(req).await),
+                Err(resp) => resp,
+            }
+        };
+    }
+    match method.as_str() {
+        "Start" => match connect::stream_request::<StartRequest>(&http_method, &headers, &body) {
+            Ok((req, deadline)) => start(envd, user, req, &headers, deadline).await,
+            Err(Ok(resp)) => resp,
+            Err(Err(e)) => connect::stream_error(e),
+        },
+        "Connect" => {
+            match connect::stream_request::<ConnectRequest>(&http_method, &headers, &body) {
+                Ok((req, deadline)) => connect_stream(envd, req, &headers, deadline),
+                Err(Ok(resp)) => resp,
+                Err(Err(e)) => connect::stream_error(e),
+            }
+        }
+        "StreamInput" => {
+            if http_method != Method::POST {
+                return connect::stream_request::<Empty>(&http_method, &headers, &body)
+                    .err()
+                    .and_then(Result::ok)
+                    .unwrap_or_else(|| {
+                        connect::stream_error(RpcError::new(Code::Unimplemented, ""))
+                    });
+            }
+            connect::stream_error(RpcError::new(
+                Code::Unimplemented,
+                "process.Process.StreamInput is not implemented by the emulator",
+            ))
+        }
+        "List" => unary!(Empty, |_req: Empty| async { list(&envd) }),
+        "SendInput" => unary!(SendInputRequest, |req| send_input(&envd, req)),
+        "SendSignal" => unary!(SendSignalRequest, |req| async { send_signal(&envd, req) }),
+        "Update" => unary!(UpdateRequest, |req| async { update(&envd, req) }),
+        "CloseStdin" => unary!(CloseStdinRequest, |req| close_stdin(&envd, req)),
+        _ => super::not_found().await,
+    }
+}
+
+fn list(envd: &Envd) -> Result<ListResponse, RpcError> {
+    let t = envd
+        .procs
+        .inner
+        .lock()
+        .map_err(|_| RpcError::internal("process table poisoned"))?;
+    Ok(ListResponse {
+        processes: t
+            .live
+            .iter()
+            .map(|p| ProcessInfo {
+                config: p.config.clone(),
+                pid: p.pid,
+                tag: p.tag.clone(),
+            })
+            .collect(),
+    })
+}
+
+async fn send_input(envd: &Envd, req: SendInputRequest) -> Result<Empty, RpcError> {
+    let p = envd.procs.get(&req.process)?;
+    match req.input {
+        Some(ProcessInput::Pty(data)) => {
+            let Some(m) = &p.pty else {
+                return Err(RpcError::internal(
+                    "error writing to tty: tty not assigned to process — input should be written to the stdin, not the tty",
+                ));
+            };
+            m.write_all(&data).await.map_err(|e| {
+                RpcError::internal(format!(
+                    "error writing to tty: error writing to tty of process '{}': {e}",
+                    p.pid
+                ))
+            })?;
+        }
+        Some(ProcessInput::Stdin(data)) => {
+            if p.pty.is_some() {
+                return Err(RpcError::internal(
+                    "error writing to stdin: tty assigned to process — input should be written to the pty, not the stdin",
+                ));
+            }
+            let mut guard = p.stdin.lock().await;
+            let Some(stdin) = guard.as_mut() else {
+                return Err(RpcError::internal(
+                    "error writing to stdin: stdin not enabled or closed",
+                ));
+            };
+            let r = async {
+                stdin.write_all(&data).await?;
+                stdin.flush().await
+            }
+            .await;
+            r.map_err(|e| {
+                RpcError::internal(format!(
+                    "error writing to stdin: error writing to stdin of process '{}': {e}",
+                    p.pid
+                ))
+            })?;
+        }
+        None => {
+            return Err(RpcError::new(
+                Code::Unimplemented,
+                "invalid input type <nil>",
+            ));
+        }
+    }
+    Ok(Empty {})
+}
+
+fn send_signal(envd: &Envd, req: SendSignalRequest) -> Result<Empty, RpcError> {
+    let p = envd.procs.get(&req.process)?;
+    let sig = match req.signal {
+        Signal::Sigkill => libc::SIGKILL,
+        Signal::Sigterm => libc::SIGTERM,
+        other => {
+            return Err(RpcError::new(
+                Code::Unimplemented,
+                format!("invalid signal: {}", other.as_str()),
+            ));
+        }
+    };
+    p.out_cancel.notify_one();
+    // SAFETY: kill has no memory-safety preconditions.
+    if unsafe { libc::kill(p.pid as i32, sig) } != 0 {
+        return Err(RpcError::internal(format!(
+            "error sending signal: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(Empty {})
+}
+
+fn update(envd: &Envd, req: UpdateRequest) -> Result<Empty, RpcError> {
+    let p = envd.procs.get(&req.process)?;
+    if let Some(pty) = req.pty {
+        let size = pty.size.unwrap_or_default();
+        let Some(m) = &p.pty else {
+            return Err(RpcError::internal(
+                "error resizing tty: tty not assigned to process",
+            ));
+        };
+        m.resize(size.cols as u16, size.rows as u16)
+            .map_err(|e| RpcError::internal(format!("error resizing tty: {e}")))?;
+    }
+    Ok(Empty {})
+}
+
+async fn close_stdin(envd: &Envd, req: CloseStdinRequest) -> Result<Empty, RpcError> {
+    let p = envd.procs.get(&req.process)?;
+    if p.pty.is_some() {
+        return Err(RpcError::new(
+            Code::Unknown,
+            "error closing stdin: cannot close stdin for PTY process — send Ctrl+D (0x04) instead",
+        ));
+    }
+    p.stdin.lock().await.take();
+    Ok(Empty {})
+}
+
+fn connect_stream(
+    envd: Arc<Envd>,
+    req: ConnectRequest,
+    headers: &HeaderMap,
+    deadline: Option<Duration>,
+) -> Response {
+    let keepalive = connect::keepalive_interval(headers);
+    let deadline = deadline.map(|d| Instant::now() + d);
+    let p = match envd.procs.get(&req.process) {
+        Ok(p) => p,
+        Err(e) => {
+            let Some((pid, end)) = envd.procs.terminated(&req.process) else {
+                return connect::stream_error(e);
+            };
+            let (tx, resp) = connect::stream_response();
+            tokio::spawn(async move {
+                let start = EventResponse {
+                    event: ProcessEvent::Start(StartEvent { pid }),
+                };
+                if tx.send(&start).await.is_err() {
+                    return;
+                }
+                let end = EventResponse {
+                    event: ProcessEvent::End(end),
+                };
+                if tx.send(&end).await.is_err() {
+                    return;
+                }
+                tx.finish(None).await;
+            });
+            return resp;
+        }
+    };
+    let mut rx = p.subscribe();
+    let (tx, resp) = connect::stream_response();
+    tokio::spawn(async move {
+        let start = EventResponse {
+            event: ProcessEvent::Start(StartEvent { pid: p.pid }),
+        };
+        if tx.send(&start).await.is_err() {
+            return;
+        }
+        let r = pump(&tx, &mut rx, keepalive, deadline).await;
+        finish_pumped(tx, r).await;
+    });
+    resp
+}
+
+/// Everything a spawned child needs in `pre_exec`, prepared before fork.
+struct ChildSetup {
+    ns_fd: Option<Arc<OwnedFd>>,
+    cwd: CString,
+    creds: Option<(u32, u32)>,
+    pty: bool,
+}
+
+impl ChildSetup {
+    fn run(&self) -> std::io::Result<()> {
+        if self.pty {
+            pty::make_controlling()?;
+        }
+        if let Some(fd) = &self.ns_fd {
+            isolation::join_in_child(fd.as_raw_fd())?;
+        }
+        // SAFETY: raw syscalls in the forked child on data prepared before fork.
+        unsafe {
+            if libc::chdir(self.cwd.as_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some((uid, gid)) = self.creds {
+                let groups = [gid as libc::gid_t];
+                if libc::setgroups(1, groups.as_ptr()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::setgid(gid) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::setuid(uid) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn start(
+    envd: Arc<Envd>,
+    user: ActingUser,
+    req: StartRequest,
+    headers: &HeaderMap,
+    deadline: Option<Duration>,
+) -> Response {
+    let keepalive = connect::keepalive_interval(headers);
+    let user = match user.0.or_else(|| envd.default_user().cloned()) {
+        Some(u) => u,
+        None => {
+            return connect::stream_error(RpcError::new(
+                Code::Unauthenticated,
+                "no user specified",
+            ));
+        }
+    };
+    let workdir = envd.template().workdir.clone();
+    let cwd = match paths::resolve(
+        req.process.cwd.as_deref().unwrap_or(""),
+        &user,
+        workdir.as_deref(),
+    ) {
+        Ok(c) => c,
+        Err(e) => return connect::stream_error(RpcError::invalid(e)),
+    };
+    let host_cwd = envd.host_path(&cwd);
+    let probe = host_cwd.clone();
+    let exists = envd
+        .fs
+        .run(move || std::fs::metadata(&probe).is_ok())
+        .await
+        .unwrap_or(false);
+    if !exists {
+        return connect::stream_error(RpcError::invalid(format!("cwd '{cwd}' does not exist")));
+    }
+
+    let isolated = envd.iso.enabled();
+    let home = if isolated {
+        user.home.clone()
+    } else {
+        envd.host_path(&user.home).display().to_string()
+    };
+    let mut cmd = tokio::process::Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(OOM_WRAPPER)
+        .arg("--")
+        .arg(&req.process.cmd)
+        .args(&req.process.args)
+        .env_clear()
+        .env("PATH", SANDBOX_PATH)
+        .env("HOME", &home)
+        .env("USER", &user.name)
+        .env("LOGNAME", &user.name)
+        .envs(&envd.globals)
+        .envs(&req.process.envs)
+        .kill_on_drop(false);
+
+    let mut master = None;
+    if let Some(p) = req.pty {
+        let size = p.size.unwrap_or_default();
+        let (m, s) = match pty::open(size.cols as u16, size.rows as u16) {
+            Ok(pair) => pair,
+            Err(e) => {
+                return connect::stream_error(RpcError::invalid(format!(
+                    "error starting pty with command '{}' in dir '{cwd}' with '{}' cols and '{}' rows: {e}",
+                    user_command(&req.process),
+                    size.cols,
+                    size.rows
+                )));
+            }
+        };
+        let dup = |fd: &OwnedFd| fd.try_clone().map(Stdio::from);
+        match (dup(&s), dup(&s), dup(&s)) {
+            (Ok(a), Ok(b), Ok(c)) => {
+                cmd.stdin(a).stdout(b).stderr(c);
+            }
+            _ => return connect::stream_error(RpcError::invalid("error duplicating pty")),
+        }
+        master = Some(m);
+    } else {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        if req.stdin.unwrap_or(true) {
+            cmd.stdin(Stdio::piped());
+        } else {
+            cmd.stdin(Stdio::null());
+        }
+    }
+    let setup = ChildSetup {
+        ns_fd: envd.iso.ns_fd(),
+        cwd: CString::new(host_cwd.as_os_str().as_bytes()).unwrap_or_default(),
+        creds: isolated.then_some((user.uid, user.gid)),
+        pty: master.is_some(),
+    };
+    // SAFETY: `ChildSetup::run` performs only raw syscalls on data prepared before fork.
+    unsafe {
+        cmd.pre_exec(move || setup.run());
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return connect::stream_error(RpcError::invalid(format!(
+                "error starting process '{}': {e}",
+                user_command(&req.process)
+            )));
+        }
+    };
+    // The parent's copies of the slave side must close so EOF/EIO can happen.
+    drop(cmd);
+    let Some(pid) = child.id() else {
+        return connect::stream_error(RpcError::invalid("process exited before start"));
+    };
+    let pty_master = match master.map(pty::Master::new).transpose() {
+        Ok(m) => m.map(Arc::new),
+        Err(e) => {
+            let _ = child.start_kill();
+            return connect::stream_error(RpcError::invalid(format!("error starting pty: {e}")));
+        }
+    };
+    let proc_ = Arc::new(Proc {
+        pid,
+        config: req.process.clone(),
+        tag: req.tag.clone(),
+        subs: Mutex::new(Vec::new()),
+        stdin: tokio::sync::Mutex::new(child.stdin.take()),
+        pty: pty_master.clone(),
+        out_cancel: Notify::new(),
+    });
+    let mut rx = proc_.subscribe();
+    envd.procs.insert(proc_.clone());
+
+    // Output readers; `done_rx` ends when all of them have finished.
+    let mut readers = Vec::new();
+    let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+    if let Some(m) = pty_master {
+        let p = proc_.clone();
+        let done = done_tx.clone();
+        readers.push(tokio::spawn(async move {
+            let _done = done;
+            let mut buf = vec![0u8; PTY_CHUNK];
+            loop {
+                match m.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if p.has_subscribers() {
+                            p.publish(ProcessEvent::Data(DataEvent::Pty(buf[..n].to_vec())))
+                                .await;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    if let Some(mut out) = child.stdout.take() {
+        let p = proc_.clone();
+        let done = done_tx.clone();
+        readers.push(tokio::spawn(async move {
+            let _done = done;
+            let mut buf = vec![0u8; STD_CHUNK];
+            loop {
+                match out.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if p.has_subscribers() {
+                            p.publish(ProcessEvent::Data(DataEvent::Stdout(buf[..n].to_vec())))
+                                .await;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    if let Some(mut err) = child.stderr.take() {
+        let p = proc_.clone();
+        let done = done_tx.clone();
+        readers.push(tokio::spawn(async move {
+            let _done = done;
+            let mut buf = vec![0u8; STD_CHUNK];
+            loop {
+                match err.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if p.has_subscribers() {
+                            p.publish(ProcessEvent::Data(DataEvent::Stderr(buf[..n].to_vec())))
+                                .await;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+
+    // Waiter: output done (or a kill/timeout), then the exit, then `end`.
+    let proc_deadline = deadline
+        .filter(|d| !d.is_zero())
+        .map(|d| Instant::now() + d);
+    let stream_deadline = proc_deadline;
+    let table = envd.procs.clone();
+    let p = proc_.clone();
+    tokio::spawn(async move {
+        let far = Instant::now() + Duration::from_secs(86400 * 365);
+        let kill_at = proc_deadline.unwrap_or(far);
+        drop(done_tx);
+        tokio::select! {
+            _ = done_rx.recv() => {}
+            _ = p.out_cancel.notified() => {}
+            _ = tokio::time::sleep_until(kill_at) => {
+                let _ = child.start_kill();
+            }
+        }
+        let status = loop {
+            tokio::select! {
+                st = child.wait() => break st,
+                _ = tokio::time::sleep_until(kill_at) => {
+                    let _ = child.start_kill();
+                }
+            }
+        };
+        // Like Go's cmd.Wait closing the pipes: stop reading what a leftover grandchild
+        // still writes.
+        for r in &readers {
+            if !r.is_finished() {
+                r.abort();
+            }
+        }
+        for r in readers {
+            let _ = r.await;
+        }
+        let end = match status {
+            Ok(st) => end_event(st),
+            Err(e) => EndEvent {
+                exit_code: -1,
+                exited: false,
+                status: String::new(),
+                error: Some(e.to_string()),
+            },
+        };
+        p.publish(ProcessEvent::End(end.clone())).await;
+        table.finish(&p, &end);
+        if let Ok(mut s) = p.subs.lock() {
+            s.clear();
+        }
+    });
+
+    let (tx, resp) = connect::stream_response();
+    tokio::spawn(async move {
+        let start = EventResponse {
+            event: ProcessEvent::Start(StartEvent { pid }),
+        };
+        if tx.send(&start).await.is_err() {
+            return;
+        }
+        let r = pump(&tx, &mut rx, keepalive, stream_deadline).await;
+        finish_pumped(tx, r).await;
+    });
+    resp
+}
+
+fn user_command(c: &ProcessConfig) -> String {
+    std::iter::once(c.cmd.as_str())
+        .chain(c.args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
