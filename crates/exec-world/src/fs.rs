@@ -238,7 +238,8 @@ pub trait Fs: Send + Sync {
     /// the old or the new content, never a mix; when `data` yields an error, the write is
     /// abandoned and the old file (or no file) remains. Returns the new [`Version`].
     /// Missing parents: NotFound unless [`WriteOptions::create_parents`].
-    /// `p` naming a directory: IsADirectory. A symlink at `p` is replaced, not followed.
+    /// `p` naming a directory: IsADirectory. A symlink at `p` is replaced, not followed;
+    /// a hard link at `p` is broken (the new content is a new file).
     async fn write(
         &self,
         p: &WorldPath,

@@ -160,6 +160,7 @@ async fn fill_temp(
     tmp: &Path,
     mut data: ByteStream,
     mode: u32,
+    owner: Option<(u32, u32)>,
 ) -> Result<(), FsError> {
     let mut file = tokio::fs::OpenOptions::new()
         .write(true)
@@ -177,7 +178,14 @@ async fn fill_temp(
     file.flush()
         .await
         .map_err(|e| FsError::from_io(abs, "write", e))?;
-    // open(2) applies the umask; set the exact bits asked for.
+    // A replaced file keeps its owner where we may set it (as root); else it is ours.
+    if let Some((uid, gid)) = owner {
+        let std_file = file.into_std().await;
+        let _ = std::os::unix::fs::fchown(&std_file, Some(uid), Some(gid));
+        file = tokio::fs::File::from_std(std_file);
+    }
+    // open(2) applies the umask; set the exact bits asked for (after chown, which may
+    // clear set-id bits).
     file.set_permissions(std::fs::Permissions::from_mode(mode))
         .await
         .map_err(|e| FsError::from_io(abs, "chmod", e))?;
@@ -320,17 +328,18 @@ impl Fs for LocalFs {
         if opts.create_parents {
             self.mkdir(&parent, true).await?;
         }
-        let existing_mode = match tokio::fs::symlink_metadata(&path).await {
+        let existing = match tokio::fs::symlink_metadata(&path).await {
             Ok(m) if m.is_dir() => return Err(FsError::IsADirectory { path: abs }),
-            Ok(m) if m.is_file() => Some(m.mode() & 0o7777),
+            Ok(m) if m.is_file() => Some((m.mode() & 0o7777, m.uid(), m.gid())),
             Ok(_) => None,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(FsError::from_io(&abs, "lstat", e)),
         };
-        let mode = opts.mode.or(existing_mode).unwrap_or(0o644);
+        let mode = opts.mode.or(existing.map(|e| e.0)).unwrap_or(0o644);
         let tmp = temp_sibling(&path);
         let mut guard = TempGuard(Some(tmp.clone()));
-        fill_temp(&abs, &tmp, data, mode)
+        let owner = existing.map(|e| (e.1, e.2));
+        fill_temp(&abs, &tmp, data, mode, owner)
             .await
             .map_err(|e| match e {
                 // A missing parent shows up as ENOENT on the temp file: name the target.
@@ -357,12 +366,18 @@ impl Fs for LocalFs {
         }
         let tmp = temp_sibling(&path);
         let _guard = TempGuard(Some(tmp.clone()));
-        fill_temp(&abs, &tmp, crate::fs::bytes_stream(data.clone()), 0o644)
-            .await
-            .map_err(|e| match e {
-                FsError::NotFound { .. } => FsError::NotFound { path: abs.clone() },
-                other => other,
-            })?;
+        fill_temp(
+            &abs,
+            &tmp,
+            crate::fs::bytes_stream(data.clone()),
+            0o644,
+            None,
+        )
+        .await
+        .map_err(|e| match e {
+            FsError::NotFound { .. } => FsError::NotFound { path: abs.clone() },
+            other => other,
+        })?;
         match tokio::fs::hard_link(&tmp, &path).await {
             Ok(()) => {
                 if let Some(parent) = path.parent() {

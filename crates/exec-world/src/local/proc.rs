@@ -119,6 +119,9 @@ pub(crate) fn spawn_error(program: &str, e: std::io::Error) -> ProcError {
         std::io::ErrorKind::PermissionDenied => ProcError::PermissionDenied {
             what: program.into(),
         },
+        std::io::ErrorKind::InvalidInput => ProcError::InvalidSpec {
+            reason: format!("{program}: {e}"),
+        },
         _ => ProcError::io(format!("spawn {program}"), e),
     }
 }
