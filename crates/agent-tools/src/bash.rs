@@ -245,7 +245,9 @@ impl BashTool {
             return Err(BashError::InvalidRequest("empty command".into()));
         }
         let shell = self.shell().await?;
-        let mut spec = SpawnSpec::new(shell.clone()).arg("-c").arg(req.command.clone());
+        let mut spec = SpawnSpec::new(shell.clone())
+            .arg("-c")
+            .arg(req.command.clone());
         for (k, v) in &req.env {
             spec = spec.env(k.clone(), v.clone());
         }

@@ -11,9 +11,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use exec_world::{
-    ExitStatus, ProcError, Signal, Subprocess, TermSize, Terminal, TerminalSpec,
-};
+use exec_world::{ExitStatus, ProcError, Signal, Subprocess, TermSize, Terminal, TerminalSpec};
 use futures::StreamExt;
 use tokio::sync::watch;
 

@@ -167,7 +167,10 @@ pub async fn bash_exit_codes(world: &ToolWorld) {
     assert_eq!(ok.stdout.text, "hi\n");
     assert!(ok.success() && !ok.timed_out && ok.signal.is_none());
 
-    let three = tool.run(BashRequest::new("echo out; exit 3")).await.expect("run");
+    let three = tool
+        .run(BashRequest::new("echo out; exit 3"))
+        .await
+        .expect("run");
     assert_eq!(three.exit_code, Some(3));
     assert_eq!(three.stdout.text, "out\n");
     assert!(!three.success());
@@ -191,7 +194,9 @@ pub async fn bash_exit_codes(world: &ToolWorld) {
 pub async fn bash_stderr_separate(world: &ToolWorld) {
     let out = world
         .bash()
-        .run(BashRequest::new("echo to-out; echo to-err >&2; printf abc >&2"))
+        .run(BashRequest::new(
+            "echo to-out; echo to-err >&2; printf abc >&2",
+        ))
         .await
         .expect("run");
     assert_eq!(out.stdout.text, "to-out\n");
@@ -250,7 +255,10 @@ pub async fn bash_timeout_kills_process_tree(world: &ToolWorld) {
     assert!(out.signal.is_some(), "{out:?}");
     assert_eq!(out.stdout.text, "started\n");
     let pid = read_pid(world, "grandchild.pid").await;
-    assert!(!is_alive(world, pid).await, "grandchild {pid} survived the timeout");
+    assert!(
+        !is_alive(world, pid).await,
+        "grandchild {pid} survived the timeout"
+    );
 }
 
 /// After the shell exits, a background job that still holds the output is ended (after
@@ -260,10 +268,12 @@ pub async fn bash_background_job_ended_after_exit(world: &ToolWorld) {
     let out = world
         .bash()
         .run(
-            BashRequest::new(format!("sleep 1000 & echo $! > \"{pidfile}\"; echo done; exit 4"))
-                .timeout(HANG)
-                .linger(Duration::from_millis(100))
-                .grace(Duration::from_millis(500)),
+            BashRequest::new(format!(
+                "sleep 1000 & echo $! > \"{pidfile}\"; echo done; exit 4"
+            ))
+            .timeout(HANG)
+            .linger(Duration::from_millis(100))
+            .grace(Duration::from_millis(500)),
         )
         .await
         .expect("run");
@@ -280,7 +290,10 @@ pub async fn bash_output_cap_utf8_boundary(world: &ToolWorld) {
     let tool = world.bash();
     // 9 ASCII bytes, then é (2 bytes) straddling the cap of 10, then 3 more.
     let out = tool
-        .run(BashRequest::new(r"printf 'abcdefghi\303\251xyz'; printf 'éééééé' >&2").max_output_bytes(10))
+        .run(
+            BashRequest::new(r"printf 'abcdefghi\303\251xyz'; printf 'éééééé' >&2")
+                .max_output_bytes(10),
+        )
         .await
         .expect("run");
     assert_eq!(out.stdout.bytes, b"abcdefghi");
@@ -327,7 +340,10 @@ pub async fn bash_output_non_utf8(world: &ToolWorld) {
         .run(BashRequest::new(r"printf 'abc\377\376xyz'").max_output_bytes(4))
         .await
         .expect("run");
-    assert_eq!(out.stdout.bytes, b"abc\xff", "an invalid byte is data, not cut");
+    assert_eq!(
+        out.stdout.bytes, b"abc\xff",
+        "an invalid byte is data, not cut"
+    );
     assert!(out.stdout.truncated);
     assert_eq!(out.stdout.total_bytes, 8);
 }
@@ -339,9 +355,11 @@ pub async fn bash_huge_output_is_bounded(world: &ToolWorld) {
     let out = world
         .bash()
         .run(
-            BashRequest::new(format!("head -c {SIZE} /dev/zero | tr '\\0' x; echo end >&2"))
-                .max_output_bytes(cap)
-                .timeout(Duration::from_secs(300)),
+            BashRequest::new(format!(
+                "head -c {SIZE} /dev/zero | tr '\\0' x; echo end >&2"
+            ))
+            .max_output_bytes(cap)
+            .timeout(Duration::from_secs(300)),
         )
         .await
         .expect("run");
@@ -407,9 +425,13 @@ pub async fn terminal_ctrl_c_interrupts_sleep(world: &ToolWorld) {
     term.write_line("echo \"sle\"\"eping\"; sleep 1000")
         .await
         .expect("type");
-    term.read_until(b"sleeping\r\n", HANG).await.expect("started");
+    term.read_until(b"sleeping\r\n", HANG)
+        .await
+        .expect("started");
     term.key(Key::CtrlC).await.expect("ctrl-c");
-    term.write_line("echo \"st\"\"atus=$?\"").await.expect("type");
+    term.write_line("echo \"st\"\"atus=$?\"")
+        .await
+        .expect("type");
     term.read_until(b"status=130", HANG)
         .await
         .expect("sleep interrupted");
@@ -434,9 +456,15 @@ pub async fn terminal_close_ends_every_process(world: &ToolWorld) {
     assert!(is_alive(world, pid).await, "background sleep should run");
     let status = term.close(Duration::from_millis(500)).await.expect("close");
     assert!(!status.success(), "{status:?}");
-    assert!(!is_alive(world, pid).await, "background job {pid} survived close");
+    assert!(
+        !is_alive(world, pid).await,
+        "background job {pid} survived close"
+    );
     if let Some(leader) = leader {
-        assert!(!is_alive(world, leader).await, "shell {leader} survived close");
+        assert!(
+            !is_alive(world, leader).await,
+            "shell {leader} survived close"
+        );
     }
 }
 
@@ -459,7 +487,7 @@ pub async fn ensure_pylsp(world: &ToolWorld, python: &str, cache: &WorldPath) {
     }
     let install = format!(
         "mkdir -p '{cache}' && '{python}' -m pip install --disable-pip-version-check \
-         --no-input -q --target '{cache}' python-lsp-server pyflakes \
+         --no-input --no-cache-dir -q --target '{cache}' python-lsp-server pyflakes \
          && chmod -R a+rX '{cache}'"
     );
     let out = tool
@@ -540,7 +568,9 @@ pub async fn lsp_pylsp_diagnostics(world: &ToolWorld) {
         "InitializeResult without textDocumentSync: {init}"
     );
     lsp.initialized().await.expect("initialized");
-    lsp.did_open(&uri, "python", 1, text).await.expect("didOpen");
+    lsp.did_open(&uri, "python", 1, text)
+        .await
+        .expect("didOpen");
     let diags = lsp
         .wait_for_diagnostics(&uri, HANG, |d| !d.is_empty())
         .await

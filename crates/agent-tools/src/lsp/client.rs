@@ -24,8 +24,8 @@ use super::error::LspError;
 use super::framing::{DEFAULT_MAX_BODY, FrameDecoder, FrameError, encode};
 use super::handler::{DefaultHandler, ServerRequestHandler};
 use super::message::{
-    Incoming, Notification, RequestId, ResponseError, classify, notification_body,
-    request_body, response_body,
+    Incoming, Notification, RequestId, ResponseError, classify, notification_body, request_body,
+    response_body,
 };
 
 /// How much of the server's stderr is kept for error messages.
@@ -113,7 +113,9 @@ impl Shared {
         sink.write_all(&frame)
             .await
             .map_err(|e| LspError::Write(e.to_string()))?;
-        sink.flush().await.map_err(|e| LspError::Write(e.to_string()))
+        sink.flush()
+            .await
+            .map_err(|e| LspError::Write(e.to_string()))
     }
 
     fn closed_reason(&self) -> Option<String> {
@@ -403,8 +405,11 @@ impl LspClient {
 
     /// `textDocument/didClose`.
     pub async fn did_close(&self, uri: &str) -> Result<(), LspError> {
-        self.notify("textDocument/didClose", json!({"textDocument": {"uri": uri}}))
-            .await
+        self.notify(
+            "textDocument/didClose",
+            json!({"textDocument": {"uri": uri}}),
+        )
+        .await
     }
 
     /// The `shutdown` request.
@@ -443,10 +448,17 @@ impl LspClient {
         let status = match tokio::time::timeout(grace.saturating_mul(2), polite).await {
             Ok(Ok(s)) => {
                 // The leader exited; still end anything it left in its group.
-                self.child.terminate(grace).await.map_err(LspError::Process)?;
+                self.child
+                    .terminate(grace)
+                    .await
+                    .map_err(LspError::Process)?;
                 s
             }
-            _ => self.child.terminate(grace).await.map_err(LspError::Process)?,
+            _ => self
+                .child
+                .terminate(grace)
+                .await
+                .map_err(LspError::Process)?,
         };
         self.shared.close("closed by the client".into());
         Ok(status)
@@ -544,17 +556,24 @@ fn dispatch(shared: &Arc<Shared>, body: &[u8]) {
             });
         }
         Incoming::Notification(n) => {
-            if n.method == "textDocument/publishDiagnostics" {
-                let uri = n.params.get("uri").and_then(Value::as_str);
-                let diags = n.params.get("diagnostics").and_then(Value::as_array);
-                if let (Some(uri), Some(diags)) = (uri, diags) {
-                    if let Ok(mut d) = shared.diagnostics.lock() {
-                        d.insert(uri.to_string(), diags.clone());
-                    }
-                    shared.diagnostics_changed.send_modify(|v| *v = v.wrapping_add(1));
-                }
-            }
+            // Subscribers first, then the diagnostics store: whoever wakes on the store
+            // finds the notification already broadcast.
+            let diagnostics = (n.method == "textDocument/publishDiagnostics")
+                .then(|| {
+                    let uri = n.params.get("uri").and_then(Value::as_str)?;
+                    let diags = n.params.get("diagnostics").and_then(Value::as_array)?;
+                    Some((uri.to_string(), diags.clone()))
+                })
+                .flatten();
             let _ = shared.notifications.send(n);
+            if let Some((uri, diags)) = diagnostics {
+                if let Ok(mut d) = shared.diagnostics.lock() {
+                    d.insert(uri, diags);
+                }
+                shared
+                    .diagnostics_changed
+                    .send_modify(|v| *v = v.wrapping_add(1));
+            }
         }
     }
 }

@@ -58,7 +58,9 @@ impl ServerRequestHandler for DefaultHandler {
                     .map_or(0, Vec::len);
                 Ok(Value::Array(vec![Value::Null; n]))
             }
-            "workspace/applyEdit" => Ok(json!({"applied": false, "failureReason": "read-only client"})),
+            "workspace/applyEdit" => {
+                Ok(json!({"applied": false, "failureReason": "read-only client"}))
+            }
             other => Err(ResponseError::new(
                 ResponseError::METHOD_NOT_FOUND,
                 format!("client does not handle {other}"),
@@ -78,7 +80,10 @@ mod tests {
             h.handle("workspace/configuration", &json!({"items": [{}, {}]})),
             Ok(json!([null, null]))
         );
-        assert_eq!(h.handle("window/workDoneProgress/create", &json!({"token": 1})), Ok(Value::Null));
+        assert_eq!(
+            h.handle("window/workDoneProgress/create", &json!({"token": 1})),
+            Ok(Value::Null)
+        );
         assert_eq!(
             h.handle("x/y", &Value::Null).map_err(|e| e.code),
             Err(ResponseError::METHOD_NOT_FOUND)

@@ -181,11 +181,25 @@ mod tests {
                 result: Err(ResponseError::new(-32601, "no")),
             }
         );
-        let r = classify(br#"{"jsonrpc":"2.0","id":7,"method":"workspace/configuration","params":{"items":[]}}"#)
-            .expect("valid");
-        assert!(matches!(r, Incoming::Request(ServerRequest { id: RequestId::Number(7), .. })));
+        let r = classify(
+            br#"{"jsonrpc":"2.0","id":7,"method":"workspace/configuration","params":{"items":[]}}"#,
+        )
+        .expect("valid");
+        assert!(matches!(
+            r,
+            Incoming::Request(ServerRequest {
+                id: RequestId::Number(7),
+                ..
+            })
+        ));
         let r = classify(br#"{"jsonrpc":"2.0","method":"window/logMessage"}"#).expect("valid");
-        assert!(matches!(r, Incoming::Notification(Notification { params: Value::Null, .. })));
+        assert!(matches!(
+            r,
+            Incoming::Notification(Notification {
+                params: Value::Null,
+                ..
+            })
+        ));
         assert!(classify(b"[1]").is_err());
         assert!(classify(b"{").is_err());
         assert!(classify(br#"{"jsonrpc":"2.0"}"#).is_err());
