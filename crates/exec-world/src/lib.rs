@@ -5,6 +5,20 @@
 //! A consumer written against `&dyn Fs` / `&dyn Subprocess` runs unchanged on this
 //! machine or in a remote sandbox: only the adapter changes.
 //!
+//! Policies, in one place:
+//! - **cwd**: each `Fs` / `Subprocess` value carries an absolute cwd; relative
+//!   [`WorldPath`]s resolve against it lexically by POSIX rules ([`Fs::with_cwd`] gives
+//!   another handle on the same world).
+//! - **environment**: a spawn starts from an explicit [`EnvBase`] (default: a small
+//!   documented base, not the parent's environment) plus [`SpawnSpec::env`].
+//! - **errors**: kinds a caller can act on ([`FsError`], [`ProcError`]); a non-zero exit
+//!   is data ([`ExitStatus`]).
+//! - **lifetimes**: dropping a [`Child`] or [`Terminal`] kills its whole process tree
+//!   unless [`Child::detach`]ed; [`Child::terminate`] is TERM, grace, KILL, and returns
+//!   only when nothing survives; [`Child::wait_or_cancel`] takes a `CancellationToken`.
+//! - **capabilities**: [`FsCapabilities`] / [`ProcCapabilities`] say what a backend
+//!   claims; the conformance suite (feature `conformance`) holds it to exactly that.
+//!
 //! ```no_run
 //! use exec_world::{Fs, LocalFs, LocalSubprocess, SpawnSpec, Subprocess, WorldPath};
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
