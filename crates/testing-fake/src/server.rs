@@ -391,8 +391,10 @@ impl Drop for Emulator {
         }
         self.stop.cancel();
         // Kill every sandbox without depending on the (possibly single-threaded, possibly
-        // shutting down) runtime we are dropped on: a helper thread with its own runtime,
-        // bounded so a stuck kill cannot hang the caller forever.
+        // shutting down) runtime we are dropped on: a helper thread with its own runtime.
+        // The SIGKILLs go out at once; waiting for the exits needs the caller's runtime
+        // (blocked here when it is single-threaded), so the wait is bounded. The temp root
+        // is removed right after, when `tempdir` drops.
         let store = self.shared.store.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         let spawned = std::thread::Builder::new()
@@ -407,7 +409,7 @@ impl Drop for Emulator {
                 let _ = tx.send(());
             });
         if spawned.is_ok() {
-            let _ = rx.recv_timeout(Duration::from_secs(10));
+            let _ = rx.recv_timeout(Duration::from_secs(3));
         }
     }
 }
