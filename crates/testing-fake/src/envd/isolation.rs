@@ -41,7 +41,7 @@ fn unescape_mountinfo(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() + 0 && i + 3 <= b.len() - 1 {
+        if b[i] == b'\\' && i + 3 < b.len() {
             let oct = &s[i + 1..i + 4];
             if let Ok(v) = u8::from_str_radix(oct, 8) {
                 out.push(v);
@@ -164,8 +164,7 @@ impl Planner<'_> {
             if self.mapped.iter().any(|(m, _)| *m == child) {
                 // A mount point for the sandbox tree, bound later.
                 let is_file = std::fs::metadata(
-                    &self
-                        .mapped
+                    self.mapped
                         .iter()
                         .find(|(m, _)| *m == child)
                         .map(|(_, src)| src.clone())
@@ -501,9 +500,9 @@ impl FsWorker {
                     if let Some(fd) = ns {
                         // SAFETY: unshare/setns affect only this thread's fs context.
                         let r = unsafe {
-                            if libc::unshare(libc::CLONE_FS) != 0 {
-                                Err(errno())
-                            } else if libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNS) != 0 {
+                            if libc::unshare(libc::CLONE_FS) != 0
+                                || libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNS) != 0
+                            {
                                 Err(errno())
                             } else {
                                 Ok(())

@@ -9,8 +9,12 @@
 //! directory per template mount), `.e2b/` holds the private `passwd`/`group` and the
 //! mount point of the namespace's new root.
 
+// Handlers return a ready `Response` as the error of early exits; boxing it buys nothing.
+#[allow(clippy::result_large_err)]
 mod auth;
+#[allow(clippy::result_large_err)]
 mod connect;
+#[allow(clippy::result_large_err)]
 mod files;
 mod filesystem;
 mod isolation;
@@ -217,10 +221,36 @@ impl Envd {
     }
 
     /// Pause with memory: SIGSTOP every process of the sandbox.
+    /// Returns once every process is stopped (or after about a second).
     pub async fn freeze(&self) {
-        for pid in self.all_pids() {
+        let pids = self.all_pids();
+        for pid in &pids {
             // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            unsafe { libc::kill(*pid, libc::SIGSTOP) };
+        }
+        for _ in 0..100 {
+            let running = pids.iter().any(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        s.rfind(')')
+                            .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string))
+                    })
+                    .is_some_and(|state| {
+                        state != "T" && state != "t" && state != "Z" && state != "X"
+                    })
+            });
+            if !running {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // Processes started while freezing are caught by a second pass.
+        for pid in self.all_pids() {
+            if !pids.contains(&pid) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGSTOP) };
+            }
         }
     }
 
