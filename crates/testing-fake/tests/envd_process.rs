@@ -399,3 +399,25 @@ async fn connect_protocol_shapes() {
     }
     let _ = Item::End(json!({}));
 }
+
+#[tokio::test]
+async fn dropping_envd_kills_its_processes() {
+    let fake = boot("base", None).await;
+    let body =
+        json!({"process":{"cmd":"/bin/bash","args":["-c","sleep 100 & sleep 100"]},"stdin":false});
+    let mut s = fake.stream("/process.Process/Start", &body, &[]).await;
+    let pid = s.msg().await["event"]["start"]["pid"].as_u64().unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(s);
+    drop(fake);
+    let mut alive = true;
+    for _ in 0..100 {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if st.is_empty() || st.contains(") Z ") {
+            alive = false;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!alive, "process {pid} survived the drop of its envd");
+}
