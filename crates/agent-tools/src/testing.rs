@@ -116,7 +116,7 @@ macro_rules! agent_tools_tests {
         ]);
     };
     ($make:path, lsp) => {
-        $crate::agent_tools_tests!(@each $make, [lsp_pylsp_diagnostics]);
+        $crate::agent_tools_tests!(@each $make, [lsp_bridge_scripted_server, lsp_pylsp_diagnostics]);
     };
     (@each $make:path, [$($name:ident),* $(,)?]) => {
         $(
@@ -375,6 +375,9 @@ pub async fn bash_huge_output_is_bounded(world: &ToolWorld) {
 // ---------------------------------------------------------------------------------------
 // terminal
 
+/// The test shells' prompt (typed commands never contain it).
+const PROMPT: &str = "agent-prompt> ";
+
 /// An interactive shell on a terminal: bash without rc files (prompt `$ `), else sh.
 async fn shell_session(world: &ToolWorld) -> TerminalSession {
     let spec = match world.proc.which("bash").await.expect("which bash") {
@@ -384,7 +387,7 @@ async fn shell_session(world: &ToolWorld) -> TerminalSession {
             .arg("-i"),
         None => TerminalSpec::new("sh").arg("-i"),
     };
-    let spec = spec.env("PS1", "$ ").cwd(world.scratch.clone());
+    let spec = spec.env("PS1", PROMPT).cwd(world.scratch.clone());
     let mut term = TerminalSession::spawn(world.proc.as_ref(), spec).expect("spawn terminal");
     // A marker only the shell's output (not the echo of the typed line) contains.
     term.write_line("echo \"rea\"\"dy\"").await.expect("type");
@@ -422,13 +425,33 @@ pub async fn terminal_resize_seen_by_stty(world: &ToolWorld) {
 /// Ctrl-C interrupts a foreground `sleep`; the shell survives and reports status 130.
 pub async fn terminal_ctrl_c_interrupts_sleep(world: &ToolWorld) {
     let mut term = shell_session(world).await;
-    term.write_line("echo \"sle\"\"eping\"; sleep 1000")
+    // The job itself announces that it runs (it already owns the terminal then), and
+    // becomes `sleep` by exec, so the interrupt reaches sleep and `$?` is 128 + SIGINT.
+    term.write_line("sh -c 'echo \"sle\"\"eping\"; exec sleep 1000'")
         .await
         .expect("type");
     term.read_until(b"sleeping\r\n", HANG)
         .await
         .expect("started");
-    term.key(Key::CtrlC).await.expect("ctrl-c");
+    // The announcement may still precede `exec`; a ^C landing before it is harmless
+    // (the job dies with SIGINT too), so one ^C suffices, but a lost one is retried
+    // rather than hanging the test.
+    let deadline = tokio::time::Instant::now() + HANG;
+    loop {
+        term.key(Key::CtrlC).await.expect("ctrl-c");
+        // Wait for the shell to take the terminal back before typing (typeahead sent
+        // while the interrupted job still owns the terminal is flushed by the tty).
+        match term
+            .read_until(PROMPT.as_bytes(), Duration::from_secs(2))
+            .await
+        {
+            Ok(_) => break,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                eprintln!("no prompt after ^C yet ({e}), sending it again");
+            }
+            Err(e) => panic!("sleep not interrupted by ^C: {e}"),
+        }
+    }
     term.write_line("echo \"st\"\"atus=$?\"")
         .await
         .expect("type");
@@ -550,10 +573,21 @@ pub async fn lsp_pylsp_diagnostics(world: &ToolWorld) {
         .env("PYTHONPATH", cache.as_str())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .cwd(project.clone());
+    // Record the server's own requests (answered by the default handler).
+    let asked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let handler = {
+        let asked = asked.clone();
+        move |method: &str, params: &serde_json::Value| {
+            if let Ok(mut a) = asked.lock() {
+                a.push(method.to_string());
+            }
+            crate::lsp::ServerRequestHandler::handle(&crate::lsp::DefaultHandler, method, params)
+        }
+    };
     let lsp = LspClient::spawn(
         world.proc.as_ref(),
         spec,
-        LspOptions::default().request_timeout(HANG),
+        LspOptions::default().request_timeout(HANG).handler(handler),
     )
     .expect("spawn pylsp");
     let pid = lsp.pid();
@@ -592,6 +626,14 @@ pub async fn lsp_pylsp_diagnostics(world: &ToolWorld) {
     }
     assert!(saw, "publishDiagnostics not broadcast to subscribers");
 
+    // pylsp reports linting progress: it asked us to create a progress token first.
+    let asked = asked.lock().map(|a| a.clone()).unwrap_or_default();
+    assert!(
+        asked.iter().any(|m| m == "window/workDoneProgress/create"),
+        "pylsp sent no window/workDoneProgress/create (it does when the client supports \
+         workDoneProgress); server requests seen: {asked:?}"
+    );
+
     // A request the server does not know is a typed server error, not a hang.
     let err = lsp
         .request_value("agentTools/noSuchMethod", serde_json::json!({}), HANG)
@@ -612,5 +654,198 @@ pub async fn lsp_pylsp_diagnostics(world: &ToolWorld) {
     drop(lsp);
     if let Some(pid) = pid {
         assert!(!is_alive(world, pid).await, "pylsp {pid} still running");
+    }
+}
+
+/// The scripted JSON-RPC server (`src/testing_assets/scripted_lsp.py`, stdlib Python).
+const SCRIPTED_SERVER: &str = include_str!("testing_assets/scripted_lsp.py");
+
+/// Starts the scripted server from `script` with the bridge options `opts`.
+fn scripted(world: &ToolWorld, python: &str, script: &WorldPath, opts: LspOptions) -> LspClient {
+    let spec = SpawnSpec::new(python.to_string())
+        .arg(script.as_str().to_string())
+        .cwd(world.scratch.clone());
+    LspClient::spawn(world.proc.as_ref(), spec, opts).expect("spawn scripted server")
+}
+
+/// Waits (bounded) until `pid` is gone; false if it is still alive after [`HANG`].
+async fn gone_eventually(world: &ToolWorld, pid: u32) -> bool {
+    let deadline = tokio::time::Instant::now() + HANG;
+    while tokio::time::Instant::now() < deadline {
+        if !is_alive(world, pid).await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// The bridge against a scripted server: concurrent requests answered out of order,
+/// typed server errors, server→client requests answered by the handler (and
+/// `MethodNotFound` for unknown ones), frames split and merged across reads with a
+/// `Content-Type` header, an oversize response skipped without losing the stream, a
+/// timeout that sends `$/cancelRequest`, a crash failing pending requests with `Closed`,
+/// `close` (shutdown + exit), and drop killing the server.
+pub async fn lsp_bridge_scripted_server(world: &ToolWorld) {
+    use crate::lsp::{DefaultHandler, LspError, ResponseError, ServerRequestHandler};
+    use serde_json::{Value, json};
+
+    let python = world
+        .proc
+        .which("python3")
+        .await
+        .expect("which python3")
+        .expect("python3 must be on the world's PATH for the LSP tests");
+    let script = world.path("scripted_lsp.py");
+    world
+        .fs
+        .write(
+            &script,
+            bytes_stream(SCRIPTED_SERVER),
+            WriteOptions::default(),
+        )
+        .await
+        .expect("write script");
+    let handler = |method: &str, params: &Value| match method {
+        "custom/hello" => Ok(json!({"hello": params["name"]})),
+        other => DefaultHandler.handle(other, params),
+    };
+    let opts = LspOptions::default()
+        .max_body(4096)
+        .request_timeout(HANG)
+        .handler(handler);
+    let lsp = scripted(world, &python, &script, opts.clone());
+    let mut notes = lsp.subscribe();
+
+    // Concurrent requests, answered in the reverse order of sending.
+    let (a, b, c) = tokio::join!(
+        lsp.request::<_, Value>("echo", json!({"delay": 0.4, "tag": "a"})),
+        lsp.request::<_, Value>("echo", json!({"delay": 0.2, "tag": "b"})),
+        lsp.request::<_, Value>("echo", json!({"delay": 0.0, "tag": "c"})),
+    );
+    assert_eq!(a.expect("a")["tag"], "a");
+    assert_eq!(b.expect("b")["tag"], "b");
+    assert_eq!(c.expect("c")["tag"], "c");
+
+    // A server error is typed, with code, message and data.
+    match lsp.request::<_, Value>("fail", json!({})).await {
+        Err(LspError::Server { method, error }) => {
+            assert_eq!(method, "fail");
+            assert_eq!(error.code, -32001);
+            assert_eq!(error.message, "nope");
+            assert_eq!(error.data, Some(json!({"why": "asked"})));
+        }
+        other => panic!("expected a server error, got {other:?}"),
+    }
+
+    // Server→client requests: default answers, a custom one, an unknown one.
+    let ask = |method: &str, params: Value| {
+        lsp.request::<_, Value>("ask", json!({"method": method, "params": params}))
+    };
+    let r = ask("workspace/configuration", json!({"items": [{}, {}]}))
+        .await
+        .expect("ask");
+    assert_eq!(r["result"], json!([null, null]));
+    let r = ask("window/workDoneProgress/create", json!({"token": "t"}))
+        .await
+        .expect("ask");
+    assert_eq!(r, json!({"result": null, "error": null}));
+    let r = ask("custom/hello", json!({"name": "world"}))
+        .await
+        .expect("ask");
+    assert_eq!(r["result"], json!({"hello": "world"}));
+    let r = ask("custom/unknown", json!({})).await.expect("ask");
+    assert_eq!(r["error"]["code"], ResponseError::METHOD_NOT_FOUND);
+
+    // Split and merged frames, Content-Type tolerated; notifications arrive in order.
+    let done: String = lsp.request("burst", json!({})).await.expect("burst");
+    assert_eq!(done, "burst-done");
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let n = tokio::time::timeout(HANG, notes.recv())
+            .await
+            .expect("notification in time")
+            .expect("notification");
+        if n.method == "note" {
+            seen.push(n.params["n"].clone());
+        }
+    }
+    assert_eq!(seen, vec![json!(1), json!(2)]);
+
+    // An oversize response is skipped (its request times out); the stream goes on.
+    let big = lsp
+        .request_value("big", json!({"size": 20000}), Duration::from_secs(2))
+        .await;
+    assert!(matches!(big, Err(LspError::Timeout { .. })), "{big:?}");
+    loop {
+        let n = tokio::time::timeout(HANG, notes.recv())
+            .await
+            .expect("after-big in time")
+            .expect("notification");
+        if n.method == "after-big" {
+            break;
+        }
+    }
+    let after: Value = lsp
+        .request("echo", json!({"delay": 0, "tag": "after"}))
+        .await
+        .expect("echo after big");
+    assert_eq!(after["tag"], "after");
+
+    // A timeout cancels the request on the server.
+    let never = lsp
+        .request_value("never", json!({}), Duration::from_millis(300))
+        .await;
+    assert!(matches!(never, Err(LspError::Timeout { .. })), "{never:?}");
+    let deadline = tokio::time::Instant::now() + HANG;
+    loop {
+        let ids: Vec<Value> = lsp.request("cancelled", json!({})).await.expect("ids");
+        if !ids.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no $/cancelRequest reached the server"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // A crash fails the pending request and every later one with Closed.
+    let (pending, _) = tokio::join!(lsp.request_value("never", json!({}), HANG), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _ = lsp.notify("crash", json!({})).await;
+    });
+    assert!(
+        matches!(pending, Err(LspError::Closed { .. })),
+        "{pending:?}"
+    );
+    let later = lsp.request_value("echo", json!({"delay": 0}), HANG).await;
+    assert!(matches!(later, Err(LspError::Closed { .. })), "{later:?}");
+    let status = tokio::time::timeout(HANG, lsp.wait())
+        .await
+        .expect("exit in time")
+        .expect("wait");
+    assert_eq!(status.code, Some(3));
+    drop(lsp);
+
+    // close(): shutdown + exit, the server exits 0.
+    let lsp = scripted(world, &python, &script, opts.clone());
+    let status = lsp.close(Duration::from_secs(5)).await.expect("close");
+    assert_eq!(status.code, Some(0), "{status:?}");
+
+    // Drop kills the server.
+    let lsp = scripted(world, &python, &script, opts);
+    let pid = lsp.pid();
+    let r: Value = lsp
+        .request("echo", json!({"delay": 0, "tag": "alive"}))
+        .await
+        .expect("echo");
+    assert_eq!(r["tag"], "alive");
+    drop(lsp);
+    if let Some(pid) = pid {
+        assert!(
+            gone_eventually(world, pid).await,
+            "server {pid} survived drop"
+        );
     }
 }
