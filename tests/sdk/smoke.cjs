@@ -4,6 +4,16 @@
 const assert = require('node:assert/strict')
 const { Sandbox, CommandExitError } = require('e2b')
 
+const TICKER =
+  "nohup bash -c 'while true; do date +%s%N > /home/user/tick; sleep 0.1; done' >/dev/null 2>&1 &"
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+async function ticking(sbx) {
+  const a = await sbx.files.read('/home/user/tick')
+  await sleep(600)
+  return a !== (await sbx.files.read('/home/user/tick'))
+}
+
 async function main() {
   const sbx = await Sandbox.create('base', { timeoutMs: 120_000 })
   assert.match(sbx.sandboxId, /^i[a-z0-9]{20}$/)
@@ -35,6 +45,25 @@ async function main() {
   assert.equal(await sbx.isRunning(), true)
   const listed = await Sandbox.list().nextItems()
   assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId), 'listed')
+
+  // lifecycle: timeout, info, pause (memory), connect (restore), pause + reboot
+  await sbx.setTimeout(90_000)
+  const sbxInfo = await sbx.getInfo()
+  assert.equal(sbxInfo.sandboxId, sbx.sandboxId)
+  assert.equal(sbxInfo.state, 'running')
+  await sbx.commands.run(TICKER)
+  await sleep(300)
+  assert.equal(await ticking(sbx), true, 'ticker runs')
+  assert.equal(await sbx.pause(), true)
+  assert.equal(await sbx.pause(), false, 'second pause: 409 → false')
+  assert.equal((await sbx.getInfo()).state, 'paused')
+  const restored = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 })
+  assert.equal(restored.sandboxId, sbx.sandboxId)
+  assert.equal(await ticking(restored), true, 'memory resume keeps processes')
+  assert.equal(await restored.pause(), true)
+  const rebooted = await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' })
+  assert.equal(await ticking(rebooted), false, 'reboot ends processes')
+  assert.equal(await rebooted.files.read('/home/user/smoke/hello.txt'), 'hi there')
 
   assert.equal(await sbx.kill(), true)
   assert.equal(await Sandbox.kill(sbx.sandboxId), false)

@@ -5,8 +5,21 @@ PYTHONPATH pointing at the installed SDK. Exits 0 and prints "SMOKE OK" when eve
 """
 
 import re
+import time
 
 from e2b import CommandExitException, Sandbox
+
+
+TICKER = (
+    "nohup bash -c 'while true; do date +%s%N > /home/user/tick; sleep 0.1; done'"
+    " >/dev/null 2>&1 &"
+)
+
+
+def ticking(sbx: Sandbox) -> bool:
+    a = sbx.files.read("/home/user/tick")
+    time.sleep(0.6)
+    return a != sbx.files.read("/home/user/tick")
 
 
 def main() -> None:
@@ -37,6 +50,25 @@ def main() -> None:
     assert sbx.is_running()
     listed = Sandbox.list().next_items()
     assert any(s.sandbox_id == sbx.sandbox_id for s in listed), listed
+
+    # lifecycle: timeout, info, pause (memory), connect (restore), pause + reboot
+    sbx.set_timeout(90)
+    info = sbx.get_info()
+    assert info.sandbox_id == sbx.sandbox_id, info
+    assert info.state == "running", info.state
+    sbx.commands.run(TICKER)
+    time.sleep(0.3)
+    assert ticking(sbx), "ticker runs"
+    assert sbx.pause() is True
+    assert sbx.pause() is False, "second pause: 409 -> False"
+    assert sbx.get_info().state == "paused"
+    restored = Sandbox.connect(sbx.sandbox_id, timeout=60)
+    assert restored.sandbox_id == sbx.sandbox_id
+    assert ticking(restored), "memory resume keeps processes"
+    assert restored.pause() is True
+    rebooted = Sandbox.connect(sbx.sandbox_id, on_resume="reboot")
+    assert not ticking(rebooted), "reboot ends processes"
+    assert rebooted.files.read("/home/user/smoke/hello.txt") == "hi there"
 
     assert sbx.kill() is True
     assert Sandbox.kill(sbx.sandbox_id) is False

@@ -5,7 +5,8 @@
 //! script from `tests/sdk/` in a child `node` / `python3` with `E2B_API_URL`,
 //! `E2B_SANDBOX_URL` and `E2B_API_KEY` set. The script creates a sandbox, runs commands
 //! (stdout, stderr, a non-zero exit surfaced as the SDK's exit error), writes, reads and lists
-//! files, checks health and listing, and kills it. The test then checks, with the emulator's
+//! files, checks health and listing, sets the timeout, pauses, connects (memory restore, then
+//! reboot: processes end, files stay), and kills it. The test then checks, with the emulator's
 //! counters, that those calls really reached the control plane and envd.
 //!
 //! An install failure (registry unreachable, no `npm` / `python3`) fails the test loudly: CI
@@ -132,7 +133,7 @@ async fn run_script(program: &str, script: &str, path_var: (&str, &Path)) -> Emu
     emu
 }
 
-fn assert_reached(emu: &Emulator, create: &str, connect_min: u64) {
+fn assert_reached(emu: &Emulator, create: &str, connect: &str) {
     let c = emu.counters();
     let snap = c.snapshot();
     let at_least = |surface: Surface, key: &str, n: u64| {
@@ -150,14 +151,21 @@ fn assert_reached(emu: &Emulator, create: &str, connect_min: u64) {
     at_least(Surface::Envd, "GET /files", 1);
     at_least(Surface::Envd, "POST /filesystem.Filesystem/ListDir", 1);
     at_least(Surface::Envd, "GET /health", 1);
-    let _ = connect_min;
+    at_least(Surface::Control, "POST /sandboxes/{sandboxID}/pause", 3);
+    at_least(Surface::Control, "POST /sandboxes/{sandboxID}/timeout", 1);
+    at_least(Surface::Control, "GET /sandboxes/{sandboxID}", 2);
+    at_least(Surface::Control, connect, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_js_sdk() {
     let node_path = install_js().await;
     let emu = run_script("node", "smoke.cjs", ("NODE_PATH", &node_path)).await;
-    assert_reached(&emu, "POST /v2/sandboxes", 0);
+    assert_reached(
+        &emu,
+        "POST /v2/sandboxes",
+        "POST /v2/sandboxes/{sandboxID}/connect",
+    );
     emu.shutdown().await;
 }
 
@@ -165,6 +173,10 @@ async fn official_js_sdk() {
 async fn official_python_sdk() {
     let py_path = install_py().await;
     let emu = run_script("python3", "smoke.py", ("PYTHONPATH", &py_path)).await;
-    assert_reached(&emu, "POST /v2/sandboxes", 0);
+    assert_reached(
+        &emu,
+        "POST /v2/sandboxes",
+        "POST /v2/sandboxes/{sandboxID}/connect",
+    );
     emu.shutdown().await;
 }
