@@ -88,7 +88,7 @@ impl EnvdConn {
         req
     }
 
-    fn rpc_request(
+    pub(crate) fn rpc_request(
         &self,
         path: &str,
         user: Option<&str>,
@@ -156,6 +156,36 @@ impl EnvdConn {
         })
     }
 
+    /// The request of a server-streaming call: one enveloped message, streaming content
+    /// type, `Keepalive-Ping-Interval` (lowered under the idle timeout) and
+    /// `Connect-Timeout-Ms` when a deadline is given.
+    pub(crate) fn stream_request<Req: Serialize + ?Sized>(
+        &self,
+        path: &str,
+        req: &Req,
+        user: Option<&str>,
+        deadline: Option<Duration>,
+        idle: Option<Duration>,
+    ) -> Result<reqwest::RequestBuilder, Error> {
+        let json = serde_json::to_vec(req)
+            .map_err(|e| Error::Config(format!("cannot encode the request: {e}")))?;
+        let frame = envelope::encode(0, &json);
+        let mut rb = self
+            .rpc_request(path, user, CT_CONNECT_JSON)
+            .header(
+                headers::KEEPALIVE_PING_INTERVAL,
+                self.cfg.keepalive_secs(idle).to_string(),
+            )
+            .body(frame);
+        if let Some(d) = deadline.filter(|d| !d.is_zero()) {
+            rb = rb.header(
+                headers::CONNECT_TIMEOUT_MS,
+                d.as_millis().max(1).to_string(),
+            );
+        }
+        Ok(rb)
+    }
+
     /// Open a server-streaming Connect call: send the enveloped request, check the status
     /// and content type within the handshake timeout, and return the decoded messages.
     /// `deadline` becomes `Connect-Timeout-Ms`.
@@ -170,23 +200,8 @@ impl EnvdConn {
         deadline: Option<Duration>,
         idle: Option<Duration>,
     ) -> Result<MessageStream<Resp>, Error> {
-        let json = serde_json::to_vec(req)
-            .map_err(|e| Error::Config(format!("cannot encode the request: {e}")))?;
-        let frame = envelope::encode(0, &json);
         let idle = idle.or(self.stream_idle_timeout);
-        let mut rb = self
-            .rpc_request(path, user, CT_CONNECT_JSON)
-            .header(
-                headers::KEEPALIVE_PING_INTERVAL,
-                self.cfg.keepalive_secs(idle).to_string(),
-            )
-            .body(frame);
-        if let Some(d) = deadline.filter(|d| !d.is_zero()) {
-            rb = rb.header(
-                headers::CONNECT_TIMEOUT_MS,
-                d.as_millis().max(1).to_string(),
-            );
-        }
+        let rb = self.stream_request(path, req, user, deadline, idle)?;
         let resp = tokio::time::timeout(self.request_timeout, rb.send())
             .await
             .map_err(|_| Error::Timeout {
@@ -228,13 +243,115 @@ impl EnvdConn {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
     fn basic_auth_header() {
         assert_eq!(basic_auth("user"), "Basic dXNlcjo=");
         assert_eq!(basic_auth("root"), "Basic cm9vdDo=");
+    }
+
+    pub(crate) fn test_conn(base_url: &str, token: Option<&str>, version: &str) -> EnvdConn {
+        let cfg = Config::new().request_timeout(Duration::from_secs(5));
+        EnvdConn {
+            http: reqwest::Client::new(),
+            base_url: base_url.to_owned(),
+            direct_url: base_url.to_owned(),
+            sandbox_id: "isbx0000000000000000001".into(),
+            access_token: token.map(Secret::new),
+            envd_version: version.into(),
+            request_timeout: cfg.request_timeout,
+            stream_idle_timeout: None,
+            transfer_idle_timeout: None,
+            cfg,
+        }
+    }
+
+    fn header<'a>(req: &'a reqwest::Request, name: &str) -> Option<&'a str> {
+        req.headers().get(name).and_then(|v| v.to_str().ok())
+    }
+
+    #[test]
+    fn unary_header_set() {
+        let c = test_conn("http://127.0.0.1:9", Some("tok"), "0.6.13");
+        let req = c
+            .rpc_request("/filesystem.Filesystem/Stat", Some("root"), CT_JSON)
+            .build()
+            .unwrap();
+        assert_eq!(
+            req.url().as_str(),
+            "http://127.0.0.1:9/filesystem.Filesystem/Stat"
+        );
+        assert_eq!(req.method(), reqwest::Method::POST);
+        assert_eq!(header(&req, "content-type"), Some("application/json"));
+        assert_eq!(header(&req, "connect-protocol-version"), Some("1"));
+        assert_eq!(
+            header(&req, "e2b-sandbox-id"),
+            Some("isbx0000000000000000001")
+        );
+        assert_eq!(header(&req, "e2b-sandbox-port"), Some("49983"));
+        assert_eq!(header(&req, "x-access-token"), Some("tok"));
+        assert_eq!(header(&req, "authorization"), Some("Basic cm9vdDo="));
+        assert_eq!(header(&req, "accept-encoding"), None);
+        assert_eq!(header(&req, "connect-timeout-ms"), None);
+        assert_eq!(header(&req, "keepalive-ping-interval"), None);
+
+        // unsecured, no user on a new envd: neither header
+        let c = test_conn("http://127.0.0.1:9", None, "0.6.13");
+        let req = c.rpc_request("/process.Process/List", c.effective_user(None), CT_JSON);
+        let req = req.build().unwrap();
+        assert_eq!(header(&req, "x-access-token"), None);
+        assert_eq!(header(&req, "authorization"), None);
+        // old envd: `user` is named explicitly
+        let old = test_conn("http://127.0.0.1:9", None, "0.3.0");
+        assert_eq!(old.effective_user(None), Some("user"));
+        assert_eq!(old.effective_user(Some("root")), Some("root"));
+    }
+
+    #[test]
+    fn stream_header_set() {
+        let c = test_conn("http://127.0.0.1:9", Some("tok"), "0.6.13");
+        let body = serde_json::json!({"process": {"pid": 7}});
+        let req = c
+            .stream_request(
+                "/process.Process/Connect",
+                &body,
+                None,
+                Some(Duration::from_millis(1500)),
+                None,
+            )
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(
+            header(&req, "content-type"),
+            Some("application/connect+json")
+        );
+        assert_eq!(header(&req, "connect-protocol-version"), Some("1"));
+        assert_eq!(header(&req, "keepalive-ping-interval"), Some("50"));
+        assert_eq!(header(&req, "connect-timeout-ms"), Some("1500"));
+        assert_eq!(header(&req, "x-access-token"), Some("tok"));
+        assert_eq!(header(&req, "accept-encoding"), None);
+        let bytes = req.body().and_then(|b| b.as_bytes()).unwrap();
+        let json = br#"{"process":{"pid":7}}"#;
+        assert_eq!(bytes[0], 0);
+        assert_eq!(&bytes[1..5], &(json.len() as u32).to_be_bytes());
+        assert_eq!(&bytes[5..], json);
+        // no deadline: no header; an idle timeout lowers the keepalive interval
+        let req = c
+            .stream_request(
+                "/process.Process/Start",
+                &body,
+                None,
+                None,
+                Some(Duration::from_secs(8)),
+            )
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(header(&req, "connect-timeout-ms"), None);
+        assert_eq!(header(&req, "keepalive-ping-interval"), Some("4"));
     }
 
     #[test]

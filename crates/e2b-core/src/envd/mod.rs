@@ -2,6 +2,8 @@
 //! filesystem services, and the `/files` and `/health` HTTP routes. Reached through a
 //! [`Sandbox`](crate::Sandbox) handle.
 
+#[cfg(test)]
+mod canned_tests;
 pub(crate) mod conn;
 mod files;
 mod filesystem;
