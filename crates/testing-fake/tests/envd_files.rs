@@ -411,3 +411,77 @@ async fn streamed_64_mib_round_trip() {
     }
     assert_eq!(offset as u64, SIZE);
 }
+
+#[tokio::test]
+async fn range_conditional_and_cors() {
+    let fake = boot("base", None).await;
+    fake.req(reqwest::Method::POST, "/files?path=/tmp/r.txt")
+        .header("Content-Type", "application/octet-stream")
+        .body("0123456789")
+        .send()
+        .await
+        .unwrap();
+    let r = fake
+        .req(reqwest::Method::GET, "/files?path=/tmp/r.txt")
+        .header("Range", "bytes=2-4")
+        .header("Accept-Encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 206);
+    assert_eq!(r.headers()["content-range"], "bytes 2-4/10");
+    assert!(r.headers().get("content-encoding").is_none());
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"234");
+    let r = fake
+        .req(reqwest::Method::GET, "/files?path=/tmp/r.txt")
+        .header("Range", "bytes=-3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"789");
+    let r = fake
+        .req(reqwest::Method::GET, "/files?path=/tmp/r.txt")
+        .header("Range", "bytes=20-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 416);
+    let r = fake
+        .req(reqwest::Method::GET, "/files?path=/tmp/r.txt")
+        .send()
+        .await
+        .unwrap();
+    let lm = r.headers()["last-modified"].to_str().unwrap().to_string();
+    let r = fake
+        .req(reqwest::Method::GET, "/files?path=/tmp/r.txt")
+        .header("If-Modified-Since", lm)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 304);
+    // CORS preflight and exposed headers
+    let r = fake
+        .http
+        .request(reqwest::Method::OPTIONS, format!("{}/files", fake.url))
+        .header("Origin", "http://example.test")
+        .header("Access-Control-Request-Method", "POST")
+        .header(
+            "Access-Control-Request-Headers",
+            "content-type,x-access-token",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    assert_eq!(r.headers()["access-control-allow-origin"], "*");
+    assert_eq!(r.headers()["access-control-allow-methods"], "POST");
+    assert_eq!(r.headers()["access-control-max-age"], "7200");
+    let r = fake
+        .http
+        .get(format!("{}/health", fake.url))
+        .header("Origin", "http://example.test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["access-control-allow-origin"], "*");
+}

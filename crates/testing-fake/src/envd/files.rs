@@ -377,6 +377,56 @@ pub(crate) async fn download(
         }
     };
     let size = md.len();
+    let last_modified = http_date(md.mtime());
+    if let Some(ims) = headers
+        .get(header::IF_MODIFIED_SINCE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_http_date)
+        && md.mtime() <= ims
+        && !headers.contains_key(header::IF_NONE_MATCH)
+    {
+        return Response::builder()
+            .status(StatusCode::NOT_MODIFIED)
+            .header(header::VARY, "Accept-Encoding")
+            .header(header::CONTENT_DISPOSITION, disposition)
+            .header(header::LAST_MODIFIED, last_modified)
+            .body(Body::empty())
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    }
+    if let Some(range) = headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+        match parse_range(range, size) {
+            RangeSpec::Full => {}
+            RangeSpec::Unsatisfiable => {
+                return Response::builder()
+                    .status(StatusCode::RANGE_NOT_SATISFIABLE)
+                    .header(header::CONTENT_RANGE, format!("bytes */{size}"))
+                    .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                    .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
+                    .body(Body::from("invalid range: failed to overlap\n"))
+                    .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+            }
+            RangeSpec::Part(start, len) => {
+                if file.seek(std::io::SeekFrom::Start(start)).await.is_err() {
+                    return json_error(StatusCode::INTERNAL_SERVER_ERROR, "seeker can't seek");
+                }
+                let stream = tokio_util::io::ReaderStream::with_capacity(file.take(len), 64 * 1024);
+                return Response::builder()
+                    .status(StatusCode::PARTIAL_CONTENT)
+                    .header(header::VARY, "Accept-Encoding")
+                    .header(header::CONTENT_DISPOSITION, disposition)
+                    .header(header::ACCEPT_RANGES, "bytes")
+                    .header(header::CONTENT_TYPE, ctype)
+                    .header(header::LAST_MODIFIED, last_modified)
+                    .header(
+                        header::CONTENT_RANGE,
+                        format!("bytes {start}-{}/{size}", start + len - 1),
+                    )
+                    .header(header::CONTENT_LENGTH, len)
+                    .body(Body::from_stream(stream))
+                    .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+            }
+        }
+    }
     let stream = tokio_util::io::ReaderStream::with_capacity(file.take(size), 64 * 1024);
     Response::builder()
         .status(StatusCode::OK)
@@ -384,13 +434,81 @@ pub(crate) async fn download(
         .header(header::CONTENT_DISPOSITION, disposition)
         .header(header::ACCEPT_RANGES, "bytes")
         .header(header::CONTENT_TYPE, ctype)
-        .header(header::LAST_MODIFIED, http_date(md.mtime()))
+        .header(header::LAST_MODIFIED, last_modified)
         .header(header::CONTENT_LENGTH, size)
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 use tokio::io::AsyncSeekExt as _;
+
+/// What a `Range` header asks for (a single range; several ranges are served whole).
+enum RangeSpec {
+    Full,
+    Unsatisfiable,
+    Part(u64, u64),
+}
+
+/// Parse `bytes=a-b`, `bytes=a-`, `bytes=-n` like Go's `http.ServeContent`.
+fn parse_range(h: &str, size: u64) -> RangeSpec {
+    let Some(spec) = h.strip_prefix("bytes=") else {
+        return RangeSpec::Unsatisfiable;
+    };
+    if spec.contains(',') {
+        return RangeSpec::Full;
+    }
+    let Some((a, b)) = spec.trim().split_once('-') else {
+        return RangeSpec::Unsatisfiable;
+    };
+    let (a, b) = (a.trim(), b.trim());
+    if a.is_empty() {
+        let Ok(n) = b.parse::<u64>() else {
+            return RangeSpec::Unsatisfiable;
+        };
+        if n == 0 || size == 0 {
+            return RangeSpec::Unsatisfiable;
+        }
+        let n = n.min(size);
+        return RangeSpec::Part(size - n, n);
+    }
+    let Ok(start) = a.parse::<u64>() else {
+        return RangeSpec::Unsatisfiable;
+    };
+    if start >= size {
+        return RangeSpec::Unsatisfiable;
+    }
+    let end = if b.is_empty() {
+        size - 1
+    } else {
+        match b.parse::<u64>() {
+            Ok(e) if e >= start => e.min(size - 1),
+            _ => return RangeSpec::Unsatisfiable,
+        }
+    };
+    RangeSpec::Part(start, end - start + 1)
+}
+
+/// Parse an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) to unix seconds.
+fn parse_http_date(s: &str) -> Option<i64> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let parts: Vec<&str> = s.split_whitespace().collect();
+    let [_, day, mon, year, hms, "GMT"] = parts.as_slice() else {
+        return None;
+    };
+    let month = MONTHS.iter().position(|m| m == mon)? as u8 + 1;
+    let mut t = hms.split(':').map(|x| x.parse::<u8>().ok());
+    let (h, m, sec) = (t.next()??, t.next()??, t.next()??);
+    let date = time::Date::from_calendar_date(
+        year.parse().ok()?,
+        time::Month::try_from(month).ok()?,
+        day.parse().ok()?,
+    )
+    .ok()?;
+    let dt = date.with_hms(h, m, sec).ok()?.assume_utc();
+    Some(dt.unix_timestamp())
+}
 
 /// One element of the upload response.
 #[derive(Debug, Serialize)]

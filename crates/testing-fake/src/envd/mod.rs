@@ -14,6 +14,7 @@
 mod auth;
 #[allow(clippy::result_large_err)]
 mod connect;
+mod cors;
 #[allow(clippy::result_large_err)]
 mod files;
 mod filesystem;
@@ -217,6 +218,7 @@ impl Envd {
                 self.clone(),
                 auth::middleware,
             ))
+            .layer(axum::middleware::from_fn(cors::middleware))
             .with_state(self.clone())
     }
 
