@@ -6,12 +6,15 @@
 //! are counted and discarded, so a command printing gigabytes costs at most the cap.
 //! A non-zero exit is data ([`BashOutput::exit_code`]), never an error.
 //!
-//! **Lifetime of what the command starts**: when `run` returns, nothing the command
-//! started is left running. After the shell exits, output is still drained for
+//! **Lifetime of what the command starts**: by default, when `run` returns nothing the
+//! command started is left running. After the shell exits, output is still drained for
 //! [`BashRequest::linger`] (a background job may still be writing); then the process
 //! group (and every tracked descendant) is terminated. On timeout the same termination
 //! runs at once and `timed_out` is set. Dropping the `run` future drops the
-//! [`exec_world::Child`], which kills the group too.
+//! [`exec_world::Child`], which kills the group too. With
+//! [`BashRequest::keep_background`] a command that exits in time leaves its background
+//! jobs running (detached); they should redirect their output, since the pipes are
+//! closed when `run` returns.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -85,6 +88,9 @@ pub struct BashRequest {
     /// holds the output open, before terminating it.
     #[serde(with = "duration_ms")]
     pub linger: Duration,
+    /// Leave background jobs running when the shell exits in time (default false: they
+    /// are terminated). A timeout still terminates everything.
+    pub keep_background: bool,
 }
 
 impl Default for BashRequest {
@@ -97,6 +103,7 @@ impl Default for BashRequest {
             max_output_bytes: DEFAULT_MAX_OUTPUT,
             grace: DEFAULT_GRACE,
             linger: DEFAULT_LINGER,
+            keep_background: false,
         }
     }
 }
@@ -143,6 +150,12 @@ impl BashRequest {
     /// Sets the linger after the shell exits.
     pub fn linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
+        self
+    }
+
+    /// Sets [`BashRequest::keep_background`].
+    pub fn keep_background(mut self, keep: bool) -> Self {
+        self.keep_background = keep;
         self
     }
 }
@@ -298,7 +311,9 @@ impl BashTool {
                 }
             }
         }
-        if timed_out || !(out.done() && err.done()) {
+        let detach = req.keep_background && !timed_out && status.is_some();
+        let pipes_open = !(out.done() && err.done());
+        if timed_out || (pipes_open && !detach) {
             // Phase 2: end the whole group, then collect what is still in flight.
             let terminated = {
                 let term = child.terminate(req.grace);
@@ -332,12 +347,16 @@ impl BashTool {
             Some(s) => s,
             None => child.wait().await?,
         };
+        let (stdout, stderr) = (out.finish(), err.finish()); // closes our pipe ends
+        if detach {
+            child.detach();
+        }
         Ok(BashOutput {
             exit_code: status.code,
             signal: status.signal,
             timed_out,
-            stdout: out.finish(),
-            stderr: err.finish(),
+            stdout,
+            stderr,
             shell,
         })
     }

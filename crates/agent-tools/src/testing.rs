@@ -45,6 +45,8 @@ pub struct ToolWorld {
     pub scratch: WorldPath,
     /// Where the LSP test installs python-lsp-server (default `scratch/lsp-cache`).
     pub lsp_cache: Option<WorldPath>,
+    /// Bytes printed by [`bash_huge_output_is_bounded`] (default 200 MiB).
+    pub huge_output_bytes: u64,
     _guard: Option<Box<dyn Any + Send + Sync>>,
 }
 
@@ -56,6 +58,7 @@ impl ToolWorld {
             proc,
             scratch,
             lsp_cache: None,
+            huge_output_bytes: 200 * 1024 * 1024,
             _guard: None,
         }
     }
@@ -65,6 +68,13 @@ impl ToolWorld {
     /// readable by the world's user (the test makes what it installs world-readable).
     pub fn with_lsp_cache(mut self, dir: WorldPath) -> ToolWorld {
         self.lsp_cache = Some(dir);
+        self
+    }
+
+    /// Sets [`ToolWorld::huge_output_bytes`] (for a slow transport; keep it far above
+    /// the 64 KiB cap the test uses).
+    pub fn with_huge_output_bytes(mut self, bytes: u64) -> ToolWorld {
+        self.huge_output_bytes = bytes;
         self
     }
 
@@ -102,6 +112,7 @@ macro_rules! agent_tools_tests {
             bash_cwd_and_env,
             bash_timeout_kills_process_tree,
             bash_background_job_ended_after_exit,
+            bash_keep_background,
             bash_output_cap_utf8_boundary,
             bash_output_non_utf8,
             bash_huge_output_is_bounded,
@@ -284,6 +295,37 @@ pub async fn bash_background_job_ended_after_exit(world: &ToolWorld) {
     assert!(!is_alive(world, pid).await, "background job {pid} survived");
 }
 
+/// With `keep_background`, a job started in the background (output redirected) keeps
+/// running after the shell exits; without it, it is ended.
+pub async fn bash_keep_background(world: &ToolWorld) {
+    let pidfile = world.path("daemon.pid");
+    let out = world
+        .bash()
+        .run(
+            BashRequest::new(format!(
+                "sleep 1000 >/dev/null 2>&1 & echo $! > \"{pidfile}\"; echo started"
+            ))
+            .keep_background(true)
+            .timeout(HANG),
+        )
+        .await
+        .expect("run");
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert_eq!(out.stdout.text, "started\n");
+    let pid = read_pid(world, "daemon.pid").await;
+    assert!(
+        is_alive(world, pid).await,
+        "kept background job {pid} was ended"
+    );
+    let kill = world
+        .bash()
+        .run(BashRequest::new(format!("kill {pid}")).timeout(HANG))
+        .await
+        .expect("kill");
+    assert!(kill.success(), "{kill:?}");
+    assert!(gone_eventually(world, pid).await, "{pid} survived kill");
+}
+
 /// The cap cuts at a UTF-8 boundary: a two-byte `é` split by the cap is dropped whole,
 /// `truncated` is set and `total_bytes` counts everything.
 pub async fn bash_output_cap_utf8_boundary(world: &ToolWorld) {
@@ -348,15 +390,16 @@ pub async fn bash_output_non_utf8(world: &ToolWorld) {
     assert_eq!(out.stdout.total_bytes, 8);
 }
 
-/// 200 MiB on stdout: all of it is drained and counted, at most the cap is kept.
+/// 200 MiB (see [`ToolWorld::huge_output_bytes`]) on stdout: all of it is drained and
+/// counted, at most the cap is kept.
 pub async fn bash_huge_output_is_bounded(world: &ToolWorld) {
-    const SIZE: u64 = 200 * 1024 * 1024;
+    let size = world.huge_output_bytes;
     let cap = 64 * 1024;
     let out = world
         .bash()
         .run(
             BashRequest::new(format!(
-                "head -c {SIZE} /dev/zero | tr '\\0' x; echo end >&2"
+                "head -c {size} /dev/zero | tr '\\0' x; echo end >&2"
             ))
             .max_output_bytes(cap)
             .timeout(Duration::from_secs(300)),
@@ -365,7 +408,7 @@ pub async fn bash_huge_output_is_bounded(world: &ToolWorld) {
         .expect("run");
     assert!(!out.timed_out, "{:?}", out.stderr);
     assert_eq!(out.exit_code, Some(0));
-    assert_eq!(out.stdout.total_bytes, SIZE);
+    assert_eq!(out.stdout.total_bytes, size);
     assert!(out.stdout.truncated);
     assert_eq!(out.stdout.bytes.len(), cap);
     assert!(out.stdout.bytes.iter().all(|b| *b == b'x'));
