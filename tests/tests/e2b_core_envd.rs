@@ -42,14 +42,8 @@ async fn processes_run_stream_and_exit() {
     assert_eq!(out.end.exit_code, 3);
     assert!(out.end.exited);
 
-    // exit 0: exitCode omitted on the wire, decoded as 0
-    let ok = sb
-        .start_process(StartProcess::shell("true"))
-        .await
-        .expect("start")
-        .wait_output()
-        .await
-        .expect("wait");
+    // exit 0: exitCode omitted on the wire, decoded as 0 (through the provided `run`)
+    let ok = sb.run(StartProcess::shell("true")).await.expect("run");
     assert_eq!(ok.end.exit_code, 0);
     assert!(ok.end.exited);
     assert!(ok.end.error.is_none());
@@ -343,6 +337,22 @@ async fn filesystem_rpcs_and_watch() {
         .expect("rm missing is ok");
     let err = sb.list_dir("/home/user/work", 1, None).await.unwrap_err();
     assert!(err.is_not_found(), "{err:?}");
+
+    // provided helpers: bytes in, bytes out, bounded
+    sb.upload_bytes("/home/user/h.txt", None, Bytes::from_static(b"helper"))
+        .await
+        .expect("upload bytes");
+    assert_eq!(
+        sb.download_bytes("/home/user/h.txt", None, 6)
+            .await
+            .expect("download bytes"),
+        b"helper"
+    );
+    assert!(
+        sb.download_bytes("/home/user/h.txt", None, 5)
+            .await
+            .is_err()
+    );
 
     // root's view and a user that does not exist
     let root_home = sb.stat("~", Some("root")).await.expect("root home");

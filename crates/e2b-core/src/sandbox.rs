@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 
 use crate::api::Client;
 use crate::config::{Config, Secret};
 use crate::envd::conn::EnvdConn;
 use crate::envd::{
-    ByteStream, Download, FileOp, ProcessStream, StartProcess, StreamOptions, WatchOptions,
-    WatchStream,
+    ByteStream, Download, FileOp, ProcessOutput, ProcessStream, StartProcess, StreamOptions,
+    WatchOptions, WatchStream,
 };
 use crate::error::Error;
 use crate::http;
@@ -101,6 +102,33 @@ pub trait EnvdApi: Send + Sync + fmt::Debug {
 
     /// `GET /health`: `Ok` when envd answers.
     async fn health(&self) -> Result<(), Error>;
+
+    /// Start a process and wait for it, collecting its output (unbounded: for short
+    /// commands). A non-zero exit is data in [`ProcessOutput::end`], not an error.
+    async fn run(&self, spec: StartProcess) -> Result<ProcessOutput, Error> {
+        self.start_process(spec).await?.wait_output().await
+    }
+
+    /// Upload one in-memory buffer.
+    async fn upload_bytes(
+        &self,
+        path: &str,
+        user: Option<&str>,
+        data: Bytes,
+    ) -> Result<WriteInfo, Error> {
+        self.upload(path, user, crate::envd::bytes_stream(data))
+            .await
+    }
+
+    /// Download into memory, failing past `max_bytes`.
+    async fn download_bytes(
+        &self,
+        path: &str,
+        user: Option<&str>,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, Error> {
+        self.download(path, user).await?.collect(max_bytes).await
+    }
 }
 
 /// What identifies a sandbox's envd, for [`Sandbox::attach`] (bring your own sandbox).
