@@ -102,6 +102,14 @@ async fn users_and_cwd() {
     let (_, _, end) = run(&fake, "touch /usr/e2b-local-escape-test", Some("root")).await;
     assert_eq!(end["exitCode"], 1);
     assert!(!std::path::Path::new("/usr/e2b-local-escape-test").exists());
+    let (_, _, end) = run(&fake, "echo 1 > /proc/sys/vm/drop_caches", Some("root")).await;
+    assert_eq!(end["exitCode"], 1, "/proc/sys is read-only");
+    let (out, _, _) = run(&fake, "ls -A /dev/shm; stat -c %a /dev/shm", None).await;
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "1777\n",
+        "private /dev/shm"
+    );
     // /tmp and home are the sandbox's own
     let (_, _, end) = run(&fake, "echo x > /tmp/t && echo y > ~/h", None).await;
     assert_eq!(end["exited"], true);

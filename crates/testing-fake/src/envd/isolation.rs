@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, Once, mpsc};
 
 /// One step of building the new root, executed in the holder's `pre_exec`.
 enum Op {
-    Tmpfs(CString),
+    Tmpfs(CString, &'static std::ffi::CStr),
     Mkdir(CString),
     Touch(CString),
     Symlink(CString, CString),
@@ -86,9 +86,10 @@ fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
 }
 
-/// Paths whose host mounts stay writable (kernel interfaces and devices).
+/// Paths whose host mounts stay writable (process info and devices; `/proc/sys` is made
+/// read-only separately, `/dev/shm` gets a private tmpfs).
 fn is_special(p: &Path) -> bool {
-    ["/proc", "/sys", "/dev"].iter().any(|s| p == Path::new(s))
+    ["/proc", "/dev"].iter().any(|s| p == Path::new(s))
 }
 
 struct Planner<'a> {
@@ -230,12 +231,12 @@ fn execute(ops: &[Op], newroot: &CString) -> std::io::Result<()> {
         let tmpfs = c"tmpfs";
         for op in ops {
             let rc = match op {
-                Op::Tmpfs(p) => libc::mount(
+                Op::Tmpfs(p, opts) => libc::mount(
                     tmpfs.as_ptr(),
                     p.as_ptr(),
                     tmpfs.as_ptr(),
                     libc::MS_NOSUID | libc::MS_NODEV,
-                    c"mode=0755".as_ptr().cast(),
+                    opts.as_ptr().cast(),
                 ),
                 Op::Mkdir(p) => {
                     let rc = libc::mkdir(p.as_ptr(), 0o755);
@@ -372,12 +373,27 @@ impl Isolation {
             mounts: host_mounts(),
             ops: Vec::new(),
         };
-        planner.ops.push(Op::Tmpfs(cstr(newroot)));
+        planner.ops.push(Op::Tmpfs(cstr(newroot), c"mode=0755"));
         planner.build(Path::new("/"));
         let mut sorted: Vec<&(PathBuf, PathBuf)> = mapped.iter().collect();
         sorted.sort_by_key(|(m, _)| m.components().count());
         for (m, src) in sorted {
             planner.ops.push(Op::Bind(cstr(src), cstr(&planner.nr(m))));
+        }
+        // Kernel knobs read-only, shared memory private, like a container runtime does.
+        let proc_sys = planner.nr(Path::new("/proc/sys"));
+        if Path::new("/proc/sys").is_dir() {
+            planner.ops.push(Op::Bind(cstr(&proc_sys), cstr(&proc_sys)));
+            planner.ops.push(Op::RemountRo(
+                cstr(&proc_sys),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            ));
+        }
+        if Path::new("/dev/shm").is_dir() {
+            planner.ops.push(Op::Tmpfs(
+                cstr(&planner.nr(Path::new("/dev/shm"))),
+                c"mode=1777",
+            ));
         }
         planner.ops.push(Op::Chmod(cstr(newroot), 0o755));
         let ops = planner.ops;
