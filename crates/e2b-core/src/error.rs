@@ -166,6 +166,14 @@ pub enum Error {
     /// Invalid configuration or argument (no API key, bad URL, ...).
     #[error("invalid configuration or argument: {0}")]
     Config(String),
+    /// An adapter-internal control command exited non-zero.
+    #[error("control command failed with exit code {exit_code}: {stderr}")]
+    ControlCommand {
+        /// Its exit code (-1 when killed).
+        exit_code: i32,
+        /// A bounded part of its stderr.
+        stderr: String,
+    },
 }
 
 impl Error {

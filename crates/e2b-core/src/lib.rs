@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod config;
+pub mod control_shell;
 pub mod envd;
 pub mod error;
 mod http;

@@ -1,0 +1,221 @@
+//! The adapter-internal control shell: short trusted commands (mkdir, chmod, atomic
+//! link, group kill …) run inside the sandbox through envd, for the adapters and the
+//! lifecycle owner.
+//!
+//! A control command is `/bin/sh -c SCRIPT sh ARG…`: arguments travel as positional
+//! parameters, never spliced into the script, so no quoting mistake can turn a path into
+//! code. It runs as a trusted user (default `root`) with a random root-level `HOME` that
+//! does not exist, and without `-l`, so no login profile from the sandbox user's mutable
+//! home runs before it. Output is bounded; a command that prints more is truncated, never
+//! buffered without limit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+
+use crate::envd::StartProcess;
+use crate::error::{Error, Surface};
+use crate::proto::process::{DataEvent, ProcessEvent};
+use crate::sandbox::EnvdApi;
+
+/// Default bound on what a control command may print on each stream.
+pub const DEFAULT_MAX_OUTPUT: usize = 1 << 20;
+
+/// What a control command produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControlOutput {
+    /// Exit code (-1 when killed by a signal).
+    pub exit_code: i32,
+    /// stdout, at most the configured bound.
+    pub stdout: Vec<u8>,
+    /// stderr, at most the configured bound.
+    pub stderr: Vec<u8>,
+    /// True when either stream was cut at the bound.
+    pub truncated: bool,
+}
+
+impl ControlOutput {
+    /// stdout as text (lossy), trailing newlines removed.
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout)
+            .trim_end_matches('\n')
+            .to_owned()
+    }
+}
+
+/// Runs trusted commands in a sandbox.
+///
+/// ```no_run
+/// # async fn demo(api: std::sync::Arc<dyn e2b_core::EnvdApi>) -> Result<(), e2b_core::Error> {
+/// use e2b_core::control_shell::ControlShell;
+/// let shell = ControlShell::new(api);
+/// shell.run_ok(r#"mkdir -p -- "$1" && chmod 0700 -- "$1""#, &["/home/user/.state"]).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ControlShell {
+    api: Arc<dyn EnvdApi>,
+    user: String,
+    home: String,
+    timeout: Option<Duration>,
+    max_output: usize,
+}
+
+impl ControlShell {
+    /// A control shell running as `root` with a fresh random root-level `HOME`.
+    pub fn new(api: Arc<dyn EnvdApi>) -> Self {
+        ControlShell {
+            api,
+            user: "root".to_owned(),
+            home: format!("/.e2b-control-{}", random_suffix()),
+            timeout: Some(Duration::from_secs(120)),
+            max_output: DEFAULT_MAX_OUTPUT,
+        }
+    }
+
+    /// Run as another user.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = user.into();
+        self
+    }
+
+    /// Process lifetime for each command (envd kills it at expiry); `None` = unbounded.
+    pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Bound on each output stream.
+    pub fn max_output(mut self, bytes: usize) -> Self {
+        self.max_output = bytes;
+        self
+    }
+
+    /// The `HOME` control commands see.
+    pub fn home(&self) -> &str {
+        &self.home
+    }
+
+    /// The envd API this shell runs on.
+    pub fn api(&self) -> &Arc<dyn EnvdApi> {
+        &self.api
+    }
+
+    /// The `StartProcess` for `script` with positional `args` (for callers that need the
+    /// stream themselves, e.g. long-running wrappers).
+    pub fn command(&self, script: &str, args: &[&str]) -> StartProcess {
+        let mut argv = vec!["-c".to_owned(), script.to_owned(), "sh".to_owned()];
+        argv.extend(args.iter().map(|a| (*a).to_owned()));
+        let mut spec = StartProcess::new("/bin/sh")
+            .args(argv)
+            .user(self.user.clone())
+            .env("HOME", self.home.clone())
+            .cwd("/");
+        if let Some(t) = self.timeout {
+            spec = spec.timeout(t);
+        }
+        spec
+    }
+
+    /// Run `script` and collect its bounded output; a non-zero exit is data.
+    pub async fn run(&self, script: &str, args: &[&str]) -> Result<ControlOutput, Error> {
+        let mut stream = self.api.start_process(self.command(script, args)).await?;
+        let mut out = ControlOutput::default();
+        let mut ended = false;
+        while let Some(ev) = stream.next().await {
+            match ev? {
+                ProcessEvent::Data(DataEvent::Stdout(b)) => {
+                    out.truncated |= append_bounded(&mut out.stdout, &b, self.max_output);
+                }
+                ProcessEvent::Data(DataEvent::Stderr(b) | DataEvent::Pty(b)) => {
+                    out.truncated |= append_bounded(&mut out.stderr, &b, self.max_output);
+                }
+                ProcessEvent::End(end) => {
+                    out.exit_code = end.exit_code;
+                    ended = true;
+                }
+                ProcessEvent::Start(_) | ProcessEvent::Keepalive(_) => {}
+            }
+        }
+        if !ended {
+            return Err(Error::protocol(
+                Surface::Envd,
+                "control command stream ended without an end event",
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Run `script`; a non-zero exit becomes [`Error::ControlCommand`] with bounded stderr.
+    pub async fn run_ok(&self, script: &str, args: &[&str]) -> Result<ControlOutput, Error> {
+        let out = self.run(script, args).await?;
+        if out.exit_code != 0 {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(Error::ControlCommand {
+                exit_code: out.exit_code,
+                stderr: crate::error::snippet(stderr.trim_end().as_bytes(), &[]),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Append at most `limit - buf.len()` bytes; true when something was dropped.
+fn append_bounded(buf: &mut Vec<u8>, chunk: &[u8], limit: usize) -> bool {
+    let room = limit.saturating_sub(buf.len());
+    let take = room.min(chunk.len());
+    buf.extend_from_slice(&chunk[..take]);
+    take < chunk.len()
+}
+
+/// 20 random lowercase alphanumerics from the OS random source (via std's hasher seeds
+/// and the clock as a fallback mix).
+pub fn random_suffix() -> String {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut out = String::with_capacity(20);
+    while out.len() < 20 {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default(),
+        );
+        let mut v = h.finish();
+        for _ in 0..10 {
+            out.push(ALPHABET[(v % 36) as usize] as char);
+            v /= 36;
+        }
+    }
+    out.truncate(20);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_append_cuts_and_flags() {
+        let mut b = Vec::new();
+        assert!(!append_bounded(&mut b, b"abc", 5));
+        assert!(append_bounded(&mut b, b"defg", 5));
+        assert_eq!(b, b"abcde");
+        assert!(append_bounded(&mut b, b"x", 5));
+    }
+
+    #[test]
+    fn random_suffixes_are_distinct_and_well_formed() {
+        let a = random_suffix();
+        let b = random_suffix();
+        assert_eq!(a.len(), 20);
+        assert!(
+            a.bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        );
+        assert_ne!(a, b);
+    }
+}
