@@ -238,6 +238,9 @@ pub struct SandboxDetail {
     /// Lifecycle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<Lifecycle>,
+    /// What the latest pause saved (`full` or `filesystem`); only for a paused sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_mode: Option<String>,
 }
 
 impl std::fmt::Debug for SandboxDetail {
@@ -252,6 +255,7 @@ impl std::fmt::Debug for SandboxDetail {
             .field("domain", &self.domain)
             .field("network", &self.network)
             .field("lifecycle", &self.lifecycle)
+            .field("pause_mode", &self.pause_mode)
             .finish()
     }
 }
