@@ -305,6 +305,8 @@ async fn pause_connect_resume() {
         format!("Error pausing sandbox - sandbox '{id}' is already paused")
     );
     assert_eq!(env.state(id).await.as_deref(), Some("paused"));
+    let a = env.get(&format!("/sandboxes/{id}")).await;
+    assert_eq!(a.json["pauseMode"], "full");
     // paused sandboxes are listed as paused, with endAt = pause time
     let a = env.get("/v2/sandboxes?state=paused").await;
     let items: Vec<ListedSandbox> = serde_json::from_value(a.json).unwrap();

@@ -160,8 +160,20 @@ pub(crate) async fn info(
     Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxDetail>> {
     let rec = lookup(&store, &id)?;
+    let pause_mode = {
+        let life = rec.life();
+        (life.state == SandboxState::Paused).then(|| {
+            if life.paused_with_memory {
+                "full"
+            } else {
+                "filesystem"
+            }
+            .to_owned()
+        })
+    };
     Ok(Json(SandboxDetail {
         listed: listed(&rec),
+        pause_mode,
         envd_access_token: rec.access_token.clone(),
         allow_internet_access: rec.allow_internet_access,
         domain: None,
