@@ -727,7 +727,8 @@ async fn gone_eventually(world: &ToolWorld, pid: u32) -> bool {
 /// typed server errors, server→client requests answered by the handler (and
 /// `MethodNotFound` for unknown ones), frames split and merged across reads with a
 /// `Content-Type` header, an oversize response skipped without losing the stream, a
-/// timeout that sends `$/cancelRequest`, a crash failing pending requests with `Closed`,
+/// timeout that sends `$/cancelRequest`, a stalled server (a request given up while its
+/// frame is being written leaves the stream intact), a crash failing pending requests with `Closed`,
 /// `close` (shutdown + exit), and drop killing the server.
 pub async fn lsp_bridge_scripted_server(world: &ToolWorld) {
     use crate::lsp::{DefaultHandler, LspError, ResponseError, ServerRequestHandler};
@@ -852,6 +853,29 @@ pub async fn lsp_bridge_scripted_server(world: &ToolWorld) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+
+    // A server that stops reading: a 1 MiB request times out (its frame is still written
+    // whole by the writer task), and the stream is intact once the server reads again.
+    lsp.notify("stall", json!({"secs": 3}))
+        .await
+        .expect("stall");
+    let pad = "y".repeat(1 << 20);
+    let stalled = lsp
+        .request_value(
+            "echo",
+            json!({"delay": 0, "pad": pad}),
+            Duration::from_millis(300),
+        )
+        .await;
+    assert!(
+        matches!(stalled, Err(LspError::Timeout { .. })),
+        "{stalled:?}"
+    );
+    let after: Value = lsp
+        .request("echo", json!({"delay": 0, "tag": "after-stall"}))
+        .await
+        .expect("echo after stall");
+    assert_eq!(after["tag"], "after-stall");
 
     // A crash fails the pending request and every later one with Closed.
     let (pending, _) = tokio::join!(lsp.request_value("never", json!({}), HANG), async {

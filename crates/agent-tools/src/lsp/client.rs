@@ -1,9 +1,10 @@
 //! [`LspClient`]: one language server process and the JSON-RPC connection to it.
 //!
 //! Tasks: a reader (stdout → [`FrameDecoder`] → responses to waiting requests, server
-//! requests to the [`ServerRequestHandler`], notifications to subscribers) and a stderr
-//! drain (kept as a bounded tail for error messages). Writes go through one lock on the
-//! server's stdin, so concurrent requests never interleave their frames.
+//! requests to the [`ServerRequestHandler`], notifications to subscribers), a writer
+//! (the only owner of the server's stdin, fed whole frames through a bounded queue, so
+//! concurrent requests never interleave and a caller giving up mid-send never leaves a
+//! half-written frame) and a stderr drain (a bounded tail for error messages).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -18,7 +19,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{broadcast, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::error::LspError;
 use super::framing::{DEFAULT_MAX_BODY, FrameDecoder, FrameError, encode};
@@ -32,6 +33,16 @@ use super::message::{
 const STDERR_TAIL: usize = 16 * 1024;
 /// Notifications buffered per subscriber before it lags.
 const NOTIFY_CAPACITY: usize = 1024;
+/// Frames queued for the writer before senders wait.
+const OUTGOING_CAPACITY: usize = 256;
+
+/// What the writer task is asked to do.
+enum Outgoing {
+    /// Write one whole frame.
+    Frame(bytes::Bytes),
+    /// Close the server's stdin (EOF), then report back.
+    Close(oneshot::Sender<()>),
+}
 
 /// Options of [`LspClient::spawn`].
 #[derive(Clone)]
@@ -89,7 +100,7 @@ type Pending = HashMap<RequestId, oneshot::Sender<Result<Value, ResponseError>>>
 
 /// State shared by the client handle and its tasks.
 struct Shared {
-    stdin: tokio::sync::Mutex<Option<InputSink>>,
+    outgoing: mpsc::Sender<Outgoing>,
     pending: Mutex<Pending>,
     /// Why the connection closed, once it did.
     closed: Mutex<Option<String>>,
@@ -102,20 +113,23 @@ struct Shared {
 }
 
 impl Shared {
+    /// Queues one message (whole frame) for the writer. Cancel-safe.
     async fn send(&self, body: &[u8]) -> Result<(), LspError> {
-        let frame = encode(body);
-        let mut guard = self.stdin.lock().await;
-        let Some(sink) = guard.as_mut() else {
-            return Err(LspError::Closed {
-                reason: "the server's stdin is closed".into(),
-            });
-        };
-        sink.write_all(&frame)
+        self.outgoing
+            .send(Outgoing::Frame(encode(body)))
             .await
-            .map_err(|e| LspError::Write(e.to_string()))?;
-        sink.flush()
-            .await
-            .map_err(|e| LspError::Write(e.to_string()))
+            .map_err(|_| self.closed_error("the server's stdin is closed"))
+    }
+
+    /// Queues a message without waiting; dropped if the queue is full or closed.
+    fn try_send(&self, body: &[u8]) {
+        let _ = self.outgoing.try_send(Outgoing::Frame(encode(body)));
+    }
+
+    fn closed_error(&self, fallback: &str) -> LspError {
+        LspError::Closed {
+            reason: self.closed_reason().unwrap_or_else(|| fallback.to_string()),
+        }
     }
 
     fn closed_reason(&self) -> Option<String> {
@@ -200,12 +214,13 @@ impl LspClient {
             .spawn(spec.stdin(StdinMode::Piped))
             .map_err(LspError::Spawn)?;
         let stdin = child.take_stdin();
+        let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING_CAPACITY);
         let stdout = child.take_stdout();
         let stderr = child.take_stderr();
         let (notifications, _) = broadcast::channel(NOTIFY_CAPACITY);
         let (diagnostics_changed, _) = watch::channel(0u64);
         let shared = Arc::new(Shared {
-            stdin: tokio::sync::Mutex::new(stdin),
+            outgoing,
             pending: Mutex::new(HashMap::new()),
             closed: Mutex::new(None),
             stderr_tail: Mutex::new(VecDeque::new()),
@@ -215,6 +230,10 @@ impl LspClient {
             handler: opts.handler.clone(),
         });
         let mut tasks = Vec::new();
+        match stdin {
+            Some(sink) => tasks.push(tokio::spawn(write_loop(shared.clone(), sink, outgoing_rx))),
+            None => shared.close("the server has no stdin".into()),
+        }
         if let Some(err) = stderr {
             tasks.push(tokio::spawn(drain_stderr(shared.clone(), err)));
         }
@@ -270,32 +289,35 @@ impl LspClient {
             .insert(id.clone(), tx);
         let mut guard = CancelGuard {
             shared: &self.shared,
-            id: Some(id.clone()),
+            id: id.clone(),
+            sent: false,
+            answered: false,
         };
-        self.shared
-            .send(&request_body(&id, method, &params))
-            .await?;
-        let outcome = tokio::time::timeout(timeout, rx).await;
+        let body = request_body(&id, method, &params);
+        // The timeout covers queueing the frame too (a server that stops reading its
+        // stdin cannot hang the caller); giving up never cuts a frame in half.
+        let outcome = tokio::time::timeout(timeout, async {
+            self.shared.send(&body).await?;
+            guard.sent = true;
+            Ok::<_, LspError>(rx.await)
+        })
+        .await;
         match outcome {
-            Ok(Ok(Ok(v))) => {
-                guard.id = None;
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(Ok(Ok(v)))) => {
+                guard.answered = true;
                 Ok(v)
             }
-            Ok(Ok(Err(error))) => {
-                guard.id = None;
+            Ok(Ok(Ok(Err(error)))) => {
+                guard.answered = true;
                 Err(LspError::Server {
                     method: method.to_string(),
                     error,
                 })
             }
-            Ok(Err(_)) => {
-                guard.id = None;
-                Err(LspError::Closed {
-                    reason: self
-                        .shared
-                        .closed_reason()
-                        .unwrap_or_else(|| "connection closed".into()),
-                })
+            Ok(Ok(Err(_))) => {
+                guard.answered = true; // the connection closed: nothing to cancel
+                Err(self.shared.closed_error("connection closed"))
             }
             Err(_) => Err(LspError::Timeout {
                 method: method.to_string(),
@@ -419,12 +441,19 @@ impl LspClient {
             .map(|_| ())
     }
 
-    /// The `exit` notification, then closes the server's stdin.
+    /// The `exit` notification, then closes the server's stdin (after every message
+    /// queued before it was written).
     pub async fn exit(&self) -> Result<(), LspError> {
         let r = self.notify("exit", Value::Null).await;
-        let mut stdin = self.shared.stdin.lock().await;
-        if let Some(mut sink) = stdin.take() {
-            let _ = sink.shutdown().await;
+        let (done, closed) = oneshot::channel();
+        if self
+            .shared
+            .outgoing
+            .send(Outgoing::Close(done))
+            .await
+            .is_ok()
+        {
+            let _ = closed.await;
         }
         r
     }
@@ -474,28 +503,48 @@ impl Drop for LspClient {
     }
 }
 
-/// Removes a request from the pending map and tells the server to cancel it, unless the
-/// request completed (`id` taken).
+/// Removes a request from the pending map when its caller is done with it, and tells the
+/// server to cancel it when it was sent but not answered (timeout, future dropped).
 struct CancelGuard<'a> {
     shared: &'a Arc<Shared>,
-    id: Option<RequestId>,
+    id: RequestId,
+    sent: bool,
+    answered: bool,
 }
 
 impl Drop for CancelGuard<'_> {
     fn drop(&mut self) {
-        let Some(id) = self.id.take() else { return };
         if let Ok(mut p) = self.shared.pending.lock() {
-            p.remove(&id);
+            p.remove(&self.id);
         }
-        if self.shared.closed_reason().is_some() {
-            return;
+        if self.sent && !self.answered && self.shared.closed_reason().is_none() {
+            let params = json!({"id": self.id});
+            self.shared
+                .try_send(&notification_body("$/cancelRequest", &params));
         }
-        let shared = self.shared.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let body = notification_body("$/cancelRequest", &json!({"id": id}));
-                let _ = shared.send(&body).await;
-            });
+    }
+}
+
+/// Owns the server's stdin: writes queued frames whole, in order; closes on request.
+async fn write_loop(shared: Arc<Shared>, mut sink: InputSink, mut rx: mpsc::Receiver<Outgoing>) {
+    while let Some(msg) = rx.recv().await {
+        match msg {
+            Outgoing::Frame(frame) => {
+                let written = match sink.write_all(&frame).await {
+                    Ok(()) => sink.flush().await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = written {
+                    shared.close(format!("writing to the server: {e}"));
+                    return;
+                }
+            }
+            Outgoing::Close(done) => {
+                let _ = sink.shutdown().await;
+                drop(sink);
+                let _ = done.send(());
+                return;
+            }
         }
     }
 }
@@ -548,7 +597,7 @@ fn dispatch(shared: &Arc<Shared>, body: &[u8]) {
             let result = shared.handler.handle(&req.method, &req.params);
             let body = response_body(&req.id, &result);
             let shared = shared.clone();
-            // Written from a task so the reader never blocks on a full stdin pipe.
+            // Queued from a task so the reader never waits on a full queue.
             tokio::spawn(async move {
                 if let Err(e) = shared.send(&body).await {
                     tracing::debug!(error = %e, method = %req.method, "lsp: could not answer");

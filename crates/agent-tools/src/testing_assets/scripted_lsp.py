@@ -84,6 +84,8 @@ while True:
         write_raw(big[:100], big[100:] + frame({"jsonrpc": "2.0", "method": "after-big"}))
     elif method == "never":
         pass
+    elif method == "stall":  # a notification: stop reading stdin for a while
+        time.sleep(m["params"]["secs"])
     elif method == "$/cancelRequest":
         cancelled.append(m["params"]["id"])
     elif method == "cancelled":
