@@ -7,7 +7,7 @@ mod envd_support;
 
 use std::io::{Read as _, Write as _};
 
-use envd_support::{boot, is_root};
+use envd_support::boot;
 use futures::StreamExt as _;
 use serde_json::json;
 
@@ -203,7 +203,7 @@ async fn uploads_multipart_gzip_and_ownership() {
         )
         .await;
     assert_eq!(st["entry"]["size"], "3");
-    if is_root() {
+    if fake.envd.is_isolated() {
         assert_eq!(st["entry"]["owner"], "user");
         assert_eq!(st["entry"]["group"], "user");
         let (_, dir) = fake

@@ -4,7 +4,7 @@
 
 mod envd_support;
 
-use envd_support::{basic, boot, is_root, run};
+use envd_support::{basic, boot, run};
 use serde_json::json;
 
 #[tokio::test]
@@ -35,7 +35,7 @@ async fn stat_mkdir_remove_move() {
     assert_eq!(b["entry"]["type"], "FILE_TYPE_DIRECTORY");
     assert_eq!(b["entry"]["mode"], 0o755);
     assert!(b["entry"]["modifiedTime"].as_str().unwrap().ends_with('Z'));
-    if is_root() {
+    if fake.envd.is_isolated() {
         assert_eq!(b["entry"]["owner"], "user");
     }
     let (st, b) = fake
@@ -320,6 +320,22 @@ async fn watch_dir_stream_and_polled_watcher() {
         .await;
     assert_eq!((st, b["code"].as_str()), (404, Some("not_found")));
 
+    // idle watch: keepalives, then the deadline ends it
+    let mut s = fake
+        .stream(
+            "/filesystem.Filesystem/WatchDir",
+            &json!({"path":"/tmp"}),
+            &[
+                ("Keepalive-Ping-Interval", "1"),
+                ("Connect-Timeout-Ms", "1500"),
+            ],
+        )
+        .await;
+    assert_eq!(s.msg().await, json!({"start":{}}));
+    assert_eq!(s.msg().await, json!({"keepalive":{}}));
+    let (_, end) = s.collect().await;
+    assert_eq!(end["error"]["code"], "deadline_exceeded");
+
     let mut s = fake
         .stream(
             "/filesystem.Filesystem/WatchDir",
@@ -334,11 +350,11 @@ async fn watch_dir_stream_and_polled_watcher() {
 
 #[tokio::test]
 async fn conversation_template_layout() {
-    if !is_root() {
-        eprintln!("skipped: template users and modes need root (isolation)");
+    let fake = boot("conversation", None).await;
+    if !fake.envd.is_isolated() {
+        eprintln!("skipped: template users and modes need isolation (root with CAP_SYS_ADMIN)");
         return;
     }
-    let fake = boot("conversation", None).await;
     let (out, _, _) = run(
         &fake,
         "id -un; pwd; echo $HOME; stat -c '%U %a' /workspace /skills /opt/capybara; ls /opt/capybara 2>&1; echo x > /skills/f 2>&1 || echo denied",

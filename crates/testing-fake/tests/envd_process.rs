@@ -6,7 +6,7 @@ mod envd_support;
 
 use std::time::Duration;
 
-use envd_support::{Item, basic, boot, is_root, outputs, run};
+use envd_support::{Item, basic, boot, outputs, run};
 use serde_json::json;
 
 #[tokio::test]
@@ -63,18 +63,18 @@ async fn environment_is_exactly_envds() {
     assert!(text.contains("GLOBAL_A=2\n"), "request envs win: {text}");
     assert!(text.contains("E2B_SANDBOX=true\n"));
     assert!(text.contains("USER=user\n"));
-    if is_root() {
+    if fake.envd.is_isolated() {
         assert!(text.contains("HOME=/home/user\n"), "{text}");
     }
 }
 
 #[tokio::test]
 async fn users_and_cwd() {
-    if !is_root() {
-        eprintln!("skipped: users need root (isolation)");
+    let fake = boot("base", None).await;
+    if !fake.envd.is_isolated() {
+        eprintln!("skipped: users need isolation (root with CAP_SYS_ADMIN)");
         return;
     }
-    let fake = boot("base", None).await;
     let (out, _, _) = run(&fake, "id -un; pwd; id -u", None).await;
     assert_eq!(String::from_utf8(out).unwrap(), "user\n/home/user\n1000\n");
     let (out, _, _) = run(&fake, "id -un; pwd", Some("root")).await;

@@ -35,11 +35,6 @@ impl Drop for Fake {
     }
 }
 
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 pub async fn boot(template: &str, token: Option<&str>) -> Fake {
     let dir =
         std::env::temp_dir().join(format!("envd-test-{}-{}", std::process::id(), uuid_like()));
