@@ -209,6 +209,11 @@ async fn list_filters_and_pages() {
         .expect("paused");
     assert_eq!(paused.len(), 1);
     assert_eq!(paused[0].sandbox_id, ids[0]);
+    let by_template = c
+        .list_all(q.clone().template("base"))
+        .await
+        .expect("by template");
+    assert_eq!(by_template.len(), 3);
     let both = c
         .list_all(q.states([SandboxState::Running, SandboxState::Paused]))
         .await

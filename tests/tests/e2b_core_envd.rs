@@ -64,6 +64,41 @@ async fn processes_run_stream_and_exit() {
         .expect("wait");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "bar|/tmp|root");
 
+    // a quiet process under an idle timeout: the keepalive interval asked of envd is
+    // lowered under it, so the stream stays alive until the process ends
+    let quiet = sb
+        .run(StartProcess::shell("sleep 3; echo done").idle_timeout(Duration::from_secs(2)))
+        .await
+        .expect("keepalives keep an idle-timed stream alive");
+    assert_eq!(quiet.stdout, b"done\n");
+
+    // an unsecured sandbox: no token at all. v2 sandboxes are always secured (NewSandboxV2
+    // has no `secure`), so force the v1 path with a bare 404 on v2.
+    emu.faults().add(
+        FaultRule::new(FaultAction::Status {
+            status: 404,
+            body: "404 page not found".into(),
+            content_type: "text/plain".into(),
+        })
+        .surface(FakeSurface::Control)
+        .path_prefix("/v2/sandboxes")
+        .times(1),
+    );
+    let open = client(&emu)
+        .create(&e2b_core::CreateOptions::new("base").secure(false))
+        .await
+        .expect("create unsecured");
+    assert!(open.access_token().is_none());
+    let out = open
+        .run(StartProcess::shell("echo open"))
+        .await
+        .expect("run");
+    assert_eq!(out.stdout, b"open\n");
+    let url = open
+        .download_url("/home/user", None, None)
+        .expect("unsigned url");
+    assert!(!url.contains("signature"), "{url}");
+
     // unknown user is refused by envd
     let err = sb
         .start_process(StartProcess::shell("true").user("no-such-user-xyz"))

@@ -19,6 +19,9 @@ pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(50);
 /// Default sandbox lifetime asked for at create and connect (the SDKs' 300 s).
 pub const DEFAULT_SANDBOX_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// What a disabled request timeout means: long enough never to matter.
+const NO_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Domains served by E2B's shared envd host `sandbox.<domain>` (header routing).
 const SHARED_HOST_DOMAINS: [&str; 4] = ["e2b.app", "e2b.dev", "e2b.pro", "e2b-staging.dev"];
 
@@ -154,9 +157,10 @@ impl Config {
         self
     }
 
-    /// Timeout of every unary call, and of the handshake of streaming calls (default 60 s).
+    /// Timeout of every unary call, and of the handshake of streaming calls (default 60 s;
+    /// zero disables it, as the SDKs' `requestTimeoutMs: 0`).
     pub fn request_timeout(mut self, t: Duration) -> Self {
-        self.request_timeout = t;
+        self.request_timeout = if t.is_zero() { NO_TIMEOUT } else { t };
         self
     }
 
@@ -170,14 +174,14 @@ impl Config {
     /// arrives for this long. Default: none. The keepalive interval asked of envd is lowered
     /// to half of it so a quiet but healthy stream never trips it.
     pub fn stream_idle_timeout(mut self, t: Option<Duration>) -> Self {
-        self.stream_idle_timeout = t;
+        self.stream_idle_timeout = t.filter(|d| !d.is_zero());
         self
     }
 
     /// Fail an upload or download when no bytes move for this long (default 60 s; `None`
     /// disables).
     pub fn transfer_idle_timeout(mut self, t: Option<Duration>) -> Self {
-        self.transfer_idle_timeout = t;
+        self.transfer_idle_timeout = t.filter(|d| !d.is_zero());
         self
     }
 
@@ -344,5 +348,10 @@ mod tests {
         assert_eq!(c.keepalive_secs(None), 50);
         assert_eq!(c.keepalive_secs(Some(Duration::from_secs(10))), 5);
         assert_eq!(c.keepalive_secs(Some(Duration::from_millis(300))), 1);
+        let c = Config::new()
+            .request_timeout(Duration::ZERO)
+            .stream_idle_timeout(Some(Duration::ZERO));
+        assert!(c.get_request_timeout() > Duration::from_secs(3600));
+        assert_eq!(c.keepalive_secs(c.stream_idle_timeout), 50);
     }
 }

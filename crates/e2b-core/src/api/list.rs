@@ -33,6 +33,8 @@ pub struct ListQuery {
     pub states: Vec<SandboxState>,
     /// Page size (1..=100).
     pub limit: Option<u32>,
+    /// Only sandboxes of this template (ID or alias, no `:tag`).
+    pub template: Option<String>,
 }
 
 impl ListQuery {
@@ -56,6 +58,12 @@ impl ListQuery {
     /// Page size.
     pub fn limit(mut self, limit: u32) -> Self {
         self.limit = Some(limit);
+        self
+    }
+
+    /// Only this template.
+    pub fn template(mut self, template: impl Into<String>) -> Self {
+        self.template = Some(template.into());
         self
     }
 
@@ -90,6 +98,9 @@ impl ListQuery {
         }
         if let Some(l) = self.limit {
             out.push(("limit", l.to_string()));
+        }
+        if let Some(t) = &self.template {
+            out.push(("template", t.clone()));
         }
         if let Some(t) = next_token {
             out.push(("nextToken", t.to_owned()));
