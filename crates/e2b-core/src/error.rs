@@ -126,7 +126,7 @@ pub enum Error {
     },
     /// envd answered with a Connect error (or an HTTP error of `/files` mapped to one):
     /// `not_found`, `already_exists`, `invalid_argument`, `deadline_exceeded`, ...
-    #[error("envd error {code}: {message}")]
+    #[error("envd error {code}{}: {message}", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
     Envd {
         /// The Connect code.
         code: Code,
@@ -555,6 +555,7 @@ mod tests {
     fn envd_statuses() {
         let e = envd(404, r#"{"code":"not_found","message":"file not found"}"#);
         assert!(e.is_not_found());
+        assert_eq!(e.to_string(), "envd error not_found (HTTP 404): file not found");
         assert_eq!(e.status(), Some(404));
         assert!(envd(409, r#"{"code":"already_exists","message":"x"}"#).is_already_exists());
         let gone = envd(
