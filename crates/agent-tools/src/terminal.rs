@@ -265,6 +265,12 @@ impl TerminalSession {
         self.term.pid()
     }
 
+    /// Waits until the session started; its leader's pid, or the start error a remote
+    /// backend reports.
+    pub async fn started(&self) -> Result<u32, ProcError> {
+        self.term.started().await
+    }
+
     /// Writes raw bytes (keystrokes).
     pub async fn write(&self, data: &[u8]) -> Result<(), ProcError> {
         self.term.write(data).await

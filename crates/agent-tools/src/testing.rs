@@ -645,9 +645,11 @@ pub async fn lsp_pylsp_diagnostics(world: &ToolWorld) {
         "InitializeResult without textDocumentSync: {init}"
     );
     lsp.initialized().await.expect("initialized");
-    lsp.did_open(&uri, "python", 1, text)
+    let opened = lsp
+        .open_document(world.fs.as_ref(), &file, "python", 1 << 20)
         .await
         .expect("didOpen");
+    assert_eq!(opened, uri);
     let diags = lsp
         .wait_for_diagnostics(&uri, HANG, |d| !d.is_empty())
         .await

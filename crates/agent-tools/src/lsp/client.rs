@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use exec_world::{
-    Child, ExitStatus, InputSink, OutputStream, SpawnSpec, StdinMode, Subprocess, Target,
+    Child, ExitStatus, Fs, InputSink, OutputStream, SpawnSpec, StdinMode, Subprocess, Target,
+    WorldPath,
 };
 use futures::StreamExt;
 use serde::Serialize;
@@ -414,6 +415,24 @@ impl LspClient {
             json!({"textDocument": {"uri": uri, "languageId": language_id, "version": version, "text": text}}),
         )
         .await
+    }
+
+    /// Reads `path` through `fs` (at most `max_bytes`, UTF-8 required) and sends
+    /// `textDocument/didOpen` for it with version 1; returns the document's URI
+    /// (`fs.canonical(path).uri()`), the identity the server's notifications use.
+    pub async fn open_document(
+        &self,
+        fs: &dyn Fs,
+        path: &WorldPath,
+        language_id: &str,
+        max_bytes: u64,
+    ) -> Result<String, LspError> {
+        let data = fs.read(path, max_bytes).await?;
+        let text = std::str::from_utf8(&data)
+            .map_err(|e| LspError::Protocol(format!("{path} is not UTF-8: {e}")))?;
+        let uri = fs.canonical(path).uri();
+        self.did_open(&uri, language_id, 1, text).await?;
+        Ok(uri)
     }
 
     /// `textDocument/didChange` with the full new text.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use exec_world::ProcError;
+use exec_world::{FsError, ProcError};
 
 use super::framing::FrameError;
 use super::message::ResponseError;
@@ -47,6 +47,9 @@ pub enum LspError {
     /// Parameters could not be serialized.
     #[error("serializing parameters: {0}")]
     Serialize(#[from] serde_json::Error),
+    /// Reading a document through `Fs` failed.
+    #[error("reading a document: {0}")]
+    Fs(#[from] FsError),
     /// Ending the server process failed.
     #[error("ending the language server: {0}")]
     Process(#[source] ProcError),
