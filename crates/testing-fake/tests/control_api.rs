@@ -91,6 +91,21 @@ async fn create_v1_and_v2() {
     let left = end - OffsetDateTime::now_utc();
     assert!(left > time::Duration::seconds(250) && left <= time::Duration::seconds(300));
 
+    // a retry with the same Idempotency-Key gets the same sandbox
+    let create_keyed = || {
+        env.http
+            .post(format!("{}/v2/sandboxes", env.emu.api_url()))
+            .header("X-API-KEY", env.emu.api_key())
+            .header("Idempotency-Key", "retry-1")
+            .json(&json!({"templateID":"base"}))
+            .send()
+    };
+    let first: Sandbox = create_keyed().await.unwrap().json().await.unwrap();
+    let again = create_keyed().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+    let again: Sandbox = again.json().await.unwrap();
+    assert_eq!(first.sandbox_id, again.sandbox_id);
+
     // v1 without secure: false → no token
     let a = env
         .post("/sandboxes", json!({"templateID":"base","secure":false}))

@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use e2b_core::proto::control::{
     ListedSandbox, NewSandbox, PauseSandbox, RefreshSandbox, Sandbox, SandboxDetail, SandboxState,
@@ -96,9 +96,30 @@ pub(crate) async fn create_v1(State(store): State<Arc<Store>>, body: Bytes) -> R
     create(&store, &body, false).await.into_response()
 }
 
-/// `POST /v2/sandboxes`.
-pub(crate) async fn create_v2(State(store): State<Arc<Store>>, body: Bytes) -> Response {
-    create(&store, &body, true).await.into_response()
+/// `POST /v2/sandboxes`. A retry carrying the same `Idempotency-Key` as an earlier
+/// successful create gets that sandbox again instead of a new one.
+pub(crate) async fn create_v2(
+    State(store): State<Arc<Store>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned);
+    if let Some(rec) = key.as_deref().and_then(|k| store.by_idempotency_key(k)) {
+        return (StatusCode::CREATED, Json(sandbox_answer(&rec))).into_response();
+    }
+    match create(&store, &body, true).await {
+        Ok((status, Json(sbx))) => {
+            if let Some(k) = key {
+                store.remember_idempotency_key(k, &sbx.sandbox_id);
+            }
+            (status, Json(sbx)).into_response()
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn create(store: &Store, body: &[u8], v2: bool) -> ApiResult<(StatusCode, Json<Sandbox>)> {

@@ -98,6 +98,8 @@ pub(crate) struct Store {
     root: PathBuf,
     pub max_timeout: Duration,
     sandboxes: Mutex<HashMap<String, Arc<SandboxRecord>>>,
+    /// `Idempotency-Key` of a v2 create → the sandbox it created.
+    idempotency: Mutex<HashMap<String, String>>,
 }
 
 fn later(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
@@ -111,6 +113,7 @@ impl Store {
             root,
             max_timeout,
             sandboxes: Mutex::new(HashMap::new()),
+            idempotency: Mutex::new(HashMap::new()),
         }
     }
 
@@ -123,6 +126,25 @@ impl Store {
     /// A live (not killed) sandbox.
     pub fn get(&self, id: &str) -> Option<Arc<SandboxRecord>> {
         self.map().get(id).cloned()
+    }
+
+    /// The live sandbox an earlier create with this `Idempotency-Key` made.
+    pub fn by_idempotency_key(&self, key: &str) -> Option<Arc<SandboxRecord>> {
+        let id = self
+            .idempotency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned()?;
+        self.get(&id)
+    }
+
+    /// Remember which sandbox a create with this `Idempotency-Key` made.
+    pub fn remember_idempotency_key(&self, key: String, sandbox_id: &str) {
+        self.idempotency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, sandbox_id.to_owned());
     }
 
     /// Every live sandbox.
