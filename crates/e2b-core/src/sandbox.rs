@@ -1,6 +1,6 @@
 //! The connected sandbox handle ([`Sandbox`]) and the trait adapters build on
 //! ([`EnvdApi`]): every envd operation plus the sandbox's identity. Lifecycle (kill,
-//! timeout, pause, connect) stays on [`Client`](crate::Client).
+//! timeout, pause, connect) stays on [`Client`].
 
 use std::fmt;
 use std::sync::Arc;
