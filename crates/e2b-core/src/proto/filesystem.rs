@@ -130,8 +130,10 @@ pub struct EntryResponse {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MoveRequest {
     /// From.
+    #[serde(default)]
     pub source: String,
     /// To.
+    #[serde(default)]
     pub destination: String,
 }
 

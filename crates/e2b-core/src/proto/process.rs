@@ -35,6 +35,7 @@ pub struct Empty {}
 #[serde(rename_all = "camelCase")]
 pub struct ProcessConfig {
     /// The program.
+    #[serde(default)]
     pub cmd: String,
     /// Its arguments.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -170,6 +171,7 @@ pub enum ProcessEvent {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StartRequest {
     /// What to run.
+    #[serde(default)]
     pub process: ProcessConfig,
     /// Allocate a PTY of this size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
