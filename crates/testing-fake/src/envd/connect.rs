@@ -130,11 +130,12 @@ pub(crate) fn keepalive_interval(headers: &HeaderMap) -> Duration {
 }
 
 fn decode_json<T: DeserializeOwned>(payload: &[u8]) -> Result<T, RpcError> {
-    let payload: &[u8] = if payload.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        payload
-    };
+    if payload.is_empty() {
+        // connect-go's JSON codec refuses an empty payload.
+        return Err(RpcError::invalid(
+            "unmarshal message: zero-length payload is not a valid JSON object",
+        ));
+    }
     serde_json::from_slice(payload)
         .map_err(|e| RpcError::invalid(format!("unmarshal message: {e}")))
 }
