@@ -382,6 +382,11 @@ async fn metrics_and_health() {
         .await;
     assert_eq!(a.status, StatusCode::OK);
     assert!(a.json["sandboxes"][id].is_object());
+    let a = env.get(&format!("/v2/sandboxes/{id}/logs")).await;
+    assert_eq!(a.json, json!({"logs": []}));
+    env.get("/sandboxes/iunknown/logs")
+        .await
+        .assert_api_error(404);
 
     // envd /health is routed by E2b-Sandbox-Id: 204, empty, no token needed
     let r = env

@@ -435,3 +435,21 @@ pub(crate) async fn metrics_many(
     }
     Ok(Json(serde_json::json!({ "sandboxes": out })))
 }
+
+/// `GET /sandboxes/{id}/logs` (deprecated): the emulator keeps no sandbox logs.
+pub(crate) async fn logs_v1(
+    State(store): State<Arc<Store>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    lookup(&store, &id)?;
+    Ok(Json(serde_json::json!({ "logs": [], "logEntries": [] })))
+}
+
+/// `GET /v2/sandboxes/{id}/logs`: the emulator keeps no sandbox logs.
+pub(crate) async fn logs_v2(
+    State(store): State<Arc<Store>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    lookup(&store, &id)?;
+    Ok(Json(serde_json::json!({ "logs": [] })))
+}

@@ -65,6 +65,8 @@ pub(crate) fn router(store: Arc<Store>, api_key: &str) -> Router {
         .route("/v2/sandboxes/{id}/connect", post(h::connect_v2))
         .route("/sandboxes/{id}/resume", post(h::resume))
         .route("/sandboxes/{id}/metrics", get(h::metrics))
+        .route("/sandboxes/{id}/logs", get(h::logs_v1))
+        .route("/v2/sandboxes/{id}/logs", get(h::logs_v2))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .with_state(store)
