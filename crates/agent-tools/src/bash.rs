@@ -20,7 +20,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use exec_world::{ExitStatus, OutputStream, ProcError, SpawnSpec, Subprocess, WorldPath};
+use exec_world::{
+    ExitStatus, OutputStream, ProcError, SpawnSpec, StdinMode, Subprocess, WorldPath,
+};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
@@ -91,6 +93,9 @@ pub struct BashRequest {
     /// Leave background jobs running when the shell exits in time (default false: they
     /// are terminated). A timeout still terminates everything.
     pub keep_background: bool,
+    /// Text given to the command's standard input, then EOF; `None`: `/dev/null`.
+    /// Written concurrently, so a command that never reads it does not block the tool.
+    pub stdin: Option<String>,
 }
 
 impl Default for BashRequest {
@@ -104,6 +109,7 @@ impl Default for BashRequest {
             grace: DEFAULT_GRACE,
             linger: DEFAULT_LINGER,
             keep_background: false,
+            stdin: None,
         }
     }
 }
@@ -150,6 +156,12 @@ impl BashRequest {
     /// Sets the linger after the shell exits.
     pub fn linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
+        self
+    }
+
+    /// Sets [`BashRequest::stdin`].
+    pub fn stdin(mut self, input: impl Into<String>) -> Self {
+        self.stdin = Some(input.into());
         self
     }
 
@@ -269,7 +281,19 @@ impl BashTool {
                 .map_err(|e| BashError::InvalidRequest(format!("cwd: {e}")))?;
             spec = spec.cwd(cwd);
         }
+        if req.stdin.is_some() {
+            spec = spec.stdin(StdinMode::Piped);
+        }
         let mut child = self.proc.spawn(spec)?;
+        let _feeder = match (req.stdin.clone(), child.take_stdin()) {
+            (Some(input), Some(mut sink)) => Some(AbortOnDrop(tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                // A command that exits without reading gives EPIPE: not an error.
+                let _ = sink.write_all(input.as_bytes()).await;
+                let _ = sink.shutdown().await;
+            }))),
+            _ => None,
+        };
         let mut out = Drain::new(child.take_stdout(), req.max_output_bytes);
         let mut err = Drain::new(child.take_stderr(), req.max_output_bytes);
 
@@ -359,6 +383,15 @@ impl BashTool {
             stderr,
             shell,
         })
+    }
+}
+
+/// Aborts the task when dropped (the stdin feeder must not outlive `run`).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -113,6 +113,7 @@ macro_rules! agent_tools_tests {
             bash_timeout_kills_process_tree,
             bash_background_job_ended_after_exit,
             bash_keep_background,
+            bash_stdin,
             bash_output_cap_utf8_boundary,
             bash_output_non_utf8,
             bash_huge_output_is_bounded,
@@ -293,6 +294,29 @@ pub async fn bash_background_job_ended_after_exit(world: &ToolWorld) {
     assert_eq!(out.stdout.text, "done\n");
     let pid = read_pid(world, "bg.pid").await;
     assert!(!is_alive(world, pid).await, "background job {pid} survived");
+}
+
+/// `stdin` text reaches the command, then EOF; a command that never reads a large input
+/// still completes.
+pub async fn bash_stdin(world: &ToolWorld) {
+    if !world.proc.capabilities().stdin {
+        eprintln!("skipped: backend does not claim piped stdin");
+        return;
+    }
+    let out = world
+        .bash()
+        .run(BashRequest::new("tr a-z A-Z; echo eof").stdin("hello é\nworld"))
+        .await
+        .expect("run");
+    assert_eq!(out.stdout.text, "HELLO é\nWORLDeof\n");
+    let big = "z".repeat(4 << 20);
+    let out = world
+        .bash()
+        .run(BashRequest::new("echo ignored").stdin(big).timeout(HANG))
+        .await
+        .expect("run");
+    assert!(out.success(), "{out:?}");
+    assert_eq!(out.stdout.text, "ignored\n");
 }
 
 /// With `keep_background`, a job started in the background (output redirected) keeps
