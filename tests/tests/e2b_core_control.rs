@@ -120,6 +120,21 @@ async fn lifecycle_create_get_timeout_refresh_pause_connect_kill() {
     assert!(err.is_sandbox_not_found(), "{err:?}");
     let err = sb.stat("/home/user", None).await.unwrap_err();
     assert!(err.is_sandbox_not_found(), "{err:?}");
+    // a connection dropped on the way to a dead sandbox: the /health probe says "gone"
+    let health_before = emu.counters().get_on(FakeSurface::Envd, "GET /health");
+    emu.faults().add(
+        FaultRule::new(FaultAction::Reset)
+            .surface(FakeSurface::Envd)
+            .path_prefix("/filesystem.Filesystem/Stat")
+            .times(1),
+    );
+    let err = sb.stat("/home/user", None).await.unwrap_err();
+    assert!(err.is_sandbox_not_found(), "{err:?}");
+    assert_eq!(
+        emu.counters().get_on(FakeSurface::Envd, "GET /health"),
+        health_before + 1,
+        "the reset was followed by one /health probe"
+    );
     emu.shutdown().await;
 }
 

@@ -305,10 +305,28 @@ impl Sandbox {
         user: Option<&str>,
         reader: R,
     ) -> Result<WriteInfo, Error> {
-        self.inner
+        let r = self
+            .inner
             .conn
             .upload(path, user, crate::envd::reader_stream(reader))
-            .await
+            .await;
+        self.explain(r).await
+    }
+
+    /// After a transport failure, ask `/health` (5 s at most) whether the sandbox is still
+    /// there, as the SDKs do: the proxy's 502 turns the error into
+    /// [`Error::SandboxNotFound`]; otherwise the original error stands.
+    async fn explain<T>(&self, r: Result<T, Error>) -> Result<T, Error> {
+        match r {
+            Err(e @ Error::Transport { .. }) => {
+                let probe = tokio::time::timeout(Duration::from_secs(5), self.inner.conn.health());
+                match probe.await {
+                    Ok(Err(gone @ Error::SandboxNotFound { .. })) => Err(gone),
+                    _ => Err(e),
+                }
+            }
+            other => other,
+        }
     }
 
     /// This handle as a shareable trait object.
@@ -324,7 +342,8 @@ impl EnvdApi for Sandbox {
     }
 
     async fn start_process(&self, spec: StartProcess) -> Result<ProcessStream, Error> {
-        self.inner.conn.start_process(&spec).await
+        self.explain(self.inner.conn.start_process(&spec).await)
+            .await
     }
 
     async fn connect_process(
@@ -332,31 +351,36 @@ impl EnvdApi for Sandbox {
         process: ProcessSelector,
         opts: StreamOptions,
     ) -> Result<ProcessStream, Error> {
-        self.inner.conn.connect_process(process, opts).await
+        self.explain(self.inner.conn.connect_process(process, opts).await)
+            .await
     }
 
     async fn list_processes(&self) -> Result<Vec<ProcessInfo>, Error> {
-        self.inner.conn.list_processes().await
+        self.explain(self.inner.conn.list_processes().await).await
     }
 
     async fn send_input(&self, process: ProcessSelector, input: ProcessInput) -> Result<(), Error> {
-        self.inner.conn.send_input(process, input).await
+        self.explain(self.inner.conn.send_input(process, input).await)
+            .await
     }
 
     async fn send_signal(&self, process: ProcessSelector, signal: Signal) -> Result<(), Error> {
-        self.inner.conn.send_signal(process, signal).await
+        self.explain(self.inner.conn.send_signal(process, signal).await)
+            .await
     }
 
     async fn resize_pty(&self, process: ProcessSelector, size: PtySize) -> Result<(), Error> {
-        self.inner.conn.resize_pty(process, size).await
+        self.explain(self.inner.conn.resize_pty(process, size).await)
+            .await
     }
 
     async fn close_stdin(&self, process: ProcessSelector) -> Result<(), Error> {
-        self.inner.conn.close_stdin(process).await
+        self.explain(self.inner.conn.close_stdin(process).await)
+            .await
     }
 
     async fn stat(&self, path: &str, user: Option<&str>) -> Result<EntryInfo, Error> {
-        self.inner.conn.stat(path, user).await
+        self.explain(self.inner.conn.stat(path, user).await).await
     }
 
     async fn list_dir(
@@ -365,11 +389,13 @@ impl EnvdApi for Sandbox {
         depth: u32,
         user: Option<&str>,
     ) -> Result<Vec<EntryInfo>, Error> {
-        self.inner.conn.list_dir(path, depth, user).await
+        self.explain(self.inner.conn.list_dir(path, depth, user).await)
+            .await
     }
 
     async fn make_dir(&self, path: &str, user: Option<&str>) -> Result<EntryInfo, Error> {
-        self.inner.conn.make_dir(path, user).await
+        self.explain(self.inner.conn.make_dir(path, user).await)
+            .await
     }
 
     async fn rename(
@@ -378,15 +404,17 @@ impl EnvdApi for Sandbox {
         destination: &str,
         user: Option<&str>,
     ) -> Result<EntryInfo, Error> {
-        self.inner.conn.rename(source, destination, user).await
+        self.explain(self.inner.conn.rename(source, destination, user).await)
+            .await
     }
 
     async fn remove(&self, path: &str, user: Option<&str>) -> Result<(), Error> {
-        self.inner.conn.remove(path, user).await
+        self.explain(self.inner.conn.remove(path, user).await).await
     }
 
     async fn watch_dir(&self, path: &str, opts: WatchOptions) -> Result<WatchStream, Error> {
-        self.inner.conn.watch_dir(path, &opts).await
+        self.explain(self.inner.conn.watch_dir(path, &opts).await)
+            .await
     }
 
     async fn upload(
@@ -395,11 +423,13 @@ impl EnvdApi for Sandbox {
         user: Option<&str>,
         body: ByteStream,
     ) -> Result<WriteInfo, Error> {
-        self.inner.conn.upload(path, user, body).await
+        self.explain(self.inner.conn.upload(path, user, body).await)
+            .await
     }
 
     async fn download(&self, path: &str, user: Option<&str>) -> Result<Download, Error> {
-        self.inner.conn.download(path, user).await
+        self.explain(self.inner.conn.download(path, user).await)
+            .await
     }
 
     async fn health(&self) -> Result<(), Error> {
