@@ -192,6 +192,22 @@ async fn info_kill_and_ids() {
         d.envd_access_token,
         sbx["envdAccessToken"].as_str().map(str::to_owned)
     );
+    // network update replaces the egress settings and shows in the detail
+    let a = env
+        .api(
+            Method::PUT,
+            &format!("/sandboxes/{id}/network"),
+            Some(json!({"allowOut": ["example.com"], "egressProxy": {"address": "p:1", "password": "pw-secret"}, "allow_internet_access": false})),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT, "{}", a.text);
+    let a = env.get(&format!("/sandboxes/{id}")).await;
+    assert_eq!(a.json["network"]["allowOut"], json!(["example.com"]));
+    assert_eq!(a.json["allowInternetAccess"], json!(false));
+    assert!(
+        !a.text.contains("pw-secret"),
+        "proxy password is never returned"
+    );
     // legacy `<id>-<clientID>` form is accepted
     let a = env.get(&format!("/sandboxes/{id}-6532622b")).await;
     assert_eq!(a.status, StatusCode::OK);

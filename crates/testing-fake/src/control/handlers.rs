@@ -192,13 +192,14 @@ pub(crate) async fn info(
             .to_owned()
         })
     };
+    let (allow_internet_access, network) = rec.net();
     Ok(Json(SandboxDetail {
         listed: listed(&rec),
         pause_mode,
         envd_access_token: rec.access_token.clone(),
-        allow_internet_access: rec.allow_internet_access,
+        allow_internet_access,
         domain: None,
-        network: rec.network.clone().map(|mut n| {
+        network: network.map(|mut n| {
             if let Some(p) = n.egress_proxy.as_mut() {
                 p.password = None;
             }
@@ -452,4 +453,40 @@ pub(crate) async fn logs_v2(
 ) -> ApiResult<Json<serde_json::Value>> {
     lookup(&store, &id)?;
     Ok(Json(serde_json::json!({ "logs": [] })))
+}
+
+/// Body of `PUT /sandboxes/{id}/network`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NetworkUpdate {
+    allow_out: Option<Vec<String>>,
+    deny_out: Option<Vec<String>>,
+    egress_proxy: Option<e2b_core::proto::control::EgressProxy>,
+    rules: Option<serde_json::Value>,
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+}
+
+/// `PUT /sandboxes/{id}/network`: replaces the egress settings (omitted fields are
+/// cleared). The emulator records them for `GET /sandboxes/{id}`; it does not filter
+/// traffic.
+pub(crate) async fn update_network(
+    State(store): State<Arc<Store>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let rec = lookup(&store, &id)?;
+    let req: NetworkUpdate = parse_body(&body, true)?.unwrap_or_default();
+    let (_, old) = rec.net();
+    let old = old.unwrap_or_default();
+    let network = e2b_core::proto::control::NetworkConfig {
+        allow_out: req.allow_out,
+        deny_out: req.deny_out,
+        egress_proxy: req.egress_proxy,
+        rules: req.rules,
+        allow_public_traffic: old.allow_public_traffic,
+        mask_request_host: old.mask_request_host,
+    };
+    rec.set_net(req.allow_internet_access, Some(network));
+    Ok(StatusCode::NO_CONTENT)
 }

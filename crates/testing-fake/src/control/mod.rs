@@ -17,7 +17,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use e2b_core::proto::headers;
 
 use error::ApiErr;
@@ -66,6 +66,7 @@ pub(crate) fn router(store: Arc<Store>, api_key: &str) -> Router {
         .route("/sandboxes/{id}/resume", post(h::resume))
         .route("/sandboxes/{id}/metrics", get(h::metrics))
         .route("/sandboxes/{id}/logs", get(h::logs_v1))
+        .route("/sandboxes/{id}/network", put(h::update_network))
         .route("/v2/sandboxes/{id}/logs", get(h::logs_v2))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)

@@ -45,9 +45,9 @@ pub(crate) struct SandboxRecord {
     pub auto_pause: bool,
     pub auto_pause_memory: bool,
     pub auto_resume: bool,
-    pub allow_internet_access: Option<bool>,
-    pub network: Option<NetworkConfig>,
     pub root: PathBuf,
+    /// `allow_internet_access` and `network` (replaced by `PUT /sandboxes/{id}/network`).
+    net: Mutex<(Option<bool>, Option<NetworkConfig>)>,
     life: Mutex<Life>,
     op: tokio::sync::Mutex<()>,
 }
@@ -56,6 +56,19 @@ impl SandboxRecord {
     /// The state, locked briefly.
     pub fn life(&self) -> MutexGuard<'_, Life> {
         self.life.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `allow_internet_access` and the network settings.
+    pub fn net(&self) -> (Option<bool>, Option<NetworkConfig>) {
+        self.net
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replace `allow_internet_access` and the network settings.
+    pub fn set_net(&self, allow_internet_access: Option<bool>, network: Option<NetworkConfig>) {
+        *self.net.lock().unwrap_or_else(PoisonError::into_inner) = (allow_internet_access, network);
     }
 
     fn envd_config(&self) -> EnvdConfig {
@@ -184,9 +197,8 @@ impl Store {
             auto_pause: p.auto_pause,
             auto_pause_memory: p.auto_pause_memory,
             auto_resume: p.auto_resume,
-            allow_internet_access: p.allow_internet_access,
-            network: p.network,
             root,
+            net: Mutex::new((p.allow_internet_access, p.network)),
             life: Mutex::new(Life {
                 state: SandboxState::Running,
                 end_at: later(now, p.timeout),
