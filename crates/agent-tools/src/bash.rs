@@ -10,7 +10,8 @@
 //! command started is left running. After the shell exits, output is still drained for
 //! [`BashRequest::linger`] (a background job may still be writing); then the process
 //! group (and every tracked descendant) is terminated. On timeout the same termination
-//! runs at once and `timed_out` is set. Dropping the `run` future drops the
+//! runs at once and `timed_out` is set; [`BashTool::run_cancellable`] does the same when
+//! its token fires (`cancelled`). Dropping the `run` future drops the
 //! [`exec_world::Child`], which kills the group too. With
 //! [`BashRequest::keep_background`] a command that exits in time leaves its background
 //! jobs running (detached); they should redirect their output, since the pipes are
@@ -26,6 +27,7 @@ use exec_world::{
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
 
 use crate::capture::{Capture, CapturedOutput};
 
@@ -183,6 +185,9 @@ pub struct BashOutput {
     pub signal: Option<i32>,
     /// True when the timeout expired and the command was terminated.
     pub timed_out: bool,
+    /// True when the caller's cancellation token fired and the command was terminated.
+    #[serde(default)]
+    pub cancelled: bool,
     /// Standard output (capped).
     pub stdout: CapturedOutput,
     /// Standard error (capped).
@@ -194,7 +199,7 @@ pub struct BashOutput {
 impl BashOutput {
     /// True when the command exited with code 0 in time.
     pub fn success(&self) -> bool {
-        self.exit_code == Some(0) && !self.timed_out
+        self.exit_code == Some(0) && !self.timed_out && !self.cancelled
     }
 }
 
@@ -266,6 +271,17 @@ impl BashTool {
 
     /// Runs `req` to completion (or timeout) and returns what happened.
     pub async fn run(&self, req: BashRequest) -> Result<BashOutput, BashError> {
+        self.run_cancellable(req, &CancellationToken::new()).await
+    }
+
+    /// Like [`BashTool::run`], but when `cancel` fires the command is terminated like on
+    /// a timeout (the whole group, with the grace) and the output so far is returned
+    /// with `cancelled` set. Cleanup has run when this returns.
+    pub async fn run_cancellable(
+        &self,
+        req: BashRequest,
+        cancel: &CancellationToken,
+    ) -> Result<BashOutput, BashError> {
         if req.command.trim().is_empty() {
             return Err(BashError::InvalidRequest("empty command".into()));
         }
@@ -297,9 +313,15 @@ impl BashTool {
         let mut out = Drain::new(child.take_stdout(), req.max_output_bytes);
         let mut err = Drain::new(child.take_stderr(), req.max_output_bytes);
 
-        let deadline = tokio::time::sleep(req.timeout);
-        tokio::pin!(deadline);
-        let mut timed_out = false;
+        let timeout = tokio::time::sleep(req.timeout);
+        let stop = async {
+            tokio::select! {
+                _ = timeout => Stop::Timeout,
+                _ = cancel.cancelled() => Stop::Cancelled,
+            }
+        };
+        tokio::pin!(stop);
+        let mut stopped: Option<Stop> = None;
         let mut status: Option<ExitStatus> = None;
         {
             let wait = child.wait();
@@ -313,7 +335,7 @@ impl BashTool {
                     s = &mut wait, if status.is_none() => status = Some(s?),
                     chunk = out.next(), if !out.done() => out.take(chunk),
                     chunk = err.next(), if !err.done() => err.take(chunk),
-                    _ = &mut deadline => { timed_out = true; break; }
+                    why = &mut stop => { stopped = Some(why); break; }
                 }
                 if status.is_some() && !(out.done() && err.done()) {
                     // The shell is gone but something still holds a pipe: give it
@@ -328,16 +350,16 @@ impl BashTool {
                             chunk = out.next(), if !out.done() => out.take(chunk),
                             chunk = err.next(), if !err.done() => err.take(chunk),
                             _ = &mut linger => break,
-                            _ = &mut deadline => { timed_out = true; break; }
+                            why = &mut stop => { stopped = Some(why); break; }
                         }
                     }
                     break;
                 }
             }
         }
-        let detach = req.keep_background && !timed_out && status.is_some();
+        let detach = req.keep_background && stopped.is_none() && status.is_some();
         let pipes_open = !(out.done() && err.done());
-        if timed_out || (pipes_open && !detach) {
+        if stopped.is_some() || (pipes_open && !detach) {
             // Phase 2: end the whole group, then collect what is still in flight.
             let terminated = {
                 let term = child.terminate(req.grace);
@@ -378,12 +400,20 @@ impl BashTool {
         Ok(BashOutput {
             exit_code: status.code,
             signal: status.signal,
-            timed_out,
+            timed_out: stopped == Some(Stop::Timeout),
+            cancelled: stopped == Some(Stop::Cancelled),
             stdout,
             stderr,
             shell,
         })
     }
+}
+
+/// Why a command was stopped before it finished by itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    Timeout,
+    Cancelled,
 }
 
 /// Aborts the task when dropped (the stdin feeder must not outlive `run`).

@@ -114,6 +114,7 @@ macro_rules! agent_tools_tests {
             bash_background_job_ended_after_exit,
             bash_keep_background,
             bash_stdin,
+            bash_cancel_terminates,
             bash_output_cap_utf8_boundary,
             bash_output_non_utf8,
             bash_huge_output_is_bounded,
@@ -271,6 +272,31 @@ pub async fn bash_timeout_kills_process_tree(world: &ToolWorld) {
         !is_alive(world, pid).await,
         "grandchild {pid} survived the timeout"
     );
+}
+
+/// Cancelling a running command terminates its tree and returns the output so far with
+/// `cancelled` set.
+pub async fn bash_cancel_terminates(world: &ToolWorld) {
+    let pidfile = world.path("cancel.pid");
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let tool = world.bash();
+    let req = BashRequest::new(format!(
+        "sleep 1000 & echo $! > \"{pidfile}\"; echo running; wait"
+    ))
+    .timeout(HANG)
+    .grace(Duration::from_millis(500));
+    let canceller = async {
+        // Cancel once the command has demonstrably started its child.
+        while world.fs.stat(&pidfile).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        cancel.cancel();
+    };
+    let (out, ()) = tokio::join!(tool.run_cancellable(req, &cancel), canceller);
+    let out = out.expect("run");
+    assert!(out.cancelled && !out.timed_out && !out.success(), "{out:?}");
+    let pid = read_pid(world, "cancel.pid").await;
+    assert!(!is_alive(world, pid).await, "{pid} survived cancellation");
 }
 
 /// After the shell exits, a background job that still holds the output is ended (after
