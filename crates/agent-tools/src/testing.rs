@@ -126,6 +126,8 @@ macro_rules! agent_tools_tests {
             terminal_resize_seen_by_stty,
             terminal_ctrl_c_interrupts_sleep,
             terminal_close_ends_every_process,
+            terminal_ring_is_bounded,
+            terminal_exit_reports_closed,
         ]);
     };
     ($make:path, lsp) => {
@@ -552,6 +554,46 @@ pub async fn terminal_ctrl_c_interrupts_sleep(world: &ToolWorld) {
         .await
         .expect("sleep interrupted");
     term.close(Duration::from_secs(1)).await.expect("close");
+}
+
+/// A chatty program does not grow the ring past its size; `read_until` still finds a
+/// marker printed after the flood, and `total_bytes` counts everything.
+pub async fn terminal_ring_is_bounded(world: &ToolWorld) {
+    let spec = TerminalSpec::new("sh")
+        .arg("-c")
+        .arg("head -c 1048576 /dev/zero | tr '\\0' x; echo; echo \"fl\"\"ood-done\"; sleep 1000")
+        .cwd(world.scratch.clone());
+    let mut term = TerminalSession::spawn_with_buffer(world.proc.as_ref(), spec, 4096)
+        .expect("spawn terminal");
+    term.read_until(b"flood-done", HANG).await.expect("marker");
+    assert!(
+        term.screen().len() <= 4096,
+        "ring grew to {}",
+        term.screen().len()
+    );
+    assert!(
+        term.total_bytes() >= 1 << 20,
+        "total {}",
+        term.total_bytes()
+    );
+    term.close(Duration::from_millis(500)).await.expect("close");
+}
+
+/// When the session exits, `read_until` reports `Closed` (not a timeout) with the output.
+pub async fn terminal_exit_reports_closed(world: &ToolWorld) {
+    let mut term = shell_session(world).await;
+    term.write_line("echo \"by\"\"e\"; exit 7")
+        .await
+        .expect("type");
+    match term.read_until(b"never-printed", HANG).await {
+        Err(crate::terminal::TerminalError::Closed { output, .. }) => {
+            assert!(output.contains("bye"), "{output:?}")
+        }
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    assert!(term.is_closed());
+    let status = term.wait().await.expect("wait");
+    assert_eq!(status.code, Some(7));
 }
 
 /// `close` ends every process group of the session, background jobs included.
