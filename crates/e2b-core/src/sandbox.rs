@@ -203,7 +203,18 @@ impl Sandbox {
         if parts.sandbox_id.is_empty() {
             return Err(Error::Config("empty sandbox id".into()));
         }
-        Ok(Self::build(cfg, http::build_client(cfg)?, parts, false))
+        Self::attach_with(cfg, http::build_client(cfg)?, parts)
+    }
+
+    pub(crate) fn attach_with(
+        cfg: &Config,
+        http: reqwest::Client,
+        parts: SandboxParts,
+    ) -> Result<Sandbox, Error> {
+        if parts.sandbox_id.is_empty() {
+            return Err(Error::Config("empty sandbox id".into()));
+        }
+        Ok(Self::build(cfg, http, parts, false))
     }
 
     fn build(cfg: &Config, http: reqwest::Client, parts: SandboxParts, resumed: bool) -> Sandbox {

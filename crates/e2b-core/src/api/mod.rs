@@ -87,6 +87,12 @@ impl Client {
         &self.inner.api_url
     }
 
+    /// A handle for a sandbox known by its parts (bring your own sandbox), sharing this
+    /// client's configuration and connection pool; no control-plane call is made.
+    pub fn attach(&self, parts: crate::sandbox::SandboxParts) -> Result<crate::Sandbox, Error> {
+        crate::Sandbox::attach_with(&self.inner.cfg, self.inner.http.clone(), parts)
+    }
+
     pub(crate) fn http(&self) -> &reqwest::Client {
         &self.inner.http
     }
