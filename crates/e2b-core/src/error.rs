@@ -286,17 +286,19 @@ impl Error {
                     status: Some(status),
                 };
             }
-            if status == 502 && (text.contains("sandbox was not found") || text.is_empty()) {
+            // The edge proxy's JSON for a sandbox that is gone (killed, expired, unknown).
+            if status == 502 && text.contains("sandbox was not found") {
                 return Error::SandboxNotFound {
                     surface,
                     status,
                     message,
                 };
             }
+            // A plain JSON error from envd's own HTTP routes (`/files`): the status is its
+            // meaning (the Python SDK's table). Statuses without a Connect meaning keep
+            // their HTTP kind.
             let code = match status {
-                401 => {
-                    return Error::Unauthorized { surface, message };
-                }
+                401 => return Error::Unauthorized { surface, message },
                 429 => {
                     return Error::RateLimited {
                         surface,
@@ -304,8 +306,6 @@ impl Error {
                         message,
                     };
                 }
-                // A plain JSON error from envd's own HTTP routes (`/files`): the status is
-                // its meaning (the Python SDK's table).
                 404 if num_code == Some(404) => Code::NotFound,
                 404 => {
                     return Error::EndpointNotFound {
@@ -313,20 +313,12 @@ impl Error {
                         body: text,
                     };
                 }
-                400 => Code::InvalidArgument,
+                400 | 406 => Code::InvalidArgument,
                 403 => Code::PermissionDenied,
-                406 | 409 => {
-                    if status == 409 {
-                        Code::AlreadyExists
-                    } else {
-                        Code::InvalidArgument
-                    }
-                }
+                409 => Code::AlreadyExists,
                 507 => Code::ResourceExhausted,
                 500 if num_code == Some(500) => Code::Internal,
-                _ => {
-                    return status_error(surface, status, message, error_code);
-                }
+                _ => return status_error(surface, status, message, error_code),
             };
             return Error::Envd {
                 code,
@@ -555,7 +547,10 @@ mod tests {
     fn envd_statuses() {
         let e = envd(404, r#"{"code":"not_found","message":"file not found"}"#);
         assert!(e.is_not_found());
-        assert_eq!(e.to_string(), "envd error not_found (HTTP 404): file not found");
+        assert_eq!(
+            e.to_string(),
+            "envd error not_found (HTTP 404): file not found"
+        );
         assert_eq!(e.status(), Some(404));
         assert!(envd(409, r#"{"code":"already_exists","message":"x"}"#).is_already_exists());
         let gone = envd(
