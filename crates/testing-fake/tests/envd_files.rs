@@ -59,6 +59,28 @@ async fn health_envs_reserved_and_token() {
     assert_eq!(envs["GLOBAL_A"], "1");
 
     let r = fake
+        .req(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let m: serde_json::Value = r.json().await.unwrap();
+    for k in [
+        "ts",
+        "cpu_count",
+        "cpu_used_pct",
+        "mem_total",
+        "mem_used",
+        "mem_cache",
+        "mem_total_mib",
+        "mem_used_mib",
+        "disk_used",
+        "disk_total",
+    ] {
+        assert!(m.get(k).is_some(), "{k} missing in {m}");
+    }
+
+    let r = fake
         .http
         .post(format!("{}/init", fake.url))
         .send()

@@ -392,7 +392,10 @@ async fn envs(axum::extract::State(envd): axum::extract::State<Arc<Envd>>) -> Re
     let body = serde_json::to_string(&envd.globals).unwrap_or_else(|_| "{}".into());
     (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
         format!("{body}\n"),
     )
         .into_response()
@@ -403,27 +406,44 @@ async fn metrics(axum::extract::State(envd): axum::extract::State<Arc<Envd>>) ->
     let mem_total: u64 = u64::from(t.memory_mb) * 1024 * 1024;
     let ts = time::OffsetDateTime::now_utc().unix_timestamp();
     let tree = envd.tree.clone();
-    let disk_used = tokio::task::spawn_blocking(move || du(&tree))
+    let pids = envd.all_pids();
+    let (disk_used, mem_used) = tokio::task::spawn_blocking(move || (du(&tree), rss(&pids)))
         .await
-        .unwrap_or(0);
+        .unwrap_or((0, 0));
     let body = serde_json::json!({
         "ts": ts,
         "cpu_count": t.cpu_count,
-        "cpu_used_pct": 0.0,
+        "cpu_used_pct": 0,
         "mem_total": mem_total,
-        "mem_used": 0,
+        "mem_used": mem_used,
         "mem_cache": 0,
         "mem_total_mib": t.memory_mb,
-        "mem_used_mib": 0,
+        "mem_used_mib": mem_used / 1024 / 1024,
         "disk_used": disk_used,
         "disk_total": u64::from(t.disk_size_mb) * 1024 * 1024,
     });
     (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
         format!("{body}\n"),
     )
         .into_response()
+}
+
+/// Resident memory of `pids`, in bytes.
+fn rss(pids: &[i32]) -> u64 {
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .sum::<u64>()
+        * 1024
 }
 
 /// Bytes used under `p` (allocated blocks).

@@ -119,7 +119,7 @@ impl Inotify {
                         Ok(md) if md.is_dir() => {}
                         Ok(_) => {
                             return Err(RpcError::invalid(format!(
-                                "path {p} not a directory: <nil>"
+                                "path {p} not a directory: %!w(<nil>)"
                             )));
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
