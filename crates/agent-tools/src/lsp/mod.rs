@@ -5,6 +5,7 @@
 //! ([`LspClient::subscribe`], [`LspClient::wait_for_diagnostics`]).
 
 mod client;
+mod connection;
 mod error;
 pub mod framing;
 mod handler;
