@@ -8,6 +8,8 @@
 //! * [`Sandbox`]: a connected, cloneable handle; [`EnvdApi`] is the object-safe trait of its
 //!   envd operations that adapters accept.
 //! * [`Error`]: one typed error enum.
+//! * [`lifecycle`]: the sandbox lifecycle owner, its shared handle, bring-your-own
+//!   sandboxes, reconnect by name and opt-in keep-alive.
 
 pub mod api;
 pub mod config;
@@ -15,6 +17,7 @@ pub mod control_shell;
 pub mod envd;
 pub mod error;
 mod http;
+pub mod lifecycle;
 pub mod proto;
 pub mod sandbox;
 

@@ -1,0 +1,161 @@
+//! [`LeasedApi`]: an [`EnvdApi`] decorator that reports every call (and every event of a
+//! process stream) to a [`KeepAlive`] as activity, so adapters taking `Arc<dyn EnvdApi>`
+//! keep the sandbox alive without any change. A report costs a mutex and a clock read
+//! while the lease is fresh; renewals happen on the keep-alive's own task, amortized.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::StreamExt as _;
+
+use crate::envd::{
+    ByteStream, Download, ProcessStream, StartProcess, StreamOptions, WatchOptions, WatchStream,
+};
+use crate::error::Error;
+use crate::lifecycle::keepalive::KeepAlive;
+use crate::proto::filesystem::{EntryInfo, WriteInfo};
+use crate::proto::process::{ProcessInfo, ProcessInput, ProcessSelector, PtySize, Signal};
+use crate::sandbox::EnvdApi;
+
+/// Wraps a handle; every call touches the keep-alive, then goes to the inner handle.
+/// Process output events are activity too (a command printing keeps the sandbox up); a
+/// silent long command should be wrapped in [`KeepAlive::activity`] by its caller.
+#[derive(Debug, Clone)]
+pub struct LeasedApi {
+    inner: Arc<dyn EnvdApi>,
+    keepalive: KeepAlive,
+}
+
+impl LeasedApi {
+    /// Decorate `inner`.
+    pub fn new(inner: Arc<dyn EnvdApi>, keepalive: KeepAlive) -> Self {
+        LeasedApi { inner, keepalive }
+    }
+
+    /// The undecorated handle.
+    pub fn inner(&self) -> &Arc<dyn EnvdApi> {
+        &self.inner
+    }
+
+    /// The keep-alive reported to.
+    pub fn keepalive(&self) -> &KeepAlive {
+        &self.keepalive
+    }
+
+    fn touched(&self, s: ProcessStream) -> ProcessStream {
+        let ka = self.keepalive.clone();
+        let pid = s.pid();
+        ProcessStream::new(
+            pid,
+            Box::pin(s.inspect(move |_| ka.touch("process output"))),
+        )
+    }
+}
+
+#[async_trait]
+impl EnvdApi for LeasedApi {
+    fn sandbox_id(&self) -> &str {
+        self.inner.sandbox_id()
+    }
+
+    async fn start_process(&self, spec: StartProcess) -> Result<ProcessStream, Error> {
+        self.keepalive.touch("start_process");
+        Ok(self.touched(self.inner.start_process(spec).await?))
+    }
+
+    async fn connect_process(
+        &self,
+        process: ProcessSelector,
+        opts: StreamOptions,
+    ) -> Result<ProcessStream, Error> {
+        self.keepalive.touch("connect_process");
+        Ok(self.touched(self.inner.connect_process(process, opts).await?))
+    }
+
+    async fn list_processes(&self) -> Result<Vec<ProcessInfo>, Error> {
+        self.keepalive.touch("list_processes");
+        self.inner.list_processes().await
+    }
+
+    async fn send_input(&self, process: ProcessSelector, input: ProcessInput) -> Result<(), Error> {
+        self.keepalive.touch("send_input");
+        self.inner.send_input(process, input).await
+    }
+
+    async fn send_signal(&self, process: ProcessSelector, signal: Signal) -> Result<(), Error> {
+        self.keepalive.touch("send_signal");
+        self.inner.send_signal(process, signal).await
+    }
+
+    async fn resize_pty(&self, process: ProcessSelector, size: PtySize) -> Result<(), Error> {
+        self.keepalive.touch("resize_pty");
+        self.inner.resize_pty(process, size).await
+    }
+
+    async fn close_stdin(&self, process: ProcessSelector) -> Result<(), Error> {
+        self.keepalive.touch("close_stdin");
+        self.inner.close_stdin(process).await
+    }
+
+    async fn stat(&self, path: &str, user: Option<&str>) -> Result<EntryInfo, Error> {
+        self.keepalive.touch("stat");
+        self.inner.stat(path, user).await
+    }
+
+    async fn list_dir(
+        &self,
+        path: &str,
+        depth: u32,
+        user: Option<&str>,
+    ) -> Result<Vec<EntryInfo>, Error> {
+        self.keepalive.touch("list_dir");
+        self.inner.list_dir(path, depth, user).await
+    }
+
+    async fn make_dir(&self, path: &str, user: Option<&str>) -> Result<EntryInfo, Error> {
+        self.keepalive.touch("make_dir");
+        self.inner.make_dir(path, user).await
+    }
+
+    async fn rename(
+        &self,
+        source: &str,
+        destination: &str,
+        user: Option<&str>,
+    ) -> Result<EntryInfo, Error> {
+        self.keepalive.touch("rename");
+        self.inner.rename(source, destination, user).await
+    }
+
+    async fn remove(&self, path: &str, user: Option<&str>) -> Result<(), Error> {
+        self.keepalive.touch("remove");
+        self.inner.remove(path, user).await
+    }
+
+    async fn watch_dir(&self, path: &str, opts: WatchOptions) -> Result<WatchStream, Error> {
+        self.keepalive.touch("watch_dir");
+        self.inner.watch_dir(path, opts).await
+    }
+
+    async fn upload(
+        &self,
+        path: &str,
+        user: Option<&str>,
+        body: ByteStream,
+    ) -> Result<WriteInfo, Error> {
+        self.keepalive.touch("upload");
+        let res = self.inner.upload(path, user, body).await;
+        self.keepalive.touch("upload");
+        res
+    }
+
+    async fn download(&self, path: &str, user: Option<&str>) -> Result<Download, Error> {
+        self.keepalive.touch("download");
+        self.inner.download(path, user).await
+    }
+
+    async fn health(&self) -> Result<(), Error> {
+        self.keepalive.touch("health");
+        self.inner.health().await
+    }
+}
