@@ -362,6 +362,11 @@ async fn conversation_template_layout() {
     )
     .await;
     let text = String::from_utf8(out).unwrap();
+    let (dot, _, _) = run(&fake, "ls -A ~", None).await;
+    assert!(
+        String::from_utf8(dot).unwrap().contains(".bashrc"),
+        "skeleton copied"
+    );
     assert!(
         text.starts_with("sandbox\n/workspace\n/workspace\nsandbox 755\nroot 755\nroot 700\n"),
         "{text}"

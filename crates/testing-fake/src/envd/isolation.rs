@@ -8,8 +8,9 @@
 //! it and drops the old root. Sandbox processes join with `setns` on
 //! `/proc/<holder>/ns/mnt`; envd's own file operations run on [`FsWorker`] threads that
 //! joined the same namespace, so they see exactly what the processes see (absolute
-//! symlinks included). Without `CAP_SYS_ADMIN` isolation is off: template paths are mapped
-//! to host paths under the sandbox root and everything else keeps working.
+//! symlinks included). Without root (or when the namespace cannot be built, or with
+//! `E2B_LOCAL_NO_ISOLATION` set) isolation is off: a warning is logged once, template paths
+//! are mapped to host paths under the sandbox root and everything else keeps working.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -134,8 +134,47 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path) -> Result<(), EnvdErro
                 .map_err(io_err(format!("chown {}", p.display())))?;
         }
     }
+    // Homes get the skeleton files `useradd -m` copies (`.bashrc`, `.profile`, …).
+    for u in &t.users {
+        let home = tree.join(u.home.trim_start_matches('/'));
+        if home.is_dir() {
+            copy_skel(
+                Path::new("/etc/skel"),
+                &home,
+                root.then_some((u.uid, u.gid)),
+            );
+        }
+    }
     std::fs::write(&marker, format!("{}\n", t.id)).map_err(io_err("writing marker"))?;
     Ok(())
+}
+
+/// Copy the regular files and directories of `skel` into `home` (never overwriting).
+fn copy_skel(skel: &Path, home: &Path, owner: Option<(u32, u32)>) {
+    let Ok(rd) = std::fs::read_dir(skel) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(ft) = e.file_type() else { continue };
+        let dst = home.join(e.file_name());
+        if dst.exists() {
+            continue;
+        }
+        if ft.is_dir() {
+            if std::fs::create_dir(&dst).is_ok() {
+                copy_skel(&e.path(), &dst, owner);
+            }
+        } else if ft.is_file() {
+            if std::fs::copy(e.path(), &dst).is_err() {
+                continue;
+            }
+        } else {
+            continue;
+        }
+        if let Some((uid, gid)) = owner {
+            let _ = chown_path(&dst, uid, gid);
+        }
+    }
 }
 
 impl Envd {
