@@ -127,6 +127,29 @@ async fn error_trailer_is_a_typed_error() {
 }
 
 #[tokio::test]
+async fn deadline_after_end_keeps_the_end() {
+    let killed =
+        r#"{"event":{"end":{"exitCode":-1,"status":"signal: killed","error":"signal: killed"}}}"#;
+    let body = frames(
+        &[START, killed],
+        Some(r#"{"error":{"code":"deadline_exceeded","message":"context deadline exceeded"}}"#),
+    );
+    let out = run(stream_answer(&body), Duration::ZERO, None)
+        .await
+        .unwrap();
+    assert_eq!(out.end.exit_code, -1);
+    // any other trailer error after the end still fails
+    let body = frames(
+        &[START, killed],
+        Some(r#"{"error":{"code":"internal","message":"x"}}"#),
+    );
+    let err = run(stream_answer(&body), Duration::ZERO, None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.connect_code(), Some(Code::Internal));
+}
+
+#[tokio::test]
 async fn error_before_start_fails_the_start() {
     let body = frames(
         &[],

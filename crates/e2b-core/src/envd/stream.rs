@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::config::Secret;
 use crate::error::{Error, Surface};
+use crate::proto::connect::Code;
 use crate::proto::envelope::{EndStream, FrameDecoder};
 use crate::proto::filesystem::FilesystemEvent;
 use crate::proto::process::{DataEvent, EndEvent, ProcessEvent};
@@ -170,8 +171,10 @@ impl ProcessStream {
         self.pid
     }
 
-    /// Read to the end, collecting output. A stream that ends without an `end` event is a
-    /// protocol error.
+    /// Read to the end, collecting output. A stream that ends without an `end` event, or
+    /// without its end-of-stream frame, is an error. One exception: when the process
+    /// lifetime (`Connect-Timeout-Ms`) expires, envd may close the stream with
+    /// `deadline_exceeded` right after the `end` event; the `end` (killed, -1) is returned.
     pub async fn wait_output(mut self) -> Result<ProcessOutput, Error> {
         let mut out = ProcessOutput {
             pid: self.pid,
@@ -179,7 +182,13 @@ impl ProcessStream {
         };
         let mut end = None;
         while let Some(ev) = self.next().await {
-            match ev? {
+            let ev = match ev {
+                Err(e) if end.is_some() && e.connect_code() == Some(Code::DeadlineExceeded) => {
+                    break;
+                }
+                other => other?,
+            };
+            match ev {
                 ProcessEvent::Data(DataEvent::Stdout(b)) => out.stdout.extend_from_slice(&b),
                 ProcessEvent::Data(DataEvent::Stderr(b)) => out.stderr.extend_from_slice(&b),
                 ProcessEvent::Data(DataEvent::Pty(b)) => out.pty.extend_from_slice(&b),
