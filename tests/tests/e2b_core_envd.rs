@@ -790,6 +790,37 @@ async fn envd_faults_map_to_typed_errors() {
         .unwrap_err();
     assert!(err.is_timeout(), "{err:?}");
 
+    // a stalled upload and a stalled download time out (envd delays before reading)
+    let stingy = e2b_core::Client::new(
+        config(&emu)
+            .request_timeout(Duration::from_millis(500))
+            .transfer_idle_timeout(Some(Duration::from_millis(300))),
+    )
+    .expect("client");
+    let stalled = stingy
+        .attach(SandboxParts {
+            sandbox_id: sb.id().to_owned(),
+            envd_version: sb.envd_version().to_owned(),
+            access_token: sb.access_token().cloned(),
+            ..Default::default()
+        })
+        .expect("attach");
+    emu.faults()
+        .add(envd_rule(FaultAction::Delay(Duration::from_secs(5)), "/files").method("POST"));
+    let (body, _) = generated(16 * 1024 * 1024, 256 * 1024);
+    let err = stalled
+        .upload("/home/user/stall.bin", None, body)
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    emu.faults()
+        .add(envd_rule(FaultAction::Delay(Duration::from_secs(5)), "/files").method("GET"));
+    let err = stalled
+        .download("/home/user/s.txt", None)
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+
     // after all that, the sandbox still answers
     let out = sb
         .start_process(StartProcess::shell("echo fine"))
