@@ -371,6 +371,12 @@ impl SandboxOwner {
         result
     }
 
+    /// Wait for setup to finish and report how it went, without taking a handle (also
+    /// after shutdown began).
+    pub async fn setup_status(&self) -> Result<(), LifecycleError> {
+        self.wait_setup().await.map(|_| ())
+    }
+
     async fn wait_setup(&self) -> Result<OwnedHandle, LifecycleError> {
         let mut rx = self.inner.setup.clone();
         let guard = rx.wait_for(Option::is_some).await.map_err(|_| {
