@@ -64,9 +64,12 @@ async fn lifecycle_create_get_timeout_refresh_pause_connect_kill() {
         .expect("output");
     assert_eq!(out.stdout, b"hello");
 
+    let end_before = detail.listed.end_at.clone();
     c.set_timeout(sb.id(), Duration::from_secs(600))
         .await
         .expect("set timeout");
+    let end_after = c.get(sb.id()).await.expect("get").listed.end_at;
+    assert_ne!(end_before, end_after, "set_timeout moves endAt");
     c.refresh(sb.id(), Some(Duration::from_secs(30)))
         .await
         .expect("refresh");

@@ -161,6 +161,39 @@ async fn stdin_list_connect_signal() {
             .any(|p| p.pid == pid)
     );
 
+    // a deadline on Connect bounds the stream, not the process
+    let mut bounded = sb
+        .connect_process(
+            ProcessSelector::Pid(pid),
+            StreamOptions {
+                deadline: Some(Duration::from_millis(300)),
+                idle_timeout: None,
+            },
+        )
+        .await
+        .expect("connect with deadline");
+    let last = within("deadline", async {
+        loop {
+            match bounded.next().await {
+                Some(Ok(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await;
+    match last {
+        Some(Err(e)) => assert!(e.is_timeout(), "{e:?}"),
+        other => panic!("the deadline should end the stream with an error: {other:?}"),
+    }
+    assert!(
+        sb.list_processes()
+            .await
+            .expect("list")
+            .iter()
+            .any(|p| p.pid == pid),
+        "the process outlives the connect deadline"
+    );
+
     sb.send_signal(ProcessSelector::Pid(pid), Signal::Sigkill)
         .await
         .expect("kill");
