@@ -183,6 +183,12 @@ fn stream_message<T: DeserializeOwned>(body: &Bytes) -> Result<T, RpcError> {
     }
 }
 
+/// The plain HTTP rejection of a request that is not a Connect streaming call.
+pub(crate) fn stream_protocol_error(method: &Method, headers: &HeaderMap) -> Option<Response> {
+    (method != Method::POST || media_type(headers) != STREAM_JSON)
+        .then(|| protocol_mismatch(method, true))
+}
+
 /// Check a streaming request and decode it. `Err(Ok(resp))`: a plain HTTP rejection;
 /// `Err(Err(e))`: a Connect error to send in a 200 stream.
 pub(crate) fn stream_request<T: DeserializeOwned>(
@@ -190,8 +196,8 @@ pub(crate) fn stream_request<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<(T, Option<Duration>), Result<Response, RpcError>> {
-    if method != Method::POST || media_type(headers) != STREAM_JSON {
-        return Err(Ok(protocol_mismatch(method, true)));
+    if let Some(resp) = stream_protocol_error(method, headers) {
+        return Err(Ok(resp));
     }
     let deadline = timeout_header(headers).map_err(Err)?;
     let msg = stream_message(body).map_err(Err)?;
@@ -249,4 +255,38 @@ pub(crate) fn stream_error(error: RpcError) -> Response {
         .header(header::CONTENT_TYPE, STREAM_JSON)
         .body(Body::from(frame))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_and_keepalive_headers() {
+        let mut h = HeaderMap::new();
+        assert!(matches!(timeout_header(&h), Ok(None)));
+        h.insert("connect-timeout-ms", HeaderValue::from_static("1500"));
+        assert_eq!(
+            timeout_header(&h).ok().flatten(),
+            Some(Duration::from_millis(1500))
+        );
+        h.insert(
+            "connect-timeout-ms",
+            HeaderValue::from_static("12345678901"),
+        );
+        assert!(timeout_header(&h).is_err());
+        h.insert("connect-timeout-ms", HeaderValue::from_static("-1"));
+        assert!(timeout_header(&h).is_err());
+        assert_eq!(keepalive_interval(&h), DEFAULT_KEEPALIVE);
+        h.insert("keepalive-ping-interval", HeaderValue::from_static("50"));
+        assert_eq!(keepalive_interval(&h), Duration::from_secs(50));
+        h.insert("keepalive-ping-interval", HeaderValue::from_static("x"));
+        assert_eq!(keepalive_interval(&h), DEFAULT_KEEPALIVE);
+    }
+
+    #[test]
+    fn empty_payload_is_refused() {
+        assert!(decode_json::<serde_json::Value>(b"").is_err());
+        assert!(decode_json::<serde_json::Value>(b"{}").is_ok());
+    }
 }

@@ -1022,3 +1022,54 @@ async fn multipart_upload(
     }
     Ok(entries)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn neg(v: &str) -> Result<bool, String> {
+        let mut h = HeaderMap::new();
+        if let Ok(v) = v.parse() {
+            h.insert(header::ACCEPT_ENCODING, v);
+        }
+        negotiate(&h)
+    }
+
+    #[test]
+    fn accept_encoding_like_envd() {
+        assert_eq!(neg(""), Ok(false));
+        assert_eq!(neg("gzip"), Ok(true));
+        assert_eq!(neg("gzip, deflate, br"), Ok(true));
+        assert_eq!(neg("gzip;q=0, identity"), Ok(false));
+        assert_eq!(neg("*"), Ok(false));
+        assert_eq!(neg("*;q=0, gzip"), Ok(true));
+        assert!(neg("identity;q=0").is_err());
+        assert!(neg("br, identity;q=0").is_err());
+        assert!(neg("*;q=0").is_err());
+    }
+
+    #[test]
+    fn ranges_and_dates() {
+        assert!(matches!(
+            parse_range("bytes=2-4", 10),
+            RangeSpec::Part(2, 3)
+        ));
+        assert!(matches!(parse_range("bytes=-3", 10), RangeSpec::Part(7, 3)));
+        assert!(matches!(parse_range("bytes=5-", 10), RangeSpec::Part(5, 5)));
+        assert!(matches!(
+            parse_range("bytes=10-", 10),
+            RangeSpec::Unsatisfiable
+        ));
+        assert!(matches!(parse_range("bytes=0-1,3-4", 10), RangeSpec::Full));
+        assert_eq!(
+            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(http_date(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(content_disposition("a.txt"), "inline; filename=a.txt");
+        assert_eq!(
+            content_disposition("a b.txt"),
+            "inline; filename=\"a b.txt\""
+        );
+    }
+}

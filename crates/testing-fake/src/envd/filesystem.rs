@@ -603,3 +603,35 @@ async fn remove_watcher(
 ) -> Result<Empty, RpcError> {
     envd.watchers.remove(&req.watcher_id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_file_mode_strings() {
+        assert_eq!(go_mode_string(libc::S_IFREG | 0o644), "-rw-r--r--");
+        assert_eq!(go_mode_string(libc::S_IFDIR | 0o755), "drwxr-xr-x");
+        assert_eq!(go_mode_string(libc::S_IFLNK | 0o777), "Lrwxrwxrwx");
+        assert_eq!(go_mode_string(libc::S_IFDIR | 0o1777), "dtrwxrwxrwx");
+        assert_eq!(go_mode_string(libc::S_IFCHR | 0o666), "Dcrw-rw-rw-");
+        assert_eq!(go_mode_string(libc::S_IFREG | 0o4755), "urwxr-xr-x");
+    }
+
+    #[test]
+    fn protobuf_timestamps() {
+        assert_eq!(timestamp(0, 0), None);
+        assert_eq!(
+            timestamp(1_787_342_422, 123_456_789).as_deref(),
+            Some("2026-08-21T20:00:22.123456789Z")
+        );
+        assert_eq!(
+            timestamp(1_787_342_422, 120_000_000).as_deref(),
+            Some("2026-08-21T20:00:22.120Z")
+        );
+        assert_eq!(
+            timestamp(1_787_342_422, 0).as_deref(),
+            Some("2026-08-21T20:00:22Z")
+        );
+    }
+}

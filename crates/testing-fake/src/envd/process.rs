@@ -331,20 +331,13 @@ pub(crate) async fn dispatch(
                 Err(Err(e)) => connect::stream_error(e),
             }
         }
-        "StreamInput" => {
-            if http_method != Method::POST {
-                return connect::stream_request::<Empty>(&http_method, &headers, &body)
-                    .err()
-                    .and_then(Result::ok)
-                    .unwrap_or_else(|| {
-                        connect::stream_error(RpcError::new(Code::Unimplemented, ""))
-                    });
-            }
-            connect::stream_error(RpcError::new(
+        "StreamInput" => match connect::stream_protocol_error(&http_method, &headers) {
+            Some(resp) => resp,
+            None => connect::stream_error(RpcError::new(
                 Code::Unimplemented,
                 "process.Process.StreamInput is not implemented by the emulator",
-            ))
-        }
+            )),
+        },
         "List" => unary!(Empty, |_req: Empty| async { list(&envd) }),
         "SendInput" => unary!(SendInputRequest, |req| send_input(&envd, req)),
         "SendSignal" => unary!(SendSignalRequest, |req| async { send_signal(&envd, req) }),
