@@ -803,10 +803,15 @@ async fn envd_faults_map_to_typed_errors() {
 
     let impatient = e2b_core::Client::new(config(&emu).request_timeout(Duration::from_millis(200)))
         .expect("client");
+    // attach, not connect: no control-plane call under the tight timeout
     let slow = impatient
-        .connect(sb.id(), e2b_core::ConnectOptions::default())
-        .await
-        .expect("connect");
+        .attach(SandboxParts {
+            sandbox_id: sb.id().to_owned(),
+            envd_version: sb.envd_version().to_owned(),
+            access_token: sb.access_token().cloned(),
+            ..Default::default()
+        })
+        .expect("attach");
     emu.faults().add(envd_rule(
         FaultAction::Delay(Duration::from_secs(5)),
         "/filesystem.Filesystem/Stat",
