@@ -96,6 +96,22 @@ async fn clean_stream_with_keepalives() {
 }
 
 #[tokio::test]
+async fn unknown_event_kinds_are_skipped_but_garbage_is_not() {
+    let future = r#"{"event":{"telemetry":{"cpu":1}}}"#;
+    let body = frames(&[START, future, OUT, END], Some("{}"));
+    let out = run(stream_answer(&body), Duration::ZERO, None)
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, b"hi\n");
+    let bad = r#"{"event":{"data":{"stdout":"%%%"}}}"#;
+    let body = frames(&[START, bad, END], Some("{}"));
+    let err = run(stream_answer(&body), Duration::ZERO, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Protocol { .. }), "{err:?}");
+}
+
+#[tokio::test]
 async fn frames_split_into_single_bytes_still_decode() {
     // chunked transfer with one byte per chunk
     let body = frames(&[START, OUT, END], Some("{}"));

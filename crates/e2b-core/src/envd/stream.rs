@@ -114,14 +114,28 @@ pub(crate) fn message_stream<T: DeserializeOwned + Send + 'static>(
         finished: false,
     };
     Box::pin(futures::stream::unfold(st, |mut st| async move {
-        let item = match st.next_payload().await? {
-            Ok(payload) => serde_json::from_slice::<T>(&payload).map_err(|e| {
-                st.finished = true;
-                Error::protocol(Surface::Envd, format!("undecodable stream message: {e}"))
-            }),
-            Err(e) => Err(e),
-        };
-        Some((item, st))
+        loop {
+            let item = match st.next_payload().await? {
+                Ok(payload) => match serde_json::from_slice::<T>(&payload) {
+                    Ok(msg) => Ok(msg),
+                    // A oneof member this client does not know (a newer envd): protobuf-JSON
+                    // parsers ignore unknown fields, so skip the message.
+                    Err(e) if e.is_data() && e.to_string().starts_with("unknown variant") => {
+                        tracing::debug!("skipping a stream message of an unknown kind: {e}");
+                        continue;
+                    }
+                    Err(e) => {
+                        st.finished = true;
+                        Err(Error::protocol(
+                            Surface::Envd,
+                            format!("undecodable stream message: {e}"),
+                        ))
+                    }
+                },
+                Err(e) => Err(e),
+            };
+            return Some((item, st));
+        }
     }))
 }
 
