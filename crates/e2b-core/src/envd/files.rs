@@ -215,6 +215,35 @@ async fn upload_watchdog(p: Arc<Progress>, idle: Option<Duration>, answer: Durat
     }
 }
 
+/// Frame `body` as a `multipart/form-data` upload with one part `file` named `path`
+/// (what envd before 0.5.7 accepts); returns the content type and the framed stream.
+fn multipart(path: &str, body: ByteStream) -> (String, ByteStream) {
+    // 20 random characters (RandomState is seeded from the OS): the boundary cannot
+    // plausibly occur in the content.
+    let boundary = format!("e2b-core-{}", crate::control_shell::random_suffix());
+    // Quotes, CR and LF cannot appear inside the quoted filename.
+    let filename: String = path
+        .chars()
+        .map(|c| match c {
+            '"' => "%22".to_owned(),
+            '\r' => "%0D".to_owned(),
+            '\n' => "%0A".to_owned(),
+            c => c.to_string(),
+        })
+        .collect();
+    let head = Bytes::from(format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+    ));
+    let tail = Bytes::from(format!("\r\n--{boundary}--\r\n"));
+    let framed = futures::stream::once(async move { Ok(head) })
+        .chain(body)
+        .chain(futures::stream::once(async move { Ok(tail) }));
+    (
+        format!("multipart/form-data; boundary={boundary}"),
+        Box::pin(framed),
+    )
+}
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -246,11 +275,18 @@ impl EnvdConn {
             inner: body,
             progress: progress.clone(),
         };
+        // envd < 0.5.7 only takes multipart; the multipart body is framed around the
+        // same stream, so it is never buffered either.
+        let (content_type, body): (String, ByteStream) = if self.envd_at_least((0, 5, 7)) {
+            ("application/octet-stream".to_owned(), Box::pin(tracked))
+        } else {
+            multipart(path, Box::pin(tracked))
+        };
         let send = self
             .request(reqwest::Method::POST, "/files")
             .query(&self.files_query(path, user))
-            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-            .body(reqwest::Body::wrap_stream(tracked))
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(reqwest::Body::wrap_stream(body))
             .send();
         let watchdog = upload_watchdog(
             progress.clone(),
@@ -437,6 +473,23 @@ impl EnvdConn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn multipart_framing() {
+        let (ct, body) = multipart("/home/user/a \"b\".txt", bytes_stream(&b"DATA"[..]));
+        let boundary = ct
+            .strip_prefix("multipart/form-data; boundary=")
+            .unwrap()
+            .to_owned();
+        let chunks: Vec<Bytes> = body.map(|r| r.unwrap()).collect().await;
+        let all = String::from_utf8(chunks.concat()).unwrap();
+        assert_eq!(
+            all,
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/home/user/a %22b%22.txt\"\r\nContent-Type: application/octet-stream\r\n\r\nDATA\r\n--{boundary}--\r\n"
+            )
+        );
+    }
 
     #[test]
     fn signature_vectors() {
