@@ -325,7 +325,7 @@ impl fmt::Debug for KeepAlive {
 
 enum Step {
     Wait(Option<Instant>),
-    Renew { reason: String, target: Instant },
+    Renew { reason: String, timeout: Duration },
 }
 
 impl KeepAlive {
@@ -423,20 +423,22 @@ impl KeepAlive {
                 cap,
             });
         }
-        let target = {
+        // Whole seconds, rounded up, so that at least `min_remaining` is left.
+        let timeout = Duration::from_secs(
+            min_remaining.as_secs() + u64::from(min_remaining.subsec_nanos() > 0),
+        );
+        {
             let st = self.inner.lock();
             let now = Instant::now();
-            let target = now + min_remaining;
-            let life = target.saturating_duration_since(st.life_start);
-            if life > cap {
-                return Err(LifecycleError::CapExceeded { asked: life, cap });
-            }
-            if st.known_end >= target {
+            if st.known_end >= now + min_remaining {
                 return Ok(false);
             }
-            target
-        };
-        self.inner.renew("ensure".into(), target).await?;
+            let life = (now + timeout).saturating_duration_since(st.life_start);
+            if timeout > cap || life > cap {
+                return Err(LifecycleError::CapExceeded { asked: life, cap });
+            }
+        }
+        self.inner.renew("ensure".into(), timeout).await?;
         Ok(true)
     }
 
@@ -557,33 +559,40 @@ impl Inner {
         self.wake.notify_one();
     }
 
-    /// The end a renewal now would aim for, within the cap and the budget; `None` (and
-    /// `stopped` set) when nothing can be gained any more.
-    fn target(&self, st: &mut State, now: Instant) -> Option<Instant> {
+    /// The timeout (whole seconds, rounded down) a renewal now would ask for, within the
+    /// cap and the budget; `None` (and `stopped` set) when nothing can be gained any more.
+    fn renewal_timeout(&self, st: &mut State, now: Instant) -> Option<Duration> {
         if let Some(max) = self.max_renewals {
             if st.renewals >= max {
                 st.stopped = Some(StopReason::Budget);
                 return None;
             }
         }
-        let mut target = now + self.idle;
+        let mut timeout = self.idle;
         if let Some(max) = self.max_total_extension {
             let left = max.saturating_sub(st.extended);
             if left.is_zero() {
                 st.stopped = Some(StopReason::Budget);
                 return None;
             }
-            target = target.min(st.known_end.max(now) + left);
+            let reach = (st.known_end.max(now) + left).saturating_duration_since(now);
+            timeout = timeout.min(reach);
         }
         let cap_end = st.life_start + self.cap;
-        if target >= cap_end {
-            target = cap_end;
+        let to_cap = cap_end.saturating_duration_since(now);
+        if timeout >= to_cap {
+            timeout = to_cap;
             if st.known_end + Duration::from_secs(1) >= cap_end {
                 st.stopped = Some(StopReason::HardCap);
                 return None;
             }
         }
-        Some(target)
+        let timeout = Duration::from_secs(timeout.as_secs());
+        if timeout.is_zero() {
+            st.stopped = Some(StopReason::HardCap);
+            return None;
+        }
+        Some(timeout)
     }
 
     fn next_step(&self) -> Step {
@@ -606,20 +615,18 @@ impl Inner {
             st.pending = Some(reason);
             return Step::Wait(Some(at));
         }
-        match self.target(&mut st, now) {
-            Some(target) => Step::Renew { reason, target },
+        match self.renewal_timeout(&mut st, now) {
+            Some(timeout) => Step::Renew { reason, timeout },
             None => Step::Wait(None),
         }
     }
 
-    /// One renewal request: `connect` with the timeout that reaches `target`.
-    async fn renew(&self, reason: String, target: Instant) -> Result<(), LifecycleError> {
+    /// One renewal request: `connect` with `timeout` (whole seconds).
+    async fn renew(&self, reason: String, timeout: Duration) -> Result<(), LifecycleError> {
         let start = Instant::now();
-        let secs = target.saturating_duration_since(start).as_secs();
-        if secs == 0 {
+        if timeout.is_zero() {
             return Ok(());
         }
-        let timeout = Duration::from_secs(secs);
         let res = self
             .client
             .connect(&self.sandbox_id, ConnectOptions::with_timeout(timeout))
@@ -672,8 +679,8 @@ async fn run(inner: Arc<Inner>) {
             return;
         }
         match inner.next_step() {
-            Step::Renew { reason, target } => {
-                let _ = inner.renew(reason, target).await;
+            Step::Renew { reason, timeout } => {
+                let _ = inner.renew(reason, timeout).await;
             }
             Step::Wait(until) => {
                 let sleep = async {
