@@ -11,7 +11,7 @@ use e2b_core::lifecycle::{
     find_by_name,
 };
 use e2b_core::proto::control::SandboxState;
-use e2b_core::{CreateOptions, EnvdApi, PauseOptions, StartProcess};
+use e2b_core::{CreateOptions, PauseOptions, StartProcess};
 use e2b_core_support::{client, emulator, within};
 use testing_fake::Surface as FakeSurface;
 
