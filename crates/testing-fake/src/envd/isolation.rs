@@ -13,7 +13,7 @@
 //! are mapped to host paths under the sandbox root and everything else keeps working.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -319,9 +319,15 @@ fn execute(ops: &[Op], newroot: &CString) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The holder process: a pidfd (signals never hit a recycled pid) and its reaper thread.
+struct Holder {
+    pidfd: OwnedFd,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
 /// The isolation of one sandbox.
 pub(crate) struct Isolation {
-    holder: Mutex<Option<Child>>,
+    holder: Mutex<Option<Holder>>,
     holder_pid: Option<u32>,
     ns_fd: Option<Arc<OwnedFd>>,
     ns_ino: Option<u64>,
@@ -399,19 +405,60 @@ impl Isolation {
         planner.ops.push(Op::Chmod(cstr(newroot), 0o755));
         let ops = planner.ops;
         let nr = cstr(newroot);
-        let mut cmd = Command::new("/bin/sleep");
-        cmd.arg("infinity")
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: the closure performs only raw syscalls on data prepared before fork.
-        unsafe {
-            cmd.pre_exec(move || execute(&ops, &nr));
-        }
-        let child = cmd.spawn()?;
-        let pid = child.id();
-        let holder = Mutex::new(Some(child));
+        let parent = std::process::id();
+        // The holder is spawned and reaped by a thread of its own, so PR_SET_PDEATHSIG
+        // (which fires when the forking *thread* ends) kills it exactly when the emulator
+        // dies, never earlier.
+        let (tx, rx) = mpsc::channel::<std::io::Result<(u32, OwnedFd)>>();
+        let thread = std::thread::Builder::new()
+            .name("envd-holder".into())
+            .spawn(move || {
+                let mut cmd = Command::new("/bin/sleep");
+                cmd.arg("infinity")
+                    .env_clear()
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                // SAFETY: the closure performs only raw syscalls on data prepared before fork.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                            return Err(errno());
+                        }
+                        if libc::getppid() as u32 != parent {
+                            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                        }
+                        execute(&ops, &nr)
+                    });
+                }
+                let mut child: Child = match cmd.spawn() {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                let pid = child.id();
+                // SAFETY: pidfd_open on our own unreaped child.
+                let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+                if raw < 0 {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let _ = tx.send(Err(errno()));
+                    return;
+                }
+                // SAFETY: a fresh fd we own.
+                let pidfd = unsafe { OwnedFd::from_raw_fd(raw as libc::c_int) };
+                let _ = tx.send(Ok((pid, pidfd)));
+                let _ = child.wait();
+            })?;
+        let (pid, pidfd) = rx
+            .recv()
+            .map_err(|_| std::io::Error::other("holder thread died"))??;
+        let holder = Mutex::new(Some(Holder {
+            pidfd,
+            thread: Some(thread),
+        }));
         let ns_path = format!("/proc/{pid}/ns/mnt");
         let file = std::fs::File::open(&ns_path)?;
         let ino = std::fs::metadata(&ns_path).map(|m| {
@@ -465,11 +512,21 @@ impl Isolation {
 
     /// Kill the holder (the namespace disappears with its last member).
     pub(crate) fn shutdown(&self) {
-        if let Ok(mut h) = self.holder.lock()
-            && let Some(mut child) = h.take()
-        {
-            let _ = child.kill();
-            let _ = child.wait();
+        let holder = self.holder.lock().ok().and_then(|mut h| h.take());
+        if let Some(mut h) = holder {
+            // SAFETY: pidfd_send_signal on a pidfd we own.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    h.pidfd.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            }
+            if let Some(t) = h.thread.take() {
+                let _ = t.join();
+            }
         }
     }
 }
