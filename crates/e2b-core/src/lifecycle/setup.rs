@@ -51,12 +51,12 @@ for c in "$@"; do
   [ -n "$c" ] || continue
   p="$p/$c"
   if ensure_dir "$p" && [ -n "$owner" ]; then
-    chown -- "$owner:" "$p" || fail 43 "$p"
+    chown -h -- "$owner:" "$p" || fail 43 "$p"
   fi
 done
 s="$p/$st"
 ensure_dir "$s" || :
-chown -- 0:0 "$s" || fail 43 "$s"
+chown -h -- 0:0 "$s" || fail 43 "$s"
 chmod 0700 -- "$s" || fail 43 "$s"
 p=
 for c in "$@"; do
