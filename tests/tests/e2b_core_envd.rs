@@ -501,6 +501,40 @@ async fn streamed_64mib_round_trip_verified_by_hash() {
     let have: [u8; 32] = hasher.finalize().into();
     assert_eq!(have, want);
 
+    // an envd older than 0.5.7 gets the same stream framed as multipart/form-data (and,
+    // older than 0.4.0 too, the user named explicitly)
+    let old = c
+        .attach(SandboxParts {
+            sandbox_id: sb.id().to_owned(),
+            envd_version: "0.3.9".to_owned(),
+            access_token: sb.access_token().cloned(),
+            ..Default::default()
+        })
+        .expect("attach");
+    let (body, want_old) = generated(5 * 1024 * 1024 + 3, 100_000);
+    let info = old
+        .upload("/home/user/multi.bin", None, body)
+        .await
+        .expect("multipart upload");
+    assert_eq!(info.path, "/home/user/multi.bin");
+    let mut hasher = Sha256::new();
+    let mut dl = old
+        .download("/home/user/multi.bin", None)
+        .await
+        .expect("download");
+    while let Some(chunk) = dl.next().await {
+        hasher.update(&chunk.expect("chunk"));
+    }
+    let have: [u8; 32] = hasher.finalize().into();
+    assert_eq!(have, want_old);
+    assert_eq!(
+        sb.stat("/home/user/multi.bin", None)
+            .await
+            .expect("stat")
+            .owner,
+        "user"
+    );
+
     // from an AsyncRead, and back through AsyncRead
     let data = b"from a reader\n".repeat(1000);
     sb.upload_reader("/home/user/r.txt", None, std::io::Cursor::new(data.clone()))
