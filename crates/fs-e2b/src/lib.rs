@@ -1,1 +1,36 @@
-//! `exec_world::Fs` implemented over an E2B sandbox handle from `e2b-core`.
+//! `exec_world::Fs` implemented over an E2B sandbox: [`E2bFs`].
+//!
+//! Built from any `Arc<dyn EnvdApi>` (a control-plane [`e2b_core::Sandbox`], a
+//! bring-your-own sandbox, an in-process stand-in) and [`E2bFsOptions`]. What each
+//! operation does in the sandbox:
+//!
+//! | operation | how |
+//! | --- | --- |
+//! | `stat` / `lstat` / `read_dir` | one control command: GNU `find [-L] … -printf` (kind, mode, size, device, inode, mtime and ctime with nanoseconds, link text) |
+//! | `read` | envd `Stat` (and `Stat` of the resolved target for a symlink) for the size, `TooLarge` before any download; then `GET /files` streamed, cut past `max_bytes` |
+//! | `read_stream` | envd `Stat` for open errors, then `GET /files` in chunks of at most 1 MiB |
+//! | `write` | control command: checks, `mkdir -m 0700` of a random sibling staging dir; `POST /files` into it; control command: `chmod`, `mv -T` over the target, stat of the renamed inode through an open descriptor |
+//! | `create_if_absent` | same staging, then `ln -T staged target` (a hard link fails if anything exists at the target) |
+//! | `mkdir` / `remove` / `rename` | control commands (`mkdir [-p]`, `rmdir` / `rm [-rf]`, `mv -T`) |
+//!
+//! Control commands run as the acting user (`sh -c SCRIPT sh ARGS…`, paths only as
+//! positional arguments, `LC_ALL=C`), so permissions and ownership are the user's. They
+//! need GNU coreutils and findutils in the sandbox (E2B's templates are Debian-based).
+//!
+//! **Version**: `device:inode:size:mtime:ctime` (nanoseconds) as `find` reports them. Every
+//! write renames a fresh inode over the target, and the rename sets its ctime, so an
+//! identical rewrite gets a new token; `write` returns the version of the inode it
+//! renamed (read through the still-open staged file), which is what `stat` reports next.
+
+mod ctl;
+mod error;
+mod fs;
+mod meta;
+mod options;
+mod read;
+mod scripts;
+mod write;
+
+pub use error::map_error;
+pub use fs::E2bFs;
+pub use options::E2bFsOptions;

@@ -1,0 +1,220 @@
+//! Running the control commands of [`crate::scripts`] as the acting user, and turning a
+//! failed one into an [`FsError`] of the right kind.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use e2b_core::EnvdApi;
+use e2b_core::control_shell::ControlShell;
+use e2b_core::proto::process::{DataEvent, ProcessEvent};
+use exec_world::{FsError, WorldPath};
+use futures::StreamExt as _;
+
+use crate::error::map_error;
+
+/// Most bytes kept of a command's stdout (a listing of a very large directory fails
+/// rather than growing without bound).
+const MAX_STDOUT: usize = 64 << 20;
+/// Most bytes kept of a command's stderr.
+const MAX_STDERR: usize = 16 << 10;
+
+/// Exit code: nothing at the path.
+pub(crate) const EXIT_NOT_FOUND: i32 = 64;
+/// Exit code: something is already at the path.
+pub(crate) const EXIT_EXISTS: i32 = 65;
+/// Exit code: a directory is needed and something else is there.
+pub(crate) const EXIT_NOT_DIR: i32 = 66;
+/// Exit code: a directory is in the way.
+pub(crate) const EXIT_IS_DIR: i32 = 67;
+
+/// What a control command produced.
+#[derive(Debug)]
+pub(crate) struct CtlOutput {
+    /// Exit code (-1 when killed).
+    pub exit_code: i32,
+    /// stdout (bounded).
+    pub stdout: Vec<u8>,
+    /// stderr (bounded).
+    pub stderr: Vec<u8>,
+}
+
+/// Runs control commands as one user.
+#[derive(Debug, Clone)]
+pub(crate) struct Ctl {
+    shell: ControlShell,
+    user: Option<String>,
+}
+
+impl Ctl {
+    /// A runner over `api` acting as `user` (`None`: envd's default user).
+    pub(crate) fn new(api: Arc<dyn EnvdApi>, user: Option<String>, timeout: Duration) -> Self {
+        Ctl {
+            shell: ControlShell::new(api).timeout(Some(timeout)),
+            user,
+        }
+    }
+
+    /// Runs `script` with `args`; `path` names the operation's path in errors. A non-zero
+    /// exit is returned as data.
+    pub(crate) async fn run(
+        &self,
+        script: &str,
+        args: &[&str],
+        path: &WorldPath,
+        what: &str,
+    ) -> Result<CtlOutput, FsError> {
+        let mut spec = self.shell.command(script, args).env("LC_ALL", "C");
+        spec.user = self.user.clone();
+        let mut stream = self
+            .shell
+            .api()
+            .start_process(spec)
+            .await
+            .map_err(|e| map_error(e, path, what))?;
+        let mut out = CtlOutput {
+            exit_code: -1,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        };
+        let mut ended = false;
+        let mut overflow = false;
+        while let Some(ev) = stream.next().await {
+            match ev.map_err(|e| map_error(e, path, what))? {
+                ProcessEvent::Data(DataEvent::Stdout(b)) => {
+                    overflow |= append(&mut out.stdout, &b, MAX_STDOUT);
+                }
+                ProcessEvent::Data(DataEvent::Stderr(b) | DataEvent::Pty(b)) => {
+                    append(&mut out.stderr, &b, MAX_STDERR);
+                }
+                ProcessEvent::End(end) => {
+                    out.exit_code = end.exit_code;
+                    ended = true;
+                }
+                _ => {}
+            }
+        }
+        if !ended {
+            return Err(FsError::Transport {
+                context: format!("{what} {path}: control command stream ended early"),
+                source: "no end event".into(),
+            });
+        }
+        if overflow {
+            return Err(FsError::other(format!(
+                "{what} {path}: control command output exceeds {MAX_STDOUT} bytes"
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Runs `script` and requires exit 0 (else the classified error).
+    pub(crate) async fn run_ok(
+        &self,
+        script: &str,
+        args: &[&str],
+        path: &WorldPath,
+        what: &str,
+    ) -> Result<CtlOutput, FsError> {
+        let out = self.run(script, args, path, what).await?;
+        if out.exit_code != 0 {
+            return Err(classify(&out, path, what));
+        }
+        Ok(out)
+    }
+}
+
+fn append(buf: &mut Vec<u8>, chunk: &[u8], limit: usize) -> bool {
+    let take = limit.saturating_sub(buf.len()).min(chunk.len());
+    buf.extend_from_slice(&chunk[..take]);
+    take < chunk.len()
+}
+
+/// The error of a failed control command: our exit codes first, then the `strerror`
+/// text that ends the last line of stderr (`LC_ALL=C`), then a few tool phrases.
+pub(crate) fn classify(out: &CtlOutput, path: &WorldPath, what: &str) -> FsError {
+    let path = path.clone();
+    match out.exit_code {
+        EXIT_NOT_FOUND => return FsError::NotFound { path },
+        EXIT_EXISTS => return FsError::AlreadyExists { path },
+        EXIT_NOT_DIR => return FsError::NotADirectory { path },
+        EXIT_IS_DIR => return FsError::IsADirectory { path },
+        _ => {}
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim_end();
+    if last.ends_with("No such file or directory") {
+        FsError::NotFound { path }
+    } else if last.ends_with("File exists") {
+        FsError::AlreadyExists { path }
+    } else if last.ends_with("Not a directory") {
+        FsError::NotADirectory { path }
+    } else if last.ends_with("Is a directory") {
+        FsError::IsADirectory { path }
+    } else if last.ends_with("Directory not empty") {
+        FsError::NotEmpty { path }
+    } else if last.ends_with("Permission denied")
+        || last.ends_with("Operation not permitted")
+        || last.ends_with("Read-only file system")
+    {
+        FsError::PermissionDenied { path }
+    } else if last.ends_with("Too many levels of symbolic links")
+        || last.ends_with("File name too long")
+    {
+        FsError::InvalidPath {
+            path: path.to_string(),
+            reason: last.to_string(),
+        }
+    } else if last.contains("cannot overwrite directory") {
+        FsError::IsADirectory { path }
+    } else if last.contains("cannot overwrite non-directory") {
+        FsError::NotADirectory { path }
+    } else {
+        FsError::other(format!(
+            "{what} {path}: exit code {}: {last}",
+            out.exit_code
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(code: i32, stderr: &str) -> CtlOutput {
+        CtlOutput {
+            exit_code: code,
+            stdout: Vec::new(),
+            stderr: stderr.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn classifies_exit_codes_and_strerror() {
+        let p = WorldPath::new("/a/b").expect("path");
+        let k = |o: CtlOutput| classify(&o, &p, "test");
+        assert!(matches!(k(out(64, "")), FsError::NotFound { .. }));
+        assert!(matches!(k(out(67, "")), FsError::IsADirectory { .. }));
+        assert!(matches!(
+            k(out(1, "rmdir: failed to remove '/a/b': Directory not empty\n")),
+            FsError::NotEmpty { .. }
+        ));
+        assert!(matches!(
+            k(out(1, "find: '/a/x': No such file or directory\n")),
+            FsError::NotFound { .. }
+        ));
+        assert!(matches!(
+            k(out(1, "mkdir: cannot create directory '/a/b': File exists")),
+            FsError::AlreadyExists { .. }
+        ));
+        assert!(matches!(
+            k(out(1, "mv: cannot move 'x' to 'y': Permission denied")),
+            FsError::PermissionDenied { .. }
+        ));
+        assert!(matches!(k(out(2, "odd")), FsError::Other { .. }));
+    }
+}

@@ -1,0 +1,233 @@
+//! [`E2bFs`]: the handle, its construction, and the `Fs` methods that are one control
+//! command each (stat, lstat, read_dir, mkdir, remove, rename).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use e2b_core::EnvdApi;
+use exec_world::{
+    ByteStream, Created, DirEntry, FileKind, Fs, FsCapabilities, FsError, Metadata, Version,
+    WorldPath, WriteOptions,
+};
+
+use crate::ctl::Ctl;
+use crate::meta::parse_records;
+use crate::options::E2bFsOptions;
+use crate::scripts;
+
+/// What every handle on one sandbox shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// envd of the sandbox.
+    pub api: Arc<dyn EnvdApi>,
+    /// The acting user (`None`: envd's default).
+    pub user: Option<String>,
+    /// Control commands as that user.
+    pub ctl: Ctl,
+    /// Staging directory name prefix.
+    pub staging_prefix: String,
+    /// Remove abandoned staging dirs from a background task.
+    pub background_cleanup: bool,
+}
+
+impl Shared {
+    /// The acting user for envd calls.
+    pub(crate) fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+}
+
+/// `exec_world::Fs` over an E2B sandbox (see the crate docs for how each operation works).
+///
+/// Cheap to clone; clones and [`Fs::with_cwd`] handles share the sandbox connection.
+#[derive(Debug, Clone)]
+pub struct E2bFs {
+    pub(crate) shared: Arc<Shared>,
+    cwd: WorldPath,
+}
+
+impl E2bFs {
+    /// An `Fs` over `api` with `opts`. [`FsError::InvalidPath`] when `opts.cwd` is not an
+    /// absolute POSIX path, or the staging prefix is empty or contains `/`.
+    pub fn new(api: Arc<dyn EnvdApi>, opts: E2bFsOptions) -> Result<E2bFs, FsError> {
+        let cwd = WorldPath::new(opts.cwd.clone())?;
+        if !cwd.is_absolute() {
+            return Err(FsError::InvalidPath {
+                path: opts.cwd,
+                reason: "the cwd of an E2bFs must be an absolute POSIX path".into(),
+            });
+        }
+        if opts.staging_prefix.is_empty() || opts.staging_prefix.contains(['/', '\0']) {
+            return Err(FsError::InvalidPath {
+                path: opts.staging_prefix,
+                reason: "staging prefix must be a non-empty file name".into(),
+            });
+        }
+        let ctl = Ctl::new(api.clone(), opts.user.clone(), opts.command_timeout);
+        Ok(E2bFs {
+            shared: Arc::new(Shared {
+                api,
+                user: opts.user,
+                ctl,
+                staging_prefix: opts.staging_prefix,
+                background_cleanup: opts.background_cleanup,
+            }),
+            cwd: cwd.normalize(),
+        })
+    }
+
+    /// The envd API this file system works on.
+    pub fn api(&self) -> &Arc<dyn EnvdApi> {
+        &self.shared.api
+    }
+
+    /// The acting user (`None`: the sandbox's default user).
+    pub fn user(&self) -> Option<&str> {
+        self.shared.user()
+    }
+
+    /// One record of `abs` (stat or lstat script).
+    async fn stat_with(&self, script: &str, abs: &WorldPath, what: &str) -> Result<Metadata, FsError> {
+        let out = self
+            .shared
+            .ctl
+            .run_ok(script, &[abs.as_str()], abs, what)
+            .await?;
+        let rec = parse_records(&out.stdout)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| FsError::other(format!("{what} {abs}: no record printed")))?;
+        Ok(rec.metadata())
+    }
+}
+
+#[async_trait]
+impl Fs for E2bFs {
+    fn cwd(&self) -> &WorldPath {
+        &self.cwd
+    }
+
+    fn with_cwd(&self, cwd: &WorldPath) -> Box<dyn Fs> {
+        Box::new(E2bFs {
+            shared: self.shared.clone(),
+            cwd: cwd.resolve(&self.cwd),
+        })
+    }
+
+    fn capabilities(&self) -> FsCapabilities {
+        FsCapabilities {
+            symlinks: true,
+            posix_modes: true,
+            atomic_write: true,
+            exclusive_create: true,
+            large_files: true,
+            mtime: true,
+        }
+    }
+
+    async fn stat(&self, p: &WorldPath) -> Result<Metadata, FsError> {
+        let abs = self.resolve(p);
+        let m = self.stat_with(scripts::STAT, &abs, "stat").await?;
+        if m.kind == FileKind::Symlink {
+            // `find -L` falls back to the link itself only when its target is missing.
+            return Err(FsError::NotFound { path: abs });
+        }
+        Ok(m)
+    }
+
+    async fn lstat(&self, p: &WorldPath) -> Result<Metadata, FsError> {
+        let abs = self.resolve(p);
+        self.stat_with(scripts::LSTAT, &abs, "lstat").await
+    }
+
+    async fn read_dir(&self, p: &WorldPath) -> Result<Vec<DirEntry>, FsError> {
+        let abs = self.resolve(p);
+        let out = self
+            .shared
+            .ctl
+            .run_ok(scripts::READ_DIR, &[abs.as_str()], &abs, "read_dir")
+            .await?;
+        parse_records(&out.stdout)?
+            .into_iter()
+            .map(|r| {
+                Ok(DirEntry {
+                    path: abs.join(&r.name)?,
+                    metadata: r.metadata(),
+                    name: r.name,
+                })
+            })
+            .collect()
+    }
+
+    async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, FsError> {
+        let abs = self.resolve(p);
+        crate::read::read_bounded(&self.shared, &abs, max_bytes).await
+    }
+
+    async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, FsError> {
+        let abs = self.resolve(p);
+        crate::read::read_stream(&self.shared, &abs).await
+    }
+
+    async fn write(
+        &self,
+        p: &WorldPath,
+        data: ByteStream,
+        opts: WriteOptions,
+    ) -> Result<Version, FsError> {
+        let abs = self.resolve(p);
+        crate::write::write(&self.shared, &abs, data, opts).await
+    }
+
+    async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, FsError> {
+        let abs = self.resolve(p);
+        crate::write::create_if_absent(&self.shared, &abs, data).await
+    }
+
+    async fn mkdir(&self, p: &WorldPath, recursive: bool) -> Result<(), FsError> {
+        let abs = self.resolve(p);
+        let script = if recursive {
+            scripts::MKDIR_P
+        } else {
+            scripts::MKDIR
+        };
+        self.shared
+            .ctl
+            .run_ok(script, &[abs.as_str()], &abs, "mkdir")
+            .await
+            .map(drop)
+    }
+
+    async fn remove(&self, p: &WorldPath, recursive: bool) -> Result<(), FsError> {
+        let abs = self.resolve(p);
+        let flag = if recursive { "1" } else { "0" };
+        self.shared
+            .ctl
+            .run_ok(scripts::REMOVE, &[abs.as_str(), flag], &abs, "remove")
+            .await
+            .map(drop)
+    }
+
+    async fn rename(&self, from: &WorldPath, to: &WorldPath) -> Result<(), FsError> {
+        let from = self.resolve(from);
+        let to = self.resolve(to);
+        let out = self
+            .shared
+            .ctl
+            .run(scripts::RENAME, &[from.as_str(), to.as_str()], &from, "rename")
+            .await?;
+        if out.exit_code == 0 {
+            return Ok(());
+        }
+        // Kinds about the destination name it; the rest name the source.
+        Err(match crate::ctl::classify(&out, &from, "rename") {
+            FsError::NotEmpty { .. } | FsError::AlreadyExists { .. } => {
+                FsError::NotEmpty { path: to }
+            }
+            FsError::IsADirectory { .. } => FsError::IsADirectory { path: to },
+            FsError::NotADirectory { .. } => FsError::NotADirectory { path: to },
+            other => other,
+        })
+    }
+}

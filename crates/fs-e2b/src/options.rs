@@ -1,0 +1,63 @@
+//! [`E2bFsOptions`]: how an [`E2bFs`](crate::E2bFs) is set up (cwd, acting user, staging).
+
+use std::time::Duration;
+
+/// Options of [`E2bFs::new`](crate::E2bFs::new).
+///
+/// ```
+/// let opts = fs_e2b::E2bFsOptions::new("/home/user").user("user");
+/// # drop(opts);
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct E2bFsOptions {
+    /// The directory relative paths resolve against (absolute POSIX path).
+    pub cwd: String,
+    /// The user every operation acts as; `None` = the sandbox's default user.
+    pub user: Option<String>,
+    /// Name prefix of the staging directories `write` and `create_if_absent` create next
+    /// to their target (a random suffix follows). Default `.e2b-stage-`.
+    pub staging_prefix: String,
+    /// Remove a staging directory from a background task when a write is dropped midway
+    /// (default true; the directory is otherwise left behind).
+    pub background_cleanup: bool,
+    /// Lifetime of each control command (envd kills it at expiry). Default 120 s.
+    pub command_timeout: Duration,
+}
+
+impl E2bFsOptions {
+    /// Options with cwd `cwd`, the default user and default staging.
+    pub fn new(cwd: impl Into<String>) -> Self {
+        E2bFsOptions {
+            cwd: cwd.into(),
+            user: None,
+            staging_prefix: ".e2b-stage-".into(),
+            background_cleanup: true,
+            command_timeout: Duration::from_secs(120),
+        }
+    }
+
+    /// Act as `user`.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// Sets [`E2bFsOptions::staging_prefix`].
+    pub fn staging_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.staging_prefix = prefix.into();
+        self
+    }
+
+    /// Sets [`E2bFsOptions::background_cleanup`].
+    pub fn background_cleanup(mut self, on: bool) -> Self {
+        self.background_cleanup = on;
+        self
+    }
+
+    /// Sets [`E2bFsOptions::command_timeout`].
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+}

@@ -1,0 +1,83 @@
+//! The shell scripts of the control commands. Each runs as `sh -c SCRIPT sh ARGS…` with
+//! paths only as positional parameters. Exit codes 64–69 name an error kind (see
+//! [`crate::ctl`]); any other failure is classified from `strerror` text (`LC_ALL=C`).
+
+/// `find -printf` format of one record: kind, mode, size, device, inode, mtime, ctime,
+/// link text, name; every field ends with NUL.
+macro_rules! fmt {
+    () => {
+        r"'%y\0%m\0%s\0%D\0%i\0%T@\0%C@\0%l\0%f\0'"
+    };
+}
+
+/// lstat of `$1`.
+pub(crate) const LSTAT: &str = concat!(r#"exec find "$1" -maxdepth 0 -printf "#, fmt!());
+
+/// stat of `$1`, following links (a dangling link prints kind `l`).
+pub(crate) const STAT: &str = concat!(r#"exec find -L "$1" -maxdepth 0 -printf "#, fmt!());
+
+/// One level of directory `$1` (lstat of each entry; `$1` itself may be a link).
+pub(crate) const READ_DIR: &str = concat!(
+    r#"if [ -e "$1" ] && [ ! -d "$1" ]; then exit 66; fi
+exec find -H "$1" -mindepth 1 -maxdepth 1 -printf "#,
+    fmt!()
+);
+
+/// `mkdir $1` (mode 0755).
+pub(crate) const MKDIR: &str = r#"umask 022; exec mkdir -- "$1""#;
+
+/// `mkdir -p $1` (mode 0755); an existing directory is success.
+pub(crate) const MKDIR_P: &str = r#"umask 022; [ -d "$1" ] && exit 0; exec mkdir -p -- "$1""#;
+
+/// Removes `$1`; a directory needs `$2 = 1` unless empty; a link is removed itself.
+pub(crate) const REMOVE: &str = r#"if [ -d "$1" ] && [ ! -L "$1" ]; then
+  if [ "$2" = 1 ]; then exec rm -rf -- "$1"; else exec rmdir -- "$1"; fi
+fi
+exec rm -- "$1""#;
+
+/// `rename($1, $2)`.
+pub(crate) const RENAME: &str = r#"exec mv -T -- "$1" "$2""#;
+
+/// Before a write of `$1` (parent `$2`): parent checks (created when `$4 = 1`), target
+/// not a directory, staging dir `$3` created 0700; prints the mode of an existing file.
+pub(crate) const WRITE_PREPARE: &str = r#"t=$1 p=$2 s=$3
+if [ ! -d "$p" ]; then
+  if [ -e "$p" ] || [ -L "$p" ]; then exit 66; fi
+  if [ "$4" = 1 ]; then umask 022; mkdir -p -- "$p" || exit 1; else exit 64; fi
+fi
+if [ -d "$t" ] && [ ! -L "$t" ]; then exit 67; fi
+mkdir -m 0700 -- "$s" || exit 1
+if [ -f "$t" ] && [ ! -L "$t" ]; then exec stat -c %a -- "$t"; fi"#;
+
+/// Commits a write: staged file `$1` gets mode `$3`, is renamed over `$2`, staging dir
+/// `$4` is removed; prints the record of the renamed inode (through fd 3, so a later
+/// rename by someone else cannot change what is reported).
+pub(crate) const WRITE_COMMIT: &str = concat!(
+    r#"f=$1 t=$2 s=$4
+exec 3<"$f" || exit 1
+chmod -- "$3" "$f" || exit 1
+mv -T -f -- "$f" "$t" || exit 1
+rmdir -- "$s" 2>/dev/null
+exec find -L "/proc/$$/fd/3" -maxdepth 0 -printf "#,
+    fmt!()
+);
+
+/// Before `create_if_absent($1)` (parent `$2`): 65 when anything is at `$1`, parent
+/// checks, staging dir `$3` created 0700.
+pub(crate) const CREATE_PREPARE: &str = r#"t=$1 p=$2 s=$3
+if [ -e "$t" ] || [ -L "$t" ]; then exit 65; fi
+if [ ! -d "$p" ]; then
+  if [ -e "$p" ] || [ -L "$p" ]; then exit 66; fi
+  exit 64
+fi
+mkdir -m 0700 -- "$s" || exit 1"#;
+
+/// Commits `create_if_absent`: staged `$1` gets 0644 and is hard-linked to `$2` (fails
+/// when anything is there: exit 65); staging dir `$3` is removed in every case.
+pub(crate) const CREATE_COMMIT: &str = r#"f=$1 t=$2 s=$3
+if ! chmod 0644 -- "$f"; then rm -rf -- "$s"; exit 1; fi
+if ln -T -- "$f" "$t" 2>"$s/err"; then rm -rf -- "$s"; exit 0; fi
+if [ -e "$t" ] || [ -L "$t" ]; then rm -rf -- "$s"; exit 65; fi
+cat -- "$s/err" >&2
+rm -rf -- "$s"
+exit 1"#;
