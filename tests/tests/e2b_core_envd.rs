@@ -523,7 +523,7 @@ async fn streamed_64mib_round_trip_verified_by_hash() {
         .await
         .expect("download");
     while let Some(chunk) = dl.next().await {
-        hasher.update(&chunk.expect("chunk"));
+        hasher.update(chunk.expect("chunk"));
     }
     let have: [u8; 32] = hasher.finalize().into();
     assert_eq!(have, want_old);
