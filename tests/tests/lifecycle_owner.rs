@@ -83,6 +83,14 @@ async fn lifecycle_setup_prepares_workdir_and_private_state_dir() {
         .expect("run");
     assert_ne!(denied.end.exit_code, 0);
 
+    // no login profile of the user's mutable home runs before control commands
+    sh(
+        &api,
+        "for f in .profile .bashrc .bash_profile; do echo 'touch /tmp/profile-ran' > /home/user/$f; done",
+    )
+    .await;
+    shell.run_ok("true", &[]).await.expect("control command");
+
     // setup again on the same sandbox is idempotent (reconnect by id)
     let again = SandboxOwner::connect(
         &c,
@@ -97,6 +105,11 @@ async fn lifecycle_setup_prepares_workdir_and_private_state_dir() {
         again.shutdown().await.expect("release"),
         ShutdownOutcome::Released
     );
+    let ran = api
+        .run(StartProcess::new("/bin/sh").args(["-c", "test -e /tmp/profile-ran"]))
+        .await
+        .expect("run");
+    assert_ne!(ran.end.exit_code, 0, "a login profile ran");
 
     assert_eq!(
         owner.shutdown().await.expect("shutdown"),

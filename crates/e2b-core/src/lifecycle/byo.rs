@@ -22,7 +22,8 @@ impl SandboxOwner {
 
     /// Wrap an already connected handle without any control-plane call. Keep-alive needs
     /// `client` ([`LifecycleError::NoClient`] otherwise); its end of life is unknown, so
-    /// the first activity renews.
+    /// the first activity renews. Must be called inside a tokio runtime (setup runs on a
+    /// spawned task).
     pub fn attach_api(
         api: Arc<dyn EnvdApi>,
         client: Option<Client>,

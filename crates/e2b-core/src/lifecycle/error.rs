@@ -53,6 +53,10 @@ pub enum LifecycleError {
     /// The owner is shutting down (or shut down): no new handles.
     #[error("sandbox owner is shutting down; no new handles")]
     ShuttingDown,
+    /// The background setup task ended without reporting (it panicked or the runtime
+    /// shut down).
+    #[error("sandbox setup ended without a result")]
+    SetupAborted,
     /// No sandbox in state running or paused carries this logical name.
     #[error("no running or paused sandbox is named {name:?}")]
     NameNotFound {

@@ -11,7 +11,9 @@
 //!   applies only when it ends later (a paused sandbox is resumed by it: activity on a
 //!   paused sandbox means someone wants it back).
 //! * Never beyond the plan's hard cap ([`Plan`]: 1 h Hobby, 24 h Pro, or custom), counted
-//!   from the lease's start; asking for more is [`LifecycleError::CapExceeded`].
+//!   from the lease's start (the create or connect request; for a sandbox that was
+//!   already running the control plane's own refusal, HTTP 400, stops renewals with
+//!   [`StopReason::Refused`]); asking for more is [`LifecycleError::CapExceeded`].
 //! * Driven by activity: point activities ([`KeepAlive::touch`], every call through
 //!   [`LeasedApi`](super::LeasedApi)) and turns ([`KeepAlive::activity`] guards) that are
 //!   renewed in the background while they stay open. A turn older than `max_turn` stops
@@ -88,6 +90,9 @@ pub enum StopReason {
     Gone,
     /// The keep-alive was closed (owner shut down).
     Closed,
+    /// The control plane refused a renewal as invalid (HTTP 400, e.g. past the plan's
+    /// maximum instance length counted from the sandbox's real start).
+    Refused,
 }
 
 type Observer = Arc<dyn Fn(&Renewal) + Send + Sync>;
@@ -341,6 +346,10 @@ impl KeepAlive {
     ) -> Result<KeepAlive, LifecycleError> {
         let idle = cfg.check(sandbox_timeout)?;
         let now = Instant::now();
+        // The lease's life starts when the create/connect request went out, when known.
+        let life_start = known_end
+            .and_then(|e| e.checked_sub(sandbox_timeout))
+            .map_or(now, |s| s.min(now));
         let inner = Arc::new(Inner {
             client,
             sandbox_id: sandbox_id.into(),
@@ -353,7 +362,7 @@ impl KeepAlive {
             on_renew: cfg.on_renew,
             state: Mutex::new(State {
                 known_end: known_end.unwrap_or(now),
-                life_start: now,
+                life_start,
                 renewals: 0,
                 extended: Duration::ZERO,
                 turns: BTreeMap::new(),
@@ -652,6 +661,8 @@ impl Inner {
                 Err(e) => {
                     if e.is_sandbox_not_found() {
                         st.stopped = Some(StopReason::Gone);
+                    } else if matches!(e, crate::error::Error::BadRequest { .. }) {
+                        st.stopped = Some(StopReason::Refused);
                     } else {
                         let back_off = (self.slack / 4)
                             .clamp(Duration::from_millis(100), Duration::from_secs(5));

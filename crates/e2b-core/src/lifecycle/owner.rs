@@ -151,6 +151,7 @@ impl OwnerOptions {
 #[derive(Debug, Clone)]
 pub struct OwnedHandle {
     api: Arc<dyn EnvdApi>,
+    raw: Arc<dyn EnvdApi>,
     workdir: String,
     state_dir: String,
     keepalive: Option<KeepAlive>,
@@ -160,6 +161,12 @@ impl OwnedHandle {
     /// The envd API to give the adapters.
     pub fn api(&self) -> Arc<dyn EnvdApi> {
         self.api.clone()
+    }
+
+    /// The envd API without keep-alive reporting (for calls that are no activity,
+    /// e.g. background polls); the same as [`OwnedHandle::api`] when keep-alive is off.
+    pub fn raw_api(&self) -> Arc<dyn EnvdApi> {
+        self.raw.clone()
     }
 
     /// The sandbox id.
@@ -207,7 +214,8 @@ struct Inner {
     sandbox_id: String,
     ownership: Ownership,
     closing: AtomicBool,
-    deleted_by_setup: AtomicBool,
+    /// What the cleanup after a failed setup did.
+    cleanup: std::sync::Mutex<Option<ShutdownOutcome>>,
     setup: watch::Receiver<SetupResult>,
     keepalive: Option<KeepAlive>,
     outcome: tokio::sync::Mutex<Option<ShutdownOutcome>>,
@@ -282,7 +290,7 @@ impl SandboxOwner {
             sandbox_id: sandbox_id.clone(),
             ownership,
             closing: AtomicBool::new(false),
-            deleted_by_setup: AtomicBool::new(false),
+            cleanup: std::sync::Mutex::new(None),
             setup: rx,
             keepalive: keepalive.clone(),
             outcome: tokio::sync::Mutex::new(None),
@@ -307,9 +315,10 @@ impl SandboxOwner {
             let result = match prepared {
                 Ok(p) => Ok(OwnedHandle {
                     api: match &keepalive {
-                        Some(ka) => ka.wrap(api),
-                        None => api,
+                        Some(ka) => ka.wrap(api.clone()),
+                        None => api.clone(),
                     },
+                    raw: api,
                     workdir: p.workdir,
                     state_dir: p.state_dir,
                     keepalive,
@@ -322,9 +331,16 @@ impl SandboxOwner {
                         if let Some(c) = &client {
                             // One attempt; the original error is what gets reported.
                             match c.kill(&sandbox_id).await {
-                                Ok(_) => {
+                                Ok(killed) => {
                                     if let Some(i) = task_inner.upgrade() {
-                                        i.deleted_by_setup.store(true, Ordering::SeqCst);
+                                        *i.cleanup
+                                            .lock()
+                                            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                                            Some(if killed {
+                                                ShutdownOutcome::Deleted
+                                            } else {
+                                                ShutdownOutcome::AlreadyGone
+                                            });
                                     }
                                 }
                                 Err(k) => tracing::warn!(
@@ -403,12 +419,15 @@ impl SandboxOwner {
         if let Some(ka) = &self.inner.keepalive {
             ka.close();
         }
-        let o = match (self.inner.ownership, &self.inner.client) {
-            (Ownership::Borrowed, _) | (Ownership::Owned, None) => ShutdownOutcome::Released,
-            (Ownership::Owned, Some(_)) if self.inner.deleted_by_setup.load(Ordering::SeqCst) => {
-                ShutdownOutcome::Deleted
-            }
-            (Ownership::Owned, Some(c)) => match c.kill(&self.inner.sandbox_id).await? {
+        let cleaned = *self
+            .inner
+            .cleanup
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let o = match (self.inner.ownership, &self.inner.client, cleaned) {
+            (Ownership::Borrowed, _, _) | (Ownership::Owned, None, _) => ShutdownOutcome::Released,
+            (Ownership::Owned, Some(_), Some(done)) => done,
+            (Ownership::Owned, Some(c), None) => match c.kill(&self.inner.sandbox_id).await? {
                 true => ShutdownOutcome::Deleted,
                 false => ShutdownOutcome::AlreadyGone,
             },

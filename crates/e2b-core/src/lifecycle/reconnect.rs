@@ -38,7 +38,8 @@ impl SandboxOwner {
     }
 
     /// Connect to the sandbox named `name` when one exists, else create it (with the name
-    /// in its metadata). Owned either way.
+    /// in its metadata). Owned either way. The name is metadata, not a lock: two callers
+    /// racing on a new name may both create.
     pub async fn connect_or_create(
         client: &Client,
         name: &str,
