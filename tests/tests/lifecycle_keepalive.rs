@@ -87,10 +87,12 @@ async fn lifecycle_keepalive_tops_up_only_when_needed() {
     let c = client(&emu);
     let seen: Arc<Mutex<Vec<Renewal>>> = Arc::default();
     let seen2 = seen.clone();
+    // 8 s of life, threshold (idle - slack) 4 s: a top-up is due 4 s after create
+    let created = Instant::now();
     let owner = SandboxOwner::create(
         &c,
         OwnerOptions::default()
-            .timeout(Duration::from_secs(6))
+            .timeout(Duration::from_secs(8))
             .keepalive(KeepAliveConfig::new().on_renew(move |r| {
                 seen2
                     .lock()
@@ -102,29 +104,36 @@ async fn lifecycle_keepalive_tops_up_only_when_needed() {
     .expect("create");
     let h = owner.handle().await.expect("handle");
     let ka = h.keepalive().expect("on").clone();
-    assert_eq!(ka.idle_timeout(), Duration::from_secs(6));
+    assert_eq!(ka.idle_timeout(), Duration::from_secs(8));
     let api = h.api();
 
-    // fresh: 6 s known, threshold 3 s: activity costs nothing
-    for _ in 0..20 {
+    // fresh: activity costs nothing
+    for _ in 0..10 {
         exec(&api).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        created.elapsed() < Duration::from_secs(4),
+        "machine too slow for this test's window"
+    );
     assert_eq!(renewals_seen(&emu), 0);
     assert_eq!(ka.stats().renewals, 0);
 
     // below the threshold: the next activity tops up, once
-    tokio::time::sleep(Duration::from_millis(3200)).await;
+    tokio::time::sleep(
+        (created + Duration::from_millis(4300)).saturating_duration_since(Instant::now()),
+    )
+    .await;
     exec(&api).await;
     assert!(
         eventually(Duration::from_secs(3), || ka.stats().renewals == 1).await,
         "{:?}",
         ka.stats()
     );
-    for _ in 0..20 {
+    for _ in 0..10 {
         exec(&api).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
         emu.counters().get_on(FakeSurface::Control, CONNECT),
         1,
@@ -136,13 +145,16 @@ async fn lifecycle_keepalive_tops_up_only_when_needed() {
     assert_eq!(r.reason, "start_process");
     assert!(r.new_end > r.old_end);
     assert!(
-        ka.remaining() > Duration::from_secs(4),
+        ka.remaining() > Duration::from_secs(5),
         "{:?}",
         ka.remaining()
     );
 
-    // alive past its original 6 s
-    tokio::time::sleep(Duration::from_millis(3000)).await;
+    // alive past its original 8 s
+    tokio::time::sleep(
+        (created + Duration::from_secs(9)).saturating_duration_since(Instant::now()),
+    )
+    .await;
     assert_eq!(
         state(&c, owner.sandbox_id()).await,
         Some(SandboxState::Running)
