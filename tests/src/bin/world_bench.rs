@@ -3,7 +3,7 @@
 //! Run: `cargo run --release -p integration-tests --bin world-bench [-- --iterations N --size-mib M]`
 //!
 //! It prints, each with a baseline measured in the same run:
-//! * spawn-to-exit of `true`: p50/p99 through `LocalSubprocess`, through raw envd `Start`
+//! * spawn-to-exit of `true`: p50/p99 through bare `tokio::process`, `LocalSubprocess`, raw envd `Start`
 //!   (e2b-core, no adapter) and through `E2bSubprocess`; ratio E2B adapter / local;
 //! * a 256 MiB write then read: `LocalFs`, raw HTTP `POST/GET /files` with reqwest, and
 //!   `E2bFs`; throughput, ratio fs-e2b / raw HTTP, and the peak host memory (VmHWM, reset
@@ -261,6 +261,11 @@ async fn run(iterations: u64, size_mib: u64) -> Result<(), AnyError> {
     let scratch_s = scratch.to_string_lossy().into_owned();
 
     println!("\nspawn-to-exit of `true`");
+    let bare = time_n("bare tokio::process", iterations, || async {
+        tokio::process::Command::new("true").status().await?;
+        Ok(())
+    })
+    .await?;
     let local_proc = LocalSubprocess::new()?;
     let local = time_n("local (LocalSubprocess)", iterations, || async {
         local_proc.spawn(SpawnSpec::new("true"))?.wait().await?;
@@ -291,7 +296,11 @@ async fn run(iterations: u64, size_mib: u64) -> Result<(), AnyError> {
         ratio(adapter.p99, local.p99),
         ratio(adapter.p50, raw.p50)
     );
-    let _ = &raw.name;
+    println!(
+        "  ratio LocalSubprocess / bare tokio::process: p50 {:.1}x (the local adapter's process-group and descendant tracking)",
+        ratio(local.p50, bare.p50)
+    );
+    let _ = (&raw.name, &bare.name);
 
     println!("\n{size_mib} MiB write then read (sha256 verified)");
     let want = expected_hash(size).await;
