@@ -1,1 +1,110 @@
-//! `exec_world::Subprocess` and `Terminal` implemented over an E2B sandbox handle from `e2b-core`.
+//! `exec_world::Subprocess` and `Terminal` over an E2B sandbox: [`E2bSubprocess`] takes
+//! an `Arc<dyn e2b_core::EnvdApi>` and runs every program through envd.
+//!
+//! # How a spawn runs
+//!
+//! `spawn` returns at once; a task does the remote start. envd starts
+//! `setsid -w /bin/sh -c WRAPPER e2bx-wrap MODE TERM HOME SHELL N K=V… PROGRAM ARGS…`
+//! (the argv and explicit variables are positional parameters, never spliced into the
+//! script). `setsid` makes the wrapper the leader of a new session and process group
+//! (in place: envd's pid stays the program's pid). The wrapper reads `/proc/$$/stat`,
+//! checks that its group and session ids are its own pid, looks the program up in the
+//! `PATH` of the environment it builds, prints `E2BX-PGID <pid>` as its first stdout
+//! line and `exec`s `env … PROGRAM ARGS…`. The adapter strips that line;
+//! [`Child::pid`](exec_world::Child::pid) stays `None` until it arrived and parsed (the
+//! verified group id, not just envd's pid of the wrapper); `E2BX-FAIL enoent|eacces`
+//! becomes `ProcError::NotFound` / `PermissionDenied` from `started()` and `wait()`.
+//! No polling: the pid arrives on the output stream itself.
+//!
+//! Terminals: envd's PTY starts `/bin/sh -c WRAPPER e2bx-wrap --file PATH`; the argv and
+//! explicit env are in `PATH`, a file uploaded (as the user) into the adapter's state
+//! directory `/tmp/.e2bx-proc-<random>` (created by root, mode 0700, owned by the user),
+//! one `set -- '…' '…'` line that the wrapper sources and deletes at once, so they
+//! never appear on a command line or in envd's `List`.
+//!
+//! # Environment
+//!
+//! The trusted control shell (root, random root-level `HOME`, no profile) looks the user
+//! up with `getent passwd` (home, shell) and reads envd's `PATH`, once per adapter.
+//! Every process gets `EXEC_WORLD_SPAWN=<marker>` and:
+//! - [`EnvBase::Clean`](exec_world::EnvBase): `env -i` + exactly the explicit variables;
+//! - `Base`: `env -i` + `PATH` (envd's), `HOME` and `SHELL` (from `getent`), `USER`,
+//!   `LOGNAME`, `LANG` (default `C.UTF-8`), terminals `TERM=xterm-256color`, then the
+//!   explicit variables;
+//! - `Inherit`: envd's environment for the user (its `PATH`, `HOME`, `USER`, `LOGNAME`,
+//!   the sandbox's global variables) minus adapter-internal names (`E2BX_*`,
+//!   `EXEC_WORLD_*`) and every credential-shaped name (containing `KEY`, `SECRET`,
+//!   `TOKEN` or `PASSWORD`, any case), removed with `env -u`; then the explicit variables.
+//!
+//! Explicit variables are the caller's choice and always pass. For piped spawns they
+//! travel as positional arguments (so envd's `List` shows them while the wrapper runs).
+//!
+//! # Output, back-pressure, slow consumers
+//!
+//! envd's base64 chunks are decoded to raw bytes and delivered as they come. One task
+//! reads envd's event stream into a queue per stream bounded by
+//! [`E2bSubprocess::output_buffer`] (default 1 MiB). When a queue is full the task stops
+//! reading the HTTP body; TCP flow control then makes envd block, and envd blocks the
+//! process's writes: a slow consumer slows the process, nothing is lost and host memory
+//! stays bounded (envd only discards output while *no* stream is subscribed, and this
+//! stream stays subscribed for the process's life). As with local pipes, a stream that is
+//! neither read nor dropped eventually stalls the process (stdout and stderr share one
+//! envd stream, so a full stderr queue also holds back stdout). Dropping a stream
+//! discards its output. After `terminate` has killed the whole tree, the bound is lifted
+//! so the end event arrives even if nobody reads (what remains is bounded by envd's
+//! queue and the pipe buffers). For a copy of everything in the sandbox, see
+//! [`spill`]: it tees a stream into a bounded file through exec-world's capture helper.
+//!
+//! # Signals and termination
+//!
+//! `Child::signal`: envd's SendSignal for TERM/KILL, `kill -s NAME PID` through the
+//! control shell for the others. `terminate(grace)` (and `Drop`, with no grace, from a
+//! background task) runs exec-world's `tree_script` through the control shell: TERM
+//! (terminals: HUP too) and CONT to the group, the session, their descendants and every
+//! process carrying the marker (which catches `setsid`'d and `nohup`'d escapees), up to
+//! `grace`, then KILL rounds until none is left; if it reports survivors or cannot run,
+//! envd's SendSignal SIGKILL goes to the leader as the last resort. Then it waits for
+//! envd's `end` and returns the leader's status. Terminal `signal` sends
+//! `kill -s NAME -- -TPGID` to the terminal's foreground process group (`tpgid` from
+//! `/proc/PID/stat`). A pipe child dropped after its end kills nothing more; a terminal
+//! dropped always runs the session kill.
+//!
+//! # Request cost (envd; no control-plane requests)
+//!
+//! - first use of an adapter: 1 `Start` (`getent`, root) + 1 `Start` (`id -un`) when no
+//!   user was configured; cached;
+//! - each piped spawn: 1 `Start` (the wrapper; its stream carries pid, output and exit);
+//!   piped stdin adds 1 `SendInput` per 64 KiB written and 1 `CloseStdin`;
+//! - each terminal: 1 `POST /files` (spec file) + 1 `Start`; the first terminal of an
+//!   adapter adds 1 `Start` (state directory); `write` 1 `SendInput` per 64 KiB,
+//!   `resize` 1 `Update`, `signal` 1 `Start`;
+//! - `signal(TERM|KILL)` 1 `SendSignal`, other signals 1 `Start`;
+//! - `terminate` / `Drop` while running: 1 `Start` (tree kill), +1 `SendSignal` only as
+//!   the last resort; `which`: 1 `Start`.
+//!
+//! Nothing polls: waiting for the pid, the output and the exit are all the one stream.
+//! (The tree kill rescans `/proc` every 50 ms inside the sandbox during the grace.)
+//!
+//! # Errors
+//!
+//! `e2b_core::Error` maps to `ProcError`: sandbox gone → `Gone`, timeouts → `Timeout`,
+//! transport, protocol, 429 and 5xx → `Transport`, envd `invalid_argument` at start (a
+//! missing cwd) → `InvalidSpec`, 401/403 and envd `permission_denied` →
+//! `PermissionDenied`, the rest → `Other`. A broken event stream ends `wait()` with
+//! `Transport` (no reconnect: output while disconnected would be lost anyway).
+
+mod child;
+mod control;
+mod errors;
+mod queue;
+mod session;
+pub mod spill;
+mod status;
+mod subprocess;
+mod terminal;
+mod world;
+pub mod wrapper;
+
+pub use control::UserInfo;
+pub use errors::map_error;
+pub use subprocess::{DEFAULT_OUTPUT_BUFFER, E2bSubprocess};

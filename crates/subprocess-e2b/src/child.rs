@@ -1,0 +1,126 @@
+//! `E2bChild`: the [`ChildBackend`] of a piped spawn, and the stdin forwarder (an
+//! in-memory duplex whose reading end a task sends to envd's SendInput in chunks of at
+//! most 64 KiB, one request at a time; EOF → CloseStdin).
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use e2b_core::proto::process::{ProcessInput, ProcessSelector};
+use exec_world::{ChildBackend, ExitStatus, InputSink, OutputStream, ProcError, Signal};
+use tokio::io::AsyncReadExt;
+
+use crate::session::Session;
+
+/// Bytes per SendInput request (and the duplex buffer).
+const STDIN_CHUNK: usize = 64 << 10;
+
+/// A piped process in the sandbox.
+pub(crate) struct E2bChild {
+    pub(crate) session: Arc<Session>,
+    stdin: Mutex<Option<InputSink>>,
+    stdout: Mutex<Option<OutputStream>>,
+    stderr: Mutex<Option<OutputStream>>,
+}
+
+impl E2bChild {
+    pub(crate) fn new(session: Arc<Session>, piped_stdin: bool) -> E2bChild {
+        let stdin = piped_stdin.then(|| forward_stdin(session.clone()));
+        let stdout = session.out.reader();
+        let stderr = session.err.as_ref().map(|q| q.reader());
+        E2bChild {
+            session,
+            stdin: Mutex::new(stdin),
+            stdout: Mutex::new(Some(stdout)),
+            stderr: Mutex::new(stderr),
+        }
+    }
+}
+
+/// The caller's stdin half; a task forwards the other half to envd once started.
+fn forward_stdin(session: Arc<Session>) -> InputSink {
+    let (writer, mut reader) = tokio::io::duplex(STDIN_CHUNK);
+    tokio::spawn(async move {
+        let Ok(s) = session.started().await else {
+            return;
+        };
+        let api = session.world.api.clone();
+        let sel = ProcessSelector::Pid(s.envd_pid);
+        let mut buf = vec![0u8; STDIN_CHUNK];
+        loop {
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => {
+                    if let Err(e) = api.close_stdin(sel.clone()).await {
+                        tracing::debug!(error = %e, "CloseStdin");
+                    }
+                    return;
+                }
+                Ok(n) => {
+                    let input = ProcessInput::Stdin(buf[..n].to_vec());
+                    if let Err(e) = api.send_input(sel.clone(), input).await {
+                        // The process ended or closed stdin: the writer sees a broken pipe.
+                        tracing::debug!(error = %e, "SendInput");
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    Box::pin(writer)
+}
+
+fn take<T>(m: &mut Mutex<Option<T>>) -> Option<T> {
+    m.get_mut()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+}
+
+#[async_trait]
+impl ChildBackend for E2bChild {
+    fn pid(&self) -> Option<u32> {
+        self.session.pid()
+    }
+
+    async fn started(&self) -> Result<u32, ProcError> {
+        self.session.started().await.map(|s| s.pid)
+    }
+
+    fn take_stdin(&mut self) -> Option<InputSink> {
+        take(&mut self.stdin)
+    }
+
+    fn take_stdout(&mut self) -> Option<OutputStream> {
+        take(&mut self.stdout)
+    }
+
+    fn take_stderr(&mut self) -> Option<OutputStream> {
+        take(&mut self.stderr)
+    }
+
+    async fn wait(&self) -> Result<ExitStatus, ProcError> {
+        self.session.wait().await
+    }
+
+    async fn signal(&self, sig: Signal) -> Result<(), ProcError> {
+        self.session.signal_process(sig).await
+    }
+
+    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError> {
+        self.session.terminate(grace).await
+    }
+
+    fn detach(&mut self) {
+        self.session.detached.store(true, Ordering::SeqCst);
+        take(&mut self.stdin);
+        take(&mut self.stdout);
+        take(&mut self.stderr);
+    }
+}
+
+impl Drop for E2bChild {
+    fn drop(&mut self) {
+        self.session.drop_kill();
+    }
+}

@@ -1,0 +1,193 @@
+//! Trusted commands through e2b-core's control shell (root, positional arguments, a
+//! random root-level `HOME`, no login profile): the user lookup, `which`, the private
+//! state directory, signals to a pid or a terminal's foreground group, and the
+//! exec-world tree kill.
+
+use std::time::Duration;
+
+use e2b_core::control_shell::ControlShell;
+use e2b_core::{EnvdApi, StartProcess};
+use exec_world::{ProcError, Signal};
+
+use crate::errors::map_error;
+
+/// The world's user as the trusted shell found it (`getent passwd`, never the profile).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserInfo {
+    /// Login name.
+    pub name: String,
+    /// Login home from the password database.
+    pub home: String,
+    /// Login shell (`/bin/sh` when the entry has none).
+    pub shell: String,
+    /// envd's `PATH` (the base `PATH` of spawned programs).
+    pub path: String,
+}
+
+const LOOKUP_SH: &str = r#"getent passwd "$1" || exit 3
+printf '%s\n' "$PATH""#;
+
+const WHICH_SH: &str = r#"PATH=$1; p=$2; set -f
+case $p in
+  */*) [ -f "$p" ] && [ -x "$p" ] && printf '%s\n' "$p"; exit 0 ;;
+esac
+IFS=:
+for d in $PATH; do
+  [ -n "$d" ] || d=.
+  if [ -f "$d/$p" ] && [ -x "$d/$p" ]; then printf '%s\n' "$d/$p"; exit 0; fi
+done
+exit 0"#;
+
+const STATE_DIR_SH: &str = r#"umask 077; mkdir -m 0700 -- "$1" && chown -- "$2" "$1""#;
+
+/// `$1` pid, `$2` signal name, `$3` 1 = the foreground group of `$1`'s terminal.
+const SIGNAL_SH: &str = r#"read -r st < "/proc/$1/stat" 2>/dev/null || exit 0
+f() { state=$1; tpgid=$6; }
+f ${st##*) }
+case $state in Z|X) exit 0 ;; esac
+if [ "$3" = 1 ] && [ "$tpgid" -gt 0 ] 2>/dev/null; then
+  kill -s "$2" -- "-$tpgid" 2>/dev/null || kill -s "$2" -- "$1" 2>/dev/null
+else
+  kill -s "$2" -- "$1" 2>/dev/null
+fi
+exit 0"#;
+
+/// Trusted commands for one adapter.
+#[derive(Clone, Debug)]
+pub(crate) struct Control {
+    pub(crate) shell: ControlShell,
+}
+
+impl Control {
+    pub(crate) fn new(api: std::sync::Arc<dyn EnvdApi>) -> Control {
+        Control {
+            shell: ControlShell::new(api).max_output(64 << 10),
+        }
+    }
+
+    /// The default user's name, asked of a process run as that user without a profile
+    /// (only when the adapter was not told a user).
+    pub(crate) async fn default_user_name(&self) -> Result<String, ProcError> {
+        let spec = StartProcess::new("/bin/sh")
+            .args(["-c", "id -un"])
+            .cwd("/")
+            .timeout(Duration::from_secs(60));
+        let out = self
+            .shell
+            .api()
+            .run(spec)
+            .await
+            .map_err(|e| map_error("finding the sandbox's default user", e))?;
+        let name = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if out.end.exit_code != 0 || name.is_empty() {
+            return Err(ProcError::other("`id -un` as the default user failed"));
+        }
+        Ok(name)
+    }
+
+    /// Looks `name` up in the password database, as root.
+    pub(crate) async fn lookup(&self, name: &str) -> Result<UserInfo, ProcError> {
+        let out = self
+            .shell
+            .run(LOOKUP_SH, &[name])
+            .await
+            .map_err(|e| map_error("looking up the sandbox user", e))?;
+        if out.exit_code != 0 {
+            return Err(ProcError::other(format!(
+                "user {name:?} is not in the sandbox's password database"
+            )));
+        }
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut lines = text.lines();
+        let entry = lines.next().unwrap_or_default();
+        let path = lines.next().unwrap_or_default().to_owned();
+        let fields: Vec<&str> = entry.split(':').collect();
+        if fields.len() < 7 || fields[5].is_empty() {
+            return Err(ProcError::other(format!(
+                "unusable passwd entry for {name:?}"
+            )));
+        }
+        let shell = if fields[6].is_empty() {
+            "/bin/sh"
+        } else {
+            fields[6]
+        };
+        Ok(UserInfo {
+            name: name.to_owned(),
+            home: fields[5].to_owned(),
+            shell: shell.to_owned(),
+            path: if path.is_empty() {
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned()
+            } else {
+                path
+            },
+        })
+    }
+
+    /// `program` on `path`, as `command -v` would find an executable file.
+    pub(crate) async fn which(
+        &self,
+        path: &str,
+        program: &str,
+    ) -> Result<Option<String>, ProcError> {
+        let out = self
+            .shell
+            .run(WHICH_SH, &[path, program])
+            .await
+            .map_err(|e| map_error("which", e))?;
+        let found = out.stdout_text();
+        Ok((!found.is_empty()).then_some(found))
+    }
+
+    /// Creates `dir` (must not exist) with mode 0700, owned by `user`.
+    pub(crate) async fn make_state_dir(&self, dir: &str, user: &str) -> Result<(), ProcError> {
+        self.shell
+            .run_ok(STATE_DIR_SH, &[dir, user])
+            .await
+            .map(|_| ())
+            .map_err(|e| map_error("creating the adapter's state directory", e))
+    }
+
+    /// `kill -s NAME` to `pid`, or to the foreground group of its terminal. A process
+    /// that already ended is success.
+    pub(crate) async fn signal(
+        &self,
+        pid: u32,
+        sig: Signal,
+        foreground: bool,
+    ) -> Result<(), ProcError> {
+        let pid = pid.to_string();
+        self.shell
+            .run_ok(
+                SIGNAL_SH,
+                &[&pid, sig.name(), if foreground { "1" } else { "0" }],
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| map_error("sending a signal", e))
+    }
+
+    /// Runs exec-world's tree kill for `leader` / `marker` and waits for it; `Ok(true)`
+    /// when it reports that no member survives.
+    pub(crate) async fn kill_tree(
+        &self,
+        leader: u32,
+        marker: &str,
+        grace: Duration,
+        hangup: bool,
+    ) -> Result<bool, ProcError> {
+        let argv = exec_world::tree_script::kill_tree_argv(leader, marker, grace, hangup);
+        // argv = sh -c SCRIPT NAME ARGS…: run SCRIPT through the control shell with ARGS.
+        let script = argv.get(2).cloned().unwrap_or_default();
+        let args: Vec<&str> = argv.iter().skip(4).map(String::as_str).collect();
+        let shell = self
+            .shell
+            .clone()
+            .timeout(Some(grace + Duration::from_secs(120)));
+        let out = shell
+            .run(&script, &args)
+            .await
+            .map_err(|e| map_error("terminating the process tree", e))?;
+        Ok(out.exit_code == 0)
+    }
+}

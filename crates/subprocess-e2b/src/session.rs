@@ -1,0 +1,385 @@
+//! One remote process, for pipes and terminals alike: the start task (user lookup, spec
+//! file for terminals, envd `Start` of the wrapper), the reader task that routes envd's
+//! events into bounded queues and publishes the verified pid and the exit status, and
+//! the shared kill path (tree kill, then envd's SIGKILL as the last resort).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use e2b_core::proto::process::{DataEvent, ProcessEvent, ProcessSelector, Signal as EnvdSignal};
+use e2b_core::{ProcessStream, StartProcess};
+use exec_world::{ExitStatus, ProcError};
+use futures::StreamExt;
+use tokio::sync::watch;
+
+use crate::errors::{Failure, map_error};
+use crate::queue::Queue;
+use crate::status::exit_status;
+use crate::world::WorldShared;
+use crate::wrapper::{Header, WRAPPER_NAME, WRAPPER_SH, WrapArgs, parse_header};
+
+/// Where a started process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Started {
+    /// The verified process group id (== the program's pid).
+    pub(crate) pid: u32,
+    /// The pid envd knows (for SendInput, Update, SendSignal); equal to `pid` unless
+    /// `setsid` had to fork.
+    pub(crate) envd_pid: u32,
+}
+
+type StartState = Option<Result<Started, Failure>>;
+type StatusState = Option<Result<ExitStatus, Failure>>;
+
+/// The longest header line accepted before the program's own output.
+const MAX_HEADER: usize = 512;
+
+/// The shared state of one process.
+pub(crate) struct Session {
+    pub(crate) world: Arc<WorldShared>,
+    pub(crate) marker: String,
+    pub(crate) terminal: bool,
+    started: watch::Receiver<StartState>,
+    status: watch::Receiver<StatusState>,
+    /// stdout (pipes) or the terminal output.
+    pub(crate) out: Arc<Queue>,
+    /// stderr (pipes only).
+    pub(crate) err: Option<Arc<Queue>>,
+    pub(crate) detached: AtomicBool,
+    handle: tokio::runtime::Handle,
+}
+
+/// What the start task needs.
+pub(crate) struct Launch {
+    pub(crate) wrap: WrapArgs,
+    pub(crate) cwd: String,
+    pub(crate) stdin: bool,
+    /// Terminal size (cols, rows) for a PTY start.
+    pub(crate) pty: Option<(u32, u32)>,
+}
+
+impl Session {
+    /// Starts the remote process in a task and returns at once.
+    pub(crate) fn launch(
+        world: Arc<WorldShared>,
+        launch: Launch,
+    ) -> Result<Arc<Session>, ProcError> {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| ProcError::other("spawn must be called within a tokio runtime"))?;
+        let (started_tx, started) = watch::channel(None);
+        let (status_tx, status) = watch::channel(None);
+        let out = Queue::new(world.output_buffer);
+        let terminal = launch.pty.is_some();
+        let err = (!terminal).then(|| Queue::new(world.output_buffer));
+        let session = Arc::new(Session {
+            world: world.clone(),
+            marker: launch.wrap.marker.clone(),
+            terminal,
+            started,
+            status,
+            out: out.clone(),
+            err: err.clone(),
+            detached: AtomicBool::new(false),
+            handle: handle.clone(),
+        });
+        let program = launch.wrap.program.clone();
+        handle.spawn(async move {
+            let stream = match start(&world, launch).await {
+                Ok(s) => s,
+                Err(e) => {
+                    let f = Failure::of(&e);
+                    let _ = started_tx.send(Some(Err(f.clone())));
+                    let _ = status_tx.send(Some(Err(f)));
+                    out.close(Ok(()));
+                    if let Some(q) = &err {
+                        q.close(Ok(()));
+                    }
+                    return;
+                }
+            };
+            read_events(stream, program, terminal, started_tx, status_tx, out, err).await;
+        });
+        Ok(session)
+    }
+
+    /// The verified pid, once known.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        match &*self.started.borrow() {
+            Some(Ok(s)) => Some(s.pid),
+            _ => None,
+        }
+    }
+
+    /// Waits for the start (verified pid) or its failure.
+    pub(crate) async fn started(&self) -> Result<Started, ProcError> {
+        let mut rx = self.started.clone();
+        let r = rx
+            .wait_for(|s| s.is_some())
+            .await
+            .map_err(|_| ProcError::other("the start task ended without a result"))?;
+        match &*r {
+            Some(Ok(s)) => Ok(*s),
+            Some(Err(f)) => Err(f.to_error()),
+            None => Err(ProcError::other("no start result")),
+        }
+    }
+
+    /// True once the process's end (or a failure) is known.
+    pub(crate) fn ended(&self) -> bool {
+        self.status.borrow().is_some()
+    }
+
+    /// Waits for the end.
+    pub(crate) async fn wait(&self) -> Result<ExitStatus, ProcError> {
+        let mut rx = self.status.clone();
+        let r = rx
+            .wait_for(|s| s.is_some())
+            .await
+            .map_err(|_| ProcError::other("the reader task ended without a status"))?;
+        match &*r {
+            Some(Ok(s)) => Ok(*s),
+            Some(Err(f)) => Err(f.to_error()),
+            None => Err(ProcError::other("no status")),
+        }
+    }
+
+    /// Sends `sig` to the process itself: envd's SendSignal for TERM/KILL when envd
+    /// knows the program's pid, else `kill -s` through the control shell.
+    pub(crate) async fn signal_process(&self, sig: exec_world::Signal) -> Result<(), ProcError> {
+        let s = self.started().await?;
+        if self.ended() {
+            return Ok(());
+        }
+        let envd_sig = match sig {
+            exec_world::Signal::Term => Some(EnvdSignal::Sigterm),
+            exec_world::Signal::Kill => Some(EnvdSignal::Sigkill),
+            _ => None,
+        };
+        if let (Some(es), true) = (envd_sig, s.pid == s.envd_pid) {
+            return match self
+                .world
+                .api
+                .send_signal(ProcessSelector::Pid(s.envd_pid), es)
+                .await
+            {
+                Ok(()) => Ok(()),
+                Err(e) if e.is_not_found() => Ok(()),
+                Err(e) => Err(map_error("sending a signal", e)),
+            };
+        }
+        self.world.control.signal(s.pid, sig, false).await
+    }
+
+    /// The kill path: exec-world's tree kill (TERM [+HUP] to group, session, descendants
+    /// and marker holders, `grace`, KILL rounds), then envd's SIGKILL if it reported
+    /// survivors or could not run. Returns once the kill is done (not the exit).
+    pub(crate) async fn kill(&self, grace: Duration) -> Result<(), ProcError> {
+        let s = self.started().await?;
+        let tree = self
+            .world
+            .control
+            .kill_tree(s.pid, &self.marker, grace, self.terminal)
+            .await;
+        if !matches!(tree, Ok(true)) {
+            tracing::warn!(
+                pid = s.pid,
+                ?tree,
+                "tree kill incomplete; envd SIGKILL as the last resort"
+            );
+            match self
+                .world
+                .api
+                .send_signal(ProcessSelector::Pid(s.envd_pid), EnvdSignal::Sigkill)
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    return Err(match tree {
+                        Err(t) => t,
+                        Ok(_) => map_error("killing the process", e),
+                    });
+                }
+            }
+        }
+        // Nothing of the tree is alive: what is still queued upstream is bounded, so
+        // stop applying back-pressure and let the end event through.
+        self.out.relax();
+        if let Some(e) = &self.err {
+            e.relax();
+        }
+        Ok(())
+    }
+
+    /// `terminate`: the kill path, then the leader's status.
+    pub(crate) async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError> {
+        self.kill(grace).await?;
+        self.wait().await
+    }
+
+    /// Called from the backend's `Drop`: unless detached (or a pipe process that already
+    /// ended), kill the tree from a background task (no grace).
+    pub(crate) fn drop_kill(self: &Arc<Self>) {
+        if self.detached.load(Ordering::SeqCst) || (self.ended() && !self.terminal) {
+            return;
+        }
+        let me = self.clone();
+        self.handle.spawn(async move {
+            if me.started().await.is_ok()
+                && let Err(e) = me.kill(Duration::ZERO).await
+            {
+                tracing::warn!(error = %e, "kill on drop failed");
+            }
+        });
+    }
+}
+
+/// The envd `Start` of the wrapper (after the user lookup; terminals upload their spec
+/// file first).
+async fn start(world: &Arc<WorldShared>, mut launch: Launch) -> Result<ProcessStream, ProcError> {
+    let info = world.user_info().await?;
+    launch.wrap.home = info.home.clone();
+    launch.wrap.shell = info.shell.clone();
+    if launch.wrap.program.is_empty() {
+        launch.wrap.program = info.shell.clone();
+    }
+    let mut spec = match launch.pty {
+        None => {
+            let mut args = vec![
+                "-w".to_owned(),
+                "/bin/sh".to_owned(),
+                "-c".to_owned(),
+                WRAPPER_SH.to_owned(),
+                WRAPPER_NAME.to_owned(),
+            ];
+            args.extend(launch.wrap.positional());
+            StartProcess::new("setsid").args(args).stdin(launch.stdin)
+        }
+        Some((cols, rows)) => {
+            let dir = world.state_dir(&info).await?;
+            let file = format!("{dir}/term-{}.sh", e2b_core::control_shell::random_suffix());
+            world
+                .api
+                .upload_bytes(
+                    &file,
+                    Some(&info.name),
+                    Bytes::from(launch.wrap.spec_file()),
+                )
+                .await
+                .map_err(|e| map_error("writing the terminal spec file", e))?;
+            StartProcess::new("/bin/sh")
+                .args(["-c", WRAPPER_SH, WRAPPER_NAME, "--file", file.as_str()])
+                .pty(cols, rows)
+        }
+    };
+    spec = spec.user(info.name.clone()).cwd(launch.cwd.clone());
+    if let Some(t) = world.process_timeout {
+        spec = spec.timeout(t);
+    }
+    world
+        .api
+        .start_process(spec)
+        .await
+        .map_err(|e| map_error(&format!("starting {}", launch.wrap.program), e))
+}
+
+/// Routes events until the end; publishes the start (from the header line) and status.
+async fn read_events(
+    mut stream: ProcessStream,
+    program: String,
+    terminal: bool,
+    started_tx: watch::Sender<StartState>,
+    status_tx: watch::Sender<StatusState>,
+    out: Arc<Queue>,
+    err: Option<Arc<Queue>>,
+) {
+    let envd_pid = stream.pid();
+    let mut header: Option<Vec<u8>> = Some(Vec::new());
+    let mut failure: Option<Failure> = None;
+    let mut end = None;
+    let mut broken: Option<String> = None;
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(ProcessEvent::Data(DataEvent::Stdout(b) | DataEvent::Pty(b))) => {
+                let mut data = Bytes::from(b);
+                if let Some(buf) = header.as_mut() {
+                    let nl = data.iter().position(|c| *c == b'\n');
+                    let take = nl.map(|i| i + 1).unwrap_or(data.len());
+                    buf.extend_from_slice(&data.split_to(take));
+                    if nl.is_some() || buf.len() > MAX_HEADER {
+                        let line = buf.strip_suffix(b"\n").unwrap_or(buf);
+                        let outcome = match parse_header(line) {
+                            Some(Header::Pgid(pid)) => Ok(Started { pid, envd_pid }),
+                            Some(Header::NotFound) => Err(Failure::NotFound(program.clone())),
+                            Some(Header::NotExecutable) => {
+                                Err(Failure::PermissionDenied(program.clone()))
+                            }
+                            Some(Header::Failed(why)) => {
+                                Err(Failure::Other(format!("the spawn wrapper refused: {why}")))
+                            }
+                            None => Err(Failure::Other(format!(
+                                "unexpected first output line {:?}",
+                                String::from_utf8_lossy(line)
+                            ))),
+                        };
+                        if let Err(f) = &outcome {
+                            failure = Some(f.clone());
+                        }
+                        let _ = started_tx.send(Some(outcome));
+                        header = None;
+                    }
+                }
+                if header.is_none() && failure.is_none() {
+                    out.push(data).await;
+                }
+            }
+            Ok(ProcessEvent::Data(DataEvent::Stderr(b))) => {
+                if let Some(q) = &err {
+                    q.push(Bytes::from(b)).await;
+                }
+            }
+            Ok(ProcessEvent::End(e)) => end = Some(e),
+            Ok(ProcessEvent::Start(_) | ProcessEvent::Keepalive(_)) => {}
+            Err(e) => {
+                broken = Some(e.to_string());
+                let pe = map_error("reading the process's events", e);
+                failure.get_or_insert(Failure::of(&pe));
+                break;
+            }
+        }
+    }
+    let status = match (failure, end) {
+        (Some(f), _) => Err(f),
+        (None, Some(e)) if header.is_none() => Ok(exit_status(&e)),
+        (None, Some(e)) => Err(Failure::Other(format!(
+            "the spawn wrapper ended ({}) before starting {program}",
+            if e.status.is_empty() {
+                format!("exit code {}", e.exit_code)
+            } else {
+                e.status.clone()
+            }
+        ))),
+        (None, None) => Err(Failure::Transport(
+            "the process event stream ended without an end event".into(),
+        )),
+    };
+    if started_tx.borrow().is_none() {
+        let f = match &status {
+            Err(f) => f.clone(),
+            Ok(_) => Failure::Other("no start header".into()),
+        };
+        let _ = started_tx.send(Some(Err(f)));
+    }
+    let close = match &broken {
+        Some(m) => Err(m.clone()),
+        None => Ok(()),
+    };
+    out.close(close.clone());
+    if let Some(q) = &err {
+        q.close(close);
+    }
+    let _ = terminal;
+    let _ = status_tx.send(Some(status));
+}

@@ -1,0 +1,203 @@
+//! [`E2bSubprocess`]: the `exec_world::Subprocess` of an E2B sandbox.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use e2b_core::EnvdApi;
+use exec_world::{
+    Child, ProcCapabilities, ProcError, SpawnSpec, StdinMode, Subprocess, Terminal, TerminalSpec,
+    WorldPath,
+};
+
+use crate::child::E2bChild;
+use crate::control::UserInfo;
+use crate::session::{Launch, Session};
+use crate::terminal::E2bTerminal;
+use crate::world::WorldShared;
+use crate::wrapper::{WrapArgs, validate};
+
+/// Default bound on what is buffered on the host per output stream (1 MiB).
+pub const DEFAULT_OUTPUT_BUFFER: usize = 1 << 20;
+
+/// Processes and terminals in one E2B sandbox, through envd.
+///
+/// Cheap to clone (clones share the user lookup and the state directory). See the crate
+/// docs for the wrapper, the environment, the kill path and the request cost.
+#[derive(Clone, Debug)]
+pub struct E2bSubprocess {
+    world: Arc<WorldShared>,
+    cwd: WorldPath,
+    user: Option<String>,
+    output_buffer: usize,
+    process_timeout: Option<Duration>,
+}
+
+impl E2bSubprocess {
+    /// Processes in the sandbox behind `api`, as envd's default user, with default cwd
+    /// `cwd` (made absolute against `/`).
+    pub fn new(api: Arc<dyn EnvdApi>, cwd: WorldPath) -> E2bSubprocess {
+        E2bSubprocess {
+            world: Arc::new(WorldShared::new(api, None, DEFAULT_OUTPUT_BUFFER, None)),
+            cwd: cwd.resolve(&WorldPath::root()),
+            user: None,
+            output_buffer: DEFAULT_OUTPUT_BUFFER,
+            process_timeout: None,
+        }
+    }
+
+    /// Like [`E2bSubprocess::new`] with the user's login home (found by the control
+    /// shell) as the cwd.
+    pub async fn at_home(
+        api: Arc<dyn EnvdApi>,
+        user: Option<String>,
+    ) -> Result<E2bSubprocess, ProcError> {
+        let mut p = E2bSubprocess::new(api, WorldPath::root());
+        if let Some(u) = user {
+            p = p.user(u);
+        }
+        let info = p.user_info().await?;
+        let home = WorldPath::new(&info.home)
+            .map_err(|e| ProcError::other(format!("home {}: {e}", info.home)))?;
+        p.cwd = home;
+        Ok(p)
+    }
+
+    fn rebuild(mut self) -> E2bSubprocess {
+        self.world = Arc::new(WorldShared::new(
+            self.world.api.clone(),
+            self.user.clone(),
+            self.output_buffer,
+            self.process_timeout,
+        ));
+        self
+    }
+
+    /// Runs processes as `user` instead of envd's default user.
+    pub fn user(mut self, user: impl Into<String>) -> E2bSubprocess {
+        self.user = Some(user.into());
+        self.rebuild()
+    }
+
+    /// Bound on the bytes buffered on the host per output stream before the reader
+    /// stops reading envd (back-pressure); default [`DEFAULT_OUTPUT_BUFFER`].
+    pub fn output_buffer(mut self, bytes: usize) -> E2bSubprocess {
+        self.output_buffer = bytes.max(1);
+        self.rebuild()
+    }
+
+    /// A lifetime envd enforces on every process (SIGKILL at expiry); default none.
+    pub fn process_timeout(mut self, timeout: Option<Duration>) -> E2bSubprocess {
+        self.process_timeout = timeout;
+        self.rebuild()
+    }
+
+    /// Another handle with default cwd `cwd` (relative: against the current one),
+    /// sharing the cached lookups.
+    pub fn with_cwd(&self, cwd: &WorldPath) -> E2bSubprocess {
+        E2bSubprocess {
+            cwd: cwd.resolve(&self.cwd),
+            ..self.clone()
+        }
+    }
+
+    /// The sandbox user as the trusted control shell found it (`getent passwd`).
+    pub async fn user_info(&self) -> Result<UserInfo, ProcError> {
+        self.world.user_info().await
+    }
+
+    /// The envd API this adapter uses.
+    pub fn api(&self) -> &Arc<dyn EnvdApi> {
+        &self.world.api
+    }
+
+    fn resolve_cwd(&self, cwd: Option<&WorldPath>) -> String {
+        match cwd {
+            Some(c) => c.resolve(&self.cwd).to_string(),
+            None => self.cwd.to_string(),
+        }
+    }
+}
+
+#[async_trait]
+impl Subprocess for E2bSubprocess {
+    fn cwd(&self) -> &WorldPath {
+        &self.cwd
+    }
+
+    fn capabilities(&self) -> ProcCapabilities {
+        ProcCapabilities {
+            stdin: true,
+            signals: true,
+            process_groups: true,
+            escaped_descendants: true,
+            clean_env: true,
+            terminals: true,
+            terminal_resize: true,
+        }
+    }
+
+    async fn which(&self, program: &str) -> Result<Option<String>, ProcError> {
+        if program.is_empty() || program.contains('\0') {
+            return Ok(None);
+        }
+        let info = self.world.user_info().await?;
+        let program = if program.contains('/') {
+            WorldPath::new(program)
+                .map(|p| p.resolve(&self.cwd).to_string())
+                .unwrap_or_else(|_| program.to_owned())
+        } else {
+            program.to_owned()
+        };
+        self.world.control.which(&info.path, &program).await
+    }
+
+    fn spawn(&self, spec: SpawnSpec) -> Result<Child, ProcError> {
+        validate(&spec.program, &spec.args, &spec.env)?;
+        let launch = Launch {
+            wrap: WrapArgs {
+                base: spec.env_base,
+                terminal: false,
+                home: String::new(),
+                shell: String::new(),
+                env: spec.env.clone(),
+                marker: exec_world::tree_script::new_marker(),
+                program: spec.program.clone(),
+                args: spec.args.clone(),
+            },
+            cwd: self.resolve_cwd(spec.cwd.as_ref()),
+            stdin: spec.stdin == StdinMode::Piped,
+            pty: None,
+        };
+        let piped = launch.stdin;
+        let session = Session::launch(self.world.clone(), launch)?;
+        Ok(Child::new(Box::new(E2bChild::new(session, piped))))
+    }
+
+    fn spawn_terminal(&self, spec: TerminalSpec) -> Result<Terminal, ProcError> {
+        let program = spec.program.clone().unwrap_or_default();
+        if spec.program.is_some() {
+            validate(&program, &spec.args, &spec.env)?;
+        } else {
+            validate("sh", &spec.args, &spec.env)?;
+        }
+        let launch = Launch {
+            wrap: WrapArgs {
+                base: spec.env_base,
+                terminal: true,
+                home: String::new(),
+                shell: String::new(),
+                env: spec.env.clone(),
+                marker: exec_world::tree_script::new_marker(),
+                // empty: the user's login shell, filled in once looked up
+                program,
+                args: spec.args.clone(),
+            },
+            cwd: self.resolve_cwd(spec.cwd.as_ref()),
+            stdin: false,
+            pty: Some((u32::from(spec.size.cols), u32::from(spec.size.rows))),
+        };
+        let session = Session::launch(self.world.clone(), launch)?;
+        Ok(Terminal::new(Box::new(E2bTerminal::new(session))))
+    }
+}

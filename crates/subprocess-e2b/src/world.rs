@@ -1,0 +1,82 @@
+//! What every process of one adapter shares: the envd API, the control shell, the
+//! settings, and two values found once and cached (the user lookup and the private
+//! state directory for terminal spec files).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use e2b_core::EnvdApi;
+use exec_world::ProcError;
+use tokio::sync::OnceCell;
+
+use crate::control::{Control, UserInfo};
+
+/// Shared by an [`E2bSubprocess`](crate::E2bSubprocess) and its processes.
+pub(crate) struct WorldShared {
+    pub(crate) api: Arc<dyn EnvdApi>,
+    pub(crate) control: Control,
+    pub(crate) user: Option<String>,
+    pub(crate) output_buffer: usize,
+    pub(crate) process_timeout: Option<Duration>,
+    info: OnceCell<UserInfo>,
+    state_dir: OnceCell<String>,
+}
+
+impl std::fmt::Debug for WorldShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorldShared")
+            .field("sandbox", &self.api.sandbox_id())
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorldShared {
+    pub(crate) fn new(
+        api: Arc<dyn EnvdApi>,
+        user: Option<String>,
+        output_buffer: usize,
+        process_timeout: Option<Duration>,
+    ) -> WorldShared {
+        WorldShared {
+            control: Control::new(api.clone()),
+            api,
+            user,
+            output_buffer,
+            process_timeout,
+            info: OnceCell::new(),
+            state_dir: OnceCell::new(),
+        }
+    }
+
+    /// The user lookup (first call: one or two control commands; then cached; a failed
+    /// lookup is retried by the next call).
+    pub(crate) async fn user_info(&self) -> Result<UserInfo, ProcError> {
+        self.info
+            .get_or_try_init(|| async {
+                let name = match &self.user {
+                    Some(u) => u.clone(),
+                    None => self.control.default_user_name().await?,
+                };
+                self.control.lookup(&name).await
+            })
+            .await
+            .cloned()
+    }
+
+    /// The private state directory (`/tmp/.e2bx-proc-<random>`, 0700, owned by the
+    /// user), created on first use.
+    pub(crate) async fn state_dir(&self, info: &UserInfo) -> Result<String, ProcError> {
+        self.state_dir
+            .get_or_try_init(|| async {
+                let dir = format!(
+                    "/tmp/.e2bx-proc-{}",
+                    e2b_core::control_shell::random_suffix()
+                );
+                self.control.make_state_dir(&dir, &info.name).await?;
+                Ok(dir)
+            })
+            .await
+            .cloned()
+    }
+}
