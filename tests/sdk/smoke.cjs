@@ -5,7 +5,7 @@ const assert = require('node:assert/strict')
 const { Sandbox, CommandExitError } = require('e2b')
 
 const TICKER =
-  "nohup bash -c 'while true; do date +%s%N > /home/user/tick; sleep 0.1; done' >/dev/null 2>&1 &"
+  "nohup bash -c 'while true; do date +%s%N > /home/user/tick.tmp; mv /home/user/tick.tmp /home/user/tick; sleep 0.1; done' >/dev/null 2>&1 &"
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
 async function ticking(sbx) {

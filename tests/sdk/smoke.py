@@ -11,7 +11,7 @@ from e2b import CommandExitException, Sandbox
 
 
 TICKER = (
-    "nohup bash -c 'while true; do date +%s%N > /home/user/tick; sleep 0.1; done'"
+    "nohup bash -c 'while true; do date +%s%N > /home/user/tick.tmp; mv /home/user/tick.tmp /home/user/tick; sleep 0.1; done'"
     " >/dev/null 2>&1 &"
 )
 

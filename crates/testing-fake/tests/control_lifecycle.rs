@@ -12,8 +12,9 @@ use serde_json::json;
 use support::Env;
 
 /// A background loop that rewrites a file every 100 ms; its content tells whether the
-/// sandbox's processes run, are frozen, or are gone.
-const TICKER: &str = "nohup bash -c 'while true; do date +%s%N > /home/user/tick; sleep 0.1; done' >/dev/null 2>&1 &";
+/// sandbox's processes run, are frozen, or are gone. It writes by rename, so a download never
+/// races a truncation (a short body under a longer `Content-Length` aborts the response).
+const TICKER: &str = "nohup bash -c 'while true; do date +%s%N > /home/user/tick.tmp; mv /home/user/tick.tmp /home/user/tick; sleep 0.1; done' >/dev/null 2>&1 &";
 
 async fn tick(env: &Env, sbx: &serde_json::Value) -> String {
     let (status, body) = env.read_file(sbx, "/home/user/tick").await;

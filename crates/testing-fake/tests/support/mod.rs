@@ -38,6 +38,11 @@ impl Env {
     }
 
     pub async fn with(cfg: EmulatorConfig) -> Env {
+        // `RUST_LOG=testing_fake=debug` shows the emulator's logs in failing tests.
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .try_init();
         let emu = Emulator::start(cfg).await.expect("emulator starts");
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
@@ -206,7 +211,7 @@ impl Env {
             .envd(Method::GET, &format!("/files?path={path}"), sbx)
             .send()
             .await
-            .expect("download reaches envd");
+            .unwrap_or_else(|e| panic!("download reaches envd: {e:?}"));
         let s = r.status();
         (s, r.text().await.unwrap_or_default())
     }
