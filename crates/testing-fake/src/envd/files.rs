@@ -260,7 +260,7 @@ pub(crate) async fn download(
     let opened = envd
         .fs
         .run(
-            move || -> Result<(std::fs::File, std::fs::Metadata), Response> {
+            move || -> Result<(std::fs::File, std::fs::Metadata, Option<Vec<u8>>), Response> {
                 let host = ctx.host(&p);
                 let md = match std::fs::metadata(&host) {
                     Ok(md) => md,
@@ -286,17 +286,28 @@ pub(crate) async fn download(
                         format!("path '{p}' is a directory"),
                     ));
                 }
-                let f = std::fs::File::open(&host).map_err(|e| {
+                let mut f = std::fs::File::open(&host).map_err(|e| {
                     json_error(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         format!("error opening file '{p}': open {p}: {}", go_err(&e)),
                     )
                 })?;
-                Ok((f, md))
+                // Size and time of what was opened; small files are read at once so a
+                // concurrent rewrite cannot make the body disagree with Content-Length.
+                let md = f.metadata().unwrap_or(md);
+                let snapshot = if md.len() <= SNAPSHOT_MAX {
+                    let mut buf = Vec::with_capacity(md.len() as usize);
+                    std::io::Read::read_to_end(&mut f, &mut buf)
+                        .ok()
+                        .map(|_| buf)
+                } else {
+                    None
+                };
+                Ok((f, md, snapshot))
             },
         )
         .await;
-    let (file, md) = match opened {
+    let (file, md, snapshot) = match opened {
         Ok(Ok(v)) => v,
         Ok(Err(r)) => return r,
         Err(e) => return json_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
@@ -315,7 +326,13 @@ pub(crate) async fn download(
         .any(|h| headers.contains_key(*h));
     let gzip = gzip && !conditional;
     let disposition = content_disposition(&paths::base(&path));
-    let mut file = tokio::fs::File::from_std(file);
+    let (mut file, size): (Box<dyn Source>, u64) = match snapshot {
+        Some(bytes) => {
+            let len = bytes.len() as u64;
+            (Box::new(std::io::Cursor::new(bytes)), len)
+        }
+        None => (Box::new(tokio::fs::File::from_std(file)), md.len()),
+    };
     if gzip {
         let ctype = type_by_extension(&raw_path).unwrap_or("application/octet-stream");
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
@@ -376,7 +393,6 @@ pub(crate) async fn download(
             t
         }
     };
-    let size = md.len();
     let last_modified = http_date(md.mtime());
     if let Some(ims) = headers
         .get(header::IF_MODIFIED_SINCE)
@@ -441,6 +457,13 @@ pub(crate) async fn download(
 }
 
 use tokio::io::AsyncSeekExt as _;
+
+/// Files up to this size are read in one go when opened for download.
+const SNAPSHOT_MAX: u64 = 1 << 20;
+
+/// What a download body is read from: a file, or a snapshot of a small one.
+trait Source: tokio::io::AsyncRead + tokio::io::AsyncSeek + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncSeek + Unpin + Send> Source for T {}
 
 /// What a `Range` header asks for (a single range; several ranges are served whole).
 enum RangeSpec {
