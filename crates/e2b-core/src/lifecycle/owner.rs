@@ -252,15 +252,21 @@ impl SandboxOwner {
         let workdir = opts.validate()?;
         let started = Instant::now();
         let sandbox = client.create(&opts.create).await?;
+        let id = sandbox.id().to_owned();
         let known_end = started + opts.sandbox_timeout();
-        Self::launch(
+        let launched = Self::launch(
             Some(client.clone()),
             sandbox.into_api(),
             Ownership::Owned,
             opts,
             workdir,
             Some(known_end),
-        )
+        );
+        if launched.is_err() {
+            // Never leave a created sandbox without an owner.
+            let _ = client.kill(&id).await;
+        }
+        launched
     }
 
     /// Start the owner on a connected handle: keep-alive, then setup in the background.
@@ -395,14 +401,13 @@ impl SandboxOwner {
 
     async fn wait_setup(&self) -> Result<OwnedHandle, LifecycleError> {
         let mut rx = self.inner.setup.clone();
-        let guard = rx.wait_for(Option::is_some).await.map_err(|_| {
-            LifecycleError::InvalidOption("setup task ended without a result".into())
-        })?;
+        let guard = rx
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| LifecycleError::SetupAborted)?;
         match &*guard {
             Some(r) => r.clone(),
-            None => Err(LifecycleError::InvalidOption(
-                "setup task ended without a result".into(),
-            )),
+            None => Err(LifecycleError::SetupAborted),
         }
     }
 

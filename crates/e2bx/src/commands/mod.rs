@@ -1,0 +1,67 @@
+//! One module per subcommand, and [`dispatch`], which opens the backend and the sandbox a
+//! command needs and always cleans them up (fresh sandbox killed, embedded emulator
+//! stopped), including after Ctrl-C.
+
+pub mod cp;
+pub mod fs;
+pub mod run;
+pub mod sandbox;
+pub mod serve;
+pub mod shell;
+
+use std::future::Future;
+
+use crate::cli::{Cli, Command};
+use crate::error::{CliError, CliResult};
+use crate::signals::Interrupts;
+use crate::target::Backend;
+
+/// Run the parsed command line; returns the exit code.
+pub async fn dispatch(cli: &Cli, ints: &mut Interrupts) -> CliResult {
+    let g = &cli.global;
+    if let Command::Serve(a) = &cli.command {
+        return serve::serve(a, g.quiet, ints).await;
+    }
+    let backend = interruptible(ints, Backend::open(g)).await?;
+    let r = with_backend(cli, &backend, ints).await;
+    backend.close().await;
+    r
+}
+
+async fn with_backend(cli: &Cli, backend: &Backend, ints: &mut Interrupts) -> CliResult {
+    let g = &cli.global;
+    if let Command::Sandbox(cmd) = &cli.command {
+        return interruptible(ints, sandbox::sandbox(backend, g, cmd)).await;
+    }
+    let session = interruptible(ints, backend.session(g)).await?;
+    let sb = &session.sandbox;
+    let r = match &cli.command {
+        Command::Run(a) => run::run(sb, a, g.json, ints).await,
+        Command::Shell(a) => shell::shell(sb, a, g.json, ints).await,
+        Command::Cp(a) => {
+            if session.owned && cp::remote_path(&a.src).is_none() && !g.quiet {
+                eprintln!(
+                    "e2bx: note: without --sandbox the file goes to a fresh sandbox that is killed when this command ends"
+                );
+            }
+            interruptible(ints, cp::cp(sb, a, g.quiet)).await
+        }
+        Command::Ls(a) => interruptible(ints, fs::ls(sb, &a.path, g.json)).await,
+        Command::Cat(a) => interruptible(ints, fs::cat(sb, &a.path)).await,
+        Command::Stat(a) => interruptible(ints, fs::stat(sb, &a.path, g.json)).await,
+        Command::Sandbox(_) | Command::Serve(_) => Err(CliError::msg("unreachable command")),
+    };
+    session.end(backend).await;
+    r
+}
+
+/// Run `fut` unless a termination signal comes first (then exit 128+N, quietly).
+async fn interruptible<T>(
+    ints: &mut Interrupts,
+    fut: impl Future<Output = CliResult<T>>,
+) -> CliResult<T> {
+    tokio::select! {
+        r = fut => r,
+        sig = ints.recv() => Err(CliError::Exit(128 + sig)),
+    }
+}
