@@ -507,3 +507,27 @@ async fn range_conditional_and_cors() {
         .unwrap();
     assert_eq!(r.headers()["access-control-allow-origin"], "*");
 }
+
+#[tokio::test]
+async fn download_while_the_file_is_rewritten() {
+    let fake = boot("base", None).await;
+    let body = json!({"process":{"cmd":"/bin/bash","args":["-c","while true; do date +%s%N > /tmp/tick; done"]},"stdin":false});
+    let mut s = fake.stream("/process.Process/Start", &body, &[]).await;
+    let pid = s.msg().await["event"]["start"]["pid"].as_u64().unwrap();
+    for _ in 0..100 {
+        let r = fake
+            .req(reqwest::Method::GET, "/files?path=/tmp/tick")
+            .send()
+            .await
+            .unwrap();
+        assert!(matches!(r.status().as_u16(), 200 | 404));
+        r.bytes().await.expect("body matches its Content-Length");
+    }
+    fake.unary(
+        "/process.Process/SendSignal",
+        &json!({"process":{"pid":pid},"signal":"SIGNAL_SIGKILL"}),
+        None,
+    )
+    .await;
+    s.collect().await;
+}
