@@ -18,19 +18,20 @@ pub const SETSID_WRAPPER: &str =
 
 /// Kills the groups of `$1` and of its direct children (the group a forking `setsid` made,
 /// job-control jobs of a shell): SIGTERM, up to 2 s of grace, then SIGKILL. Children are
-/// listed before anything is killed (they are reparented afterwards).
+/// listed before anything is killed (they are reparented afterwards). No `--` before the
+/// negative pid: dash's `kill` rejects it, and `kill -SIG -PGID` is portable.
 const KILL_GROUPS: &str = r#"p=$1
 groups="$p $(cat /proc/"$p"/task/*/children 2>/dev/null)"
-for g in $groups; do kill -TERM -- "-$g" 2>/dev/null; done
+for g in $groups; do kill -TERM "-$g" 2>/dev/null; done
 i=0
 while [ "$i" -lt 20 ]; do
   alive=
-  for g in $groups; do kill -0 -- "-$g" 2>/dev/null && alive=1; done
+  for g in $groups; do kill -0 "-$g" 2>/dev/null && alive=1; done
   [ -z "$alive" ] && exit 0
   sleep 0.1
   i=$((i+1))
 done
-for g in $groups; do kill -KILL -- "-$g" 2>/dev/null; done
+for g in $groups; do kill -KILL "-$g" 2>/dev/null; done
 exit 0"#;
 
 /// Kill the process group of `pid` (and its children's groups) in the sandbox; if the
