@@ -64,6 +64,23 @@ async fn argv_is_passed_verbatim_with_cwd_and_env() {
 }
 
 #[tokio::test]
+async fn piped_stdin_reaches_the_command() {
+    use tokio::io::AsyncWriteExt as _;
+    let mut child = embedded()
+        .args(["-q", "run", "--", "sh", "-c", "wc -l; echo done"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(b"one\ntwo\nthree\n").await.expect("write");
+    drop(stdin);
+    let o = child.wait_with_output().await.expect("wait");
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "3\ndone\n");
+}
+
+#[tokio::test]
 async fn run_json_summary_is_the_last_stderr_line() {
     let o = Out::of(embedded().args(["-q", "--json", "run", "--", "sh", "-c", "echo out; exit 3"]))
         .await;

@@ -1,10 +1,14 @@
 //! `e2bx run`: start the argv under the setsid wrapper, stream stdout and stderr as raw
 //! bytes while it runs, and return its exit code. A termination signal to e2bx (Ctrl-C)
-//! kills the remote process group and exits 128+N (130 for Ctrl-C).
+//! kills the remote process group and exits 128+N (130 for Ctrl-C). When e2bx's stdin is
+//! not a terminal (a pipe or a file) it is forwarded to the command, then closed (EOF);
+//! with a terminal the command's stdin is empty (use `e2bx shell` for interactive work).
+
+use std::io::IsTerminal as _;
 
 use std::time::Duration;
 
-use e2b_core::proto::process::{DataEvent, ProcessEvent};
+use e2b_core::proto::process::{DataEvent, ProcessEvent, ProcessInput, ProcessSelector};
 use e2b_core::{EnvdApi as _, Sandbox, StartProcess};
 use futures::StreamExt as _;
 use tokio::io::AsyncWriteExt as _;
@@ -36,6 +40,8 @@ pub async fn run(
     if let Some(t) = args.timeout {
         spec = spec.timeout(Duration::from_secs(t));
     }
+    let forward_stdin = !std::io::stdin().is_terminal();
+    spec = spec.stdin(forward_stdin);
     let mut stream = sandbox.start_process(spec).await.map_err(|e| {
         if e.connect_code() == Some(e2b_core::proto::connect::Code::InvalidArgument) {
             CliError::msg(format!("cannot start the command: {e}"))
@@ -44,6 +50,7 @@ pub async fn run(
         }
     })?;
     let pid = stream.pid();
+    let stdin_task = forward_stdin.then(|| forward(sandbox.clone(), pid));
     let mut stdout = tokio::io::stdout();
     let mut stderr = tokio::io::stderr();
     let outcome = loop {
@@ -79,6 +86,9 @@ pub async fn run(
             }
         }
     };
+    if let Some(t) = stdin_task {
+        t.abort();
+    }
     let (code, summary) = match &outcome {
         Outcome::Ended(end) => (
             exit_code(end),
@@ -105,6 +115,43 @@ pub async fn run(
         eprintln!("{summary}");
     }
     Ok(code)
+}
+
+/// Copy e2bx's stdin to the process's stdin pipe, then close it. The blocking reads run on
+/// a plain thread so they never hold up the runtime's shutdown.
+fn forward(sandbox: Sandbox, pid: u32) -> tokio::task::JoinHandle<()> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    let reader = std::thread::Builder::new()
+        .name("e2bx-stdin".into())
+        .spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match rustix::io::read(rustix::stdio::stdin(), &mut buf[..]) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                            break;
+                        }
+                    }
+                    Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+    tokio::spawn(async move {
+        if reader.is_ok() {
+            while let Some(bytes) = rx.recv().await {
+                let sent = sandbox
+                    .send_input(ProcessSelector::Pid(pid), ProcessInput::Stdin(bytes))
+                    .await;
+                if sent.is_err() {
+                    // The process ended or closed its stdin: nothing more to deliver.
+                    return;
+                }
+            }
+        }
+        let _ = sandbox.close_stdin(ProcessSelector::Pid(pid)).await;
+    })
 }
 
 enum Outcome {
