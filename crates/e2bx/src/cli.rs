@@ -93,7 +93,8 @@ pub enum Command {
 #[command(
     after_help = "Example: e2bx run --cwd /tmp --env A=1 -- sh -c 'echo $A > a && cat a'\n\
 The command gets its own process group (setsid); Ctrl-C kills that whole group in the\n\
-sandbox and exits 130. No login profile is read; use `-- bash -lc '...'` for that."
+sandbox and exits 130. No login profile is read; use `-- bash -lc '...'` for that.\n\
+A piped stdin (not a terminal) is forwarded to the command."
 )]
 pub struct RunArgs {
     /// Working directory in the sandbox (default: the user's home).
