@@ -173,6 +173,14 @@ async fn cp_up_and_down_by_hash_then_ls_cat_stat() {
 
     let missing = r.out(&["--sandbox", &id, "cat", "nope.txt"]).await;
     assert!(missing.one_line_error().contains("nope.txt: no such file"));
+    let denied = r
+        .out(&["--sandbox", &id, "cp", src_s, "sbx:/etc/big.bin"])
+        .await;
+    assert!(
+        denied.one_line_error().contains("permission denied"),
+        "{}",
+        denied.stderr
+    );
     let both_local = r.out(&["--sandbox", &id, "cp", "a", "b"]).await;
     assert!(both_local.one_line_error().contains("sbx:"));
     r.emu.shutdown().await;

@@ -79,8 +79,30 @@ async fn upload(sandbox: &Sandbox, src: &Path, dst: &str, quiet: bool) -> CliRes
     };
     let res = sandbox.upload(&target, None, Box::pin(counted)).await;
     progress.finish();
-    res.map_err(for_path(&target))?;
-    Ok(0)
+    match res {
+        Ok(_) => Ok(0),
+        // envd may refuse before reading the body and close the connection; the client
+        // then sees a broken pipe instead of the answer. Say what the likely cause is.
+        Err(e @ e2b_core::Error::Transport { .. }) if !writable(sandbox, &target).await => {
+            drop(e);
+            Err(CliError::msg(format!(
+                "{target}: permission denied in the sandbox (its user cannot write there); pick a path under the home directory or /tmp"
+            )))
+        }
+        Err(e) => Err(for_path(&target)(e)),
+    }
+}
+
+/// Whether the sandbox's default user can create `path`: its nearest existing ancestor
+/// (the upload creates missing parents) is writable. Unknown counts as writable.
+async fn writable(sandbox: &Sandbox, path: &str) -> bool {
+    const SCRIPT: &str =
+        r#"d=$(dirname -- "$1"); while [ ! -e "$d" ]; do d=$(dirname -- "$d"); done; test -w "$d""#;
+    let spec = e2b_core::StartProcess::new("/bin/sh").args(["-c", SCRIPT, "sh", path]);
+    match sandbox.run(spec).await {
+        Ok(out) => out.end.exit_code == 0,
+        Err(_) => true,
+    }
 }
 
 async fn download(sandbox: &Sandbox, src: &str, dst: &Path, quiet: bool) -> CliResult {
