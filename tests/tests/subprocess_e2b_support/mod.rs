@@ -1,0 +1,70 @@
+//! Shared helpers of the subprocess-e2b tests: an emulator with one sandbox, the
+//! adapter over it, and a conformance `World`.
+
+#![allow(dead_code)]
+
+pub mod stopgap_fs;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use e2b_core::{Client, Config, CreateOptions, EnvdApi, Sandbox};
+use exec_world::conformance::World;
+use exec_world::{Fs, Subprocess, WorldPath};
+use subprocess_e2b::E2bSubprocess;
+use testing_fake::{Emulator, EmulatorConfig};
+
+/// An emulator, a client and a fresh `base` sandbox.
+pub struct Env {
+    pub emu: Emulator,
+    pub client: Client,
+    pub sandbox: Sandbox,
+    pub api: Arc<dyn EnvdApi>,
+}
+
+pub async fn env() -> Env {
+    let emu = Emulator::start(EmulatorConfig::default())
+        .await
+        .expect("emulator starts");
+    let cfg = Config::new()
+        .api_key(emu.api_key())
+        .api_url(emu.api_url())
+        .sandbox_url(emu.sandbox_url())
+        .request_timeout(Duration::from_secs(30))
+        .connect_timeout(Duration::from_secs(5));
+    let client = Client::new(cfg).expect("client");
+    let sandbox = client
+        .create(&CreateOptions::new("base"))
+        .await
+        .expect("create sandbox");
+    let api = sandbox.clone().into_api();
+    Env {
+        emu,
+        client,
+        sandbox,
+        api,
+    }
+}
+
+/// The adapter at the user's home.
+pub async fn proc_of(env: &Env) -> E2bSubprocess {
+    E2bSubprocess::at_home(env.api.clone(), None)
+        .await
+        .expect("adapter")
+}
+
+/// A conformance world: emulator, sandbox, adapter, an Fs on the same sandbox and an
+/// empty scratch directory under the user's home.
+pub async fn world() -> World {
+    let env = env().await;
+    let proc = proc_of(&env).await;
+    let scratch: WorldPath = format!("{}/scratch-{}", proc.cwd(), std::process::id())
+        .parse()
+        .expect("scratch path");
+    env.api
+        .make_dir(scratch.as_str(), None)
+        .await
+        .expect("scratch dir");
+    let fs: Arc<dyn Fs> = Arc::new(stopgap_fs::EnvdFs::new(env.api.clone(), proc.cwd().clone()));
+    World::new(fs, Arc::new(proc), scratch).with_guard(env)
+}
