@@ -200,7 +200,10 @@ mod tests {
         assert!(matches!(k(out(64, "")), FsError::NotFound { .. }));
         assert!(matches!(k(out(67, "")), FsError::IsADirectory { .. }));
         assert!(matches!(
-            k(out(1, "rmdir: failed to remove '/a/b': Directory not empty\n")),
+            k(out(
+                1,
+                "rmdir: failed to remove '/a/b': Directory not empty\n"
+            )),
             FsError::NotEmpty { .. }
         ));
         assert!(matches!(

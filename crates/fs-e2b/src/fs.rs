@@ -88,7 +88,12 @@ impl E2bFs {
     }
 
     /// One record of `abs` (stat or lstat script).
-    async fn stat_with(&self, script: &str, abs: &WorldPath, what: &str) -> Result<Metadata, FsError> {
+    async fn stat_with(
+        &self,
+        script: &str,
+        abs: &WorldPath,
+        what: &str,
+    ) -> Result<Metadata, FsError> {
         let out = self
             .shared
             .ctl
@@ -215,7 +220,12 @@ impl Fs for E2bFs {
         let out = self
             .shared
             .ctl
-            .run(scripts::RENAME, &[from.as_str(), to.as_str()], &from, "rename")
+            .run(
+                scripts::RENAME,
+                &[from.as_str(), to.as_str()],
+                &from,
+                "rename",
+            )
             .await?;
         if out.exit_code == 0 {
             return Ok(());

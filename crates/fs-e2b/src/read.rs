@@ -50,11 +50,7 @@ async fn regular_file(sh: &Shared, abs: &WorldPath) -> Result<EntryInfo, FsError
 
 /// The whole file if it has at most `max` bytes: TooLarge from the stat size without a
 /// download, and again (the download cancelled) if the file grew since.
-pub(crate) async fn read_bounded(
-    sh: &Shared,
-    abs: &WorldPath,
-    max: u64,
-) -> Result<Bytes, FsError> {
+pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Result<Bytes, FsError> {
     let e = regular_file(sh, abs).await?;
     let size = u64::try_from(e.size).unwrap_or(0);
     let too_large = || FsError::TooLarge {

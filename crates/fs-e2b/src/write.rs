@@ -28,11 +28,9 @@ struct Stage {
 impl Stage {
     /// A new (not yet created) staging directory next to `target`.
     fn next_to(sh: &Arc<Shared>, target: &WorldPath) -> Result<Stage, FsError> {
-        let parent = target
-            .parent()
-            .ok_or_else(|| FsError::IsADirectory {
-                path: target.clone(),
-            })?;
+        let parent = target.parent().ok_or_else(|| FsError::IsADirectory {
+            path: target.clone(),
+        })?;
         let dir = parent.join(&format!("{}{}", sh.staging_prefix, random_suffix()))?;
         Ok(Stage {
             sh: sh.clone(),
@@ -101,7 +99,10 @@ async fn upload(
             io::Error::other(msg)
         })
     });
-    let r = sh.api.upload(file.as_str(), sh.user(), Box::pin(body)).await;
+    let r = sh
+        .api
+        .upload(file.as_str(), sh.user(), Box::pin(body))
+        .await;
     match r {
         Ok(_) => Ok(()),
         Err(e) => {

@@ -22,14 +22,16 @@ use testing_fake::{Emulator, EmulatorConfig};
 
 /// An emulator, a sandbox on it and an `E2bFs` acting as the default user.
 pub struct Env {
-    /// The emulator (dropped last).
-    pub emu: Emulator,
-    /// The sandbox handle.
-    pub sandbox: Sandbox,
-    /// The envd API of the sandbox.
-    pub api: Arc<dyn EnvdApi>,
     /// The file system, cwd `/home/user`.
     pub fs: E2bFs,
+    /// The envd API of the sandbox.
+    pub api: Arc<dyn EnvdApi>,
+    /// The sandbox handle.
+    pub sandbox: Sandbox,
+    /// A control-plane client of the emulator.
+    pub client: Client,
+    /// The emulator (declared last: dropped after the handles on it).
+    pub emu: Emulator,
 }
 
 /// Start an emulator and create a `base` sandbox on it.
@@ -52,6 +54,7 @@ pub async fn env() -> Env {
     let fs = E2bFs::new(api.clone(), E2bFsOptions::new("/home/user")).expect("E2bFs");
     Env {
         emu,
+        client,
         sandbox,
         api,
         fs,

@@ -1,0 +1,353 @@
+//! Behaviours of `E2bFs` the conformance suite does not prove: construction and cwd
+//! rules, TooLarge without a download (emulator counters), a file growing between stat
+//! and read, staging directories (0700, the acting user's, never left behind), versions
+//! on identical rewrites, symlinks, ownership, and `Gone` after the sandbox is killed.
+
+mod fs_e2b_support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use e2b_core::StartProcess;
+use exec_world::{
+    ByteStream, Created, FileKind, Fs, FsError, WorldPath, WriteOptions, bytes_stream,
+};
+use fs_e2b::{E2bFs, E2bFsOptions};
+use fs_e2b_support::{Env, env, scratch};
+use futures::StreamExt as _;
+use testing_fake::{FaultAction, FaultRule, Surface};
+
+fn wp(s: &str) -> WorldPath {
+    WorldPath::new(s).expect("path")
+}
+
+/// Runs `script` (positional `args`) as root in the sandbox; returns stdout.
+async fn sh(env: &Env, script: &str, args: &[&str]) -> String {
+    let mut argv = vec!["-c".to_string(), script.to_string(), "sh".to_string()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let out = env
+        .api
+        .run(StartProcess::new("/bin/sh").args(argv).user("root"))
+        .await
+        .expect("run");
+    assert_eq!(
+        out.end.exit_code,
+        0,
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Names in `dir` (with dotfiles), listed independently of `E2bFs`.
+async fn names(env: &Env, dir: &WorldPath) -> Vec<String> {
+    let out = sh(env, r#"ls -A1 -- "$1""#, &[dir.as_str()]).await;
+    out.lines().map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn construction_and_cwd() {
+    let env = env().await;
+    assert!(matches!(
+        E2bFs::new(env.api.clone(), E2bFsOptions::new("home/user")),
+        Err(FsError::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        E2bFs::new(env.api.clone(), E2bFsOptions::new("")),
+        Err(FsError::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        E2bFs::new(
+            env.api.clone(),
+            E2bFsOptions::new("/").staging_prefix("a/b")
+        ),
+        Err(FsError::InvalidPath { .. })
+    ));
+    let fs = E2bFs::new(env.api.clone(), E2bFsOptions::new("/home/user/./x/..")).expect("fs");
+    assert_eq!(fs.cwd().as_str(), "/home/user");
+    // Relative paths: the construction cwd…
+    fs.write(
+        &wp("rel.txt"),
+        bytes_stream(&b"r"[..]),
+        WriteOptions::default(),
+    )
+    .await
+    .expect("write relative");
+    assert_eq!(sh(&env, "cat /home/user/rel.txt", &[]).await, "r");
+    // …or the caller's with_cwd, by POSIX rules.
+    fs.mkdir(&wp("sub"), false).await.expect("mkdir");
+    let sub = fs.with_cwd(&wp("sub"));
+    assert_eq!(sub.cwd().as_str(), "/home/user/sub");
+    assert_eq!(
+        &sub.read(&wp("../rel.txt"), 10).await.expect("read")[..],
+        b"r"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_large_is_decided_without_a_download() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    let f = dir.join("big").expect("path");
+    env.fs
+        .write(
+            &f,
+            bytes_stream(vec![7u8; 1 << 20]),
+            WriteOptions::default(),
+        )
+        .await
+        .expect("write");
+    let before = env.emu.counters().get_on(Surface::Envd, "GET /files");
+    match env.fs.read(&f, 1000).await {
+        Err(FsError::TooLarge { limit, path }) => {
+            assert_eq!((limit, path), (1000, f.clone()));
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert_eq!(
+        env.emu.counters().get_on(Surface::Envd, "GET /files"),
+        before,
+        "TooLarge must not download"
+    );
+    // Through a symlink the size is the target's, not the link text's.
+    sh(&env, r#"ln -s big "$1/link""#, &[dir.as_str()]).await;
+    assert!(matches!(
+        env.fs.read(&dir.join("link").expect("path"), 1000).await,
+        Err(FsError::TooLarge { .. })
+    ));
+    assert_eq!(
+        env.emu.counters().get_on(Surface::Envd, "GET /files"),
+        before
+    );
+    assert_eq!(
+        env.fs
+            .read(&dir.join("link").expect("path"), 1 << 20)
+            .await
+            .expect("read via link")
+            .len(),
+        1 << 20
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_growing_after_the_size_check_is_cut_at_the_limit() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    let f = dir.join("grows").expect("path");
+    env.fs
+        .write(
+            &f,
+            bytes_stream(&b"0123456789"[..]),
+            WriteOptions::default(),
+        )
+        .await
+        .expect("write");
+    // Hold the download back so the file can grow after the Stat.
+    env.emu.faults().add(
+        FaultRule::new(FaultAction::Delay(Duration::from_millis(1500)))
+            .surface(Surface::Envd)
+            .method("GET")
+            .path_prefix("/files")
+            .times(1),
+    );
+    let fs = env.fs.clone();
+    let g = f.clone();
+    let read = tokio::spawn(async move { fs.read(&g, 100).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sh(&env, r#"head -c 100000 /dev/zero >> "$1""#, &[f.as_str()]).await;
+    match read.await.expect("task") {
+        Err(FsError::TooLarge { limit, .. }) => assert_eq!(limit, 100),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staging_dir_is_private_owned_by_the_user_and_removed() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    let f = dir.join("target.txt").expect("path");
+    env.fs
+        .write(&f, bytes_stream(&b"old"[..]), WriteOptions::default())
+        .await
+        .expect("write");
+    // A write whose input stalls: its staging dir is visible meanwhile.
+    let stalled: ByteStream = Box::pin(
+        futures::stream::iter(vec![Ok(Bytes::from(vec![b'n'; 64 * 1024]))])
+            .chain(futures::stream::pending()),
+    );
+    let fs = env.fs.clone();
+    let g = f.clone();
+    let write = tokio::spawn(async move { fs.write(&g, stalled, WriteOptions::default()).await });
+    let mut stage = None;
+    for _ in 0..100 {
+        stage = names(&env, &dir)
+            .await
+            .into_iter()
+            .find(|n| n.starts_with(".e2b-stage-"));
+        if stage.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stage = stage.expect("a staging dir appears during the write");
+    let info = sh(
+        &env,
+        r#"stat -c '%a %U' -- "$1/$2""#,
+        &[dir.as_str(), &stage],
+    )
+    .await;
+    assert_eq!(info.trim(), "700 user");
+    write.abort();
+    let _ = write.await;
+    // Background cleanup, old content kept.
+    let mut left = Vec::new();
+    for _ in 0..100 {
+        left = names(&env, &dir).await;
+        if left == ["target.txt"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, ["target.txt"]);
+    assert_eq!(&env.fs.read(&f, 10).await.expect("read")[..], b"old");
+    // Successful writes and creates leave nothing behind either.
+    for i in 0..5u8 {
+        env.fs
+            .write(&f, bytes_stream(vec![i; 10]), WriteOptions::default())
+            .await
+            .expect("write");
+    }
+    env.fs
+        .create_if_absent(&dir.join("c").expect("path"), Bytes::from_static(b"c"))
+        .await
+        .expect("create");
+    env.fs
+        .create_if_absent(&dir.join("c").expect("path"), Bytes::from_static(b"d"))
+        .await
+        .expect("create again");
+    let mut now = names(&env, &dir).await;
+    now.sort();
+    assert_eq!(now, ["c", "target.txt"]);
+    // Files end up owned by the acting user.
+    let owners = sh(
+        &env,
+        r#"stat -c '%U %a' -- "$1/target.txt" "$1/c""#,
+        &[dir.as_str()],
+    )
+    .await;
+    assert_eq!(owners, "user 644\nuser 644\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rewrite_changes_the_version_and_stat_agrees() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    let f = dir.join("v").expect("path");
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..20 {
+        let v = env
+            .fs
+            .write(&f, bytes_stream(&b"same"[..]), WriteOptions::default())
+            .await
+            .expect("write");
+        assert_eq!(env.fs.stat(&f).await.expect("stat").version, v);
+        assert_eq!(v.size, 4);
+        assert!(seen.insert(v.token.clone()), "version repeated: {v:?}");
+    }
+    // An in-place change by someone else changes it too.
+    let before = env.fs.stat(&f).await.expect("stat").version;
+    sh(&env, r#"printf emas > "$1""#, &[f.as_str()]).await;
+    assert_ne!(env.fs.stat(&f).await.expect("stat").version, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symlinks_are_reported_and_replaced_not_followed() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    let t = dir.join("t").expect("path");
+    let l = dir.join("l").expect("path");
+    env.fs
+        .write(&t, bytes_stream(&b"target"[..]), WriteOptions::default())
+        .await
+        .expect("write");
+    sh(&env, r#"ln -s t "$1""#, &[l.as_str()]).await;
+    let lm = env.fs.lstat(&l).await.expect("lstat");
+    assert_eq!(lm.kind, FileKind::Symlink);
+    assert_eq!(lm.symlink_target.as_deref(), Some("t"));
+    let sm = env.fs.stat(&l).await.expect("stat");
+    assert_eq!((sm.kind, sm.size), (FileKind::File, 6));
+    assert_eq!(sm.version, env.fs.stat(&t).await.expect("stat").version);
+    // Writing at the link replaces the link; the target is untouched.
+    env.fs
+        .write(&l, bytes_stream(&b"new"[..]), WriteOptions::default())
+        .await
+        .expect("write");
+    assert_eq!(env.fs.lstat(&l).await.expect("lstat").kind, FileKind::File);
+    assert_eq!(&env.fs.read(&t, 10).await.expect("read")[..], b"target");
+    // A dangling link counts as existing for create_if_absent.
+    let d = dir.join("dangling").expect("path");
+    sh(&env, r#"ln -s nowhere "$1""#, &[d.as_str()]).await;
+    assert_eq!(
+        env.fs
+            .create_if_absent(&d, Bytes::from_static(b"x"))
+            .await
+            .expect("create"),
+        Created::AlreadyExisted
+    );
+    assert!(matches!(
+        env.fs.read(&d, 10).await,
+        Err(FsError::NotFound { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acting_user_owns_what_it_writes() {
+    let env = env().await;
+    let root = E2bFs::new(env.api.clone(), E2bFsOptions::new("/root").user("root")).expect("fs");
+    root.write(
+        &wp("r.txt"),
+        bytes_stream(&b"x"[..]),
+        WriteOptions::default().mode(0o600),
+    )
+    .await
+    .expect("write as root");
+    assert_eq!(
+        sh(&env, "stat -c '%U %a' /root/r.txt", &[]).await.trim(),
+        "root 600"
+    );
+    // The default user's control commands meet the permissions (envd's own /files
+    // routes run as envd and do not check them).
+    assert!(matches!(
+        env.fs.lstat(&wp("/root/r.txt")).await,
+        Err(FsError::PermissionDenied { .. })
+    ));
+    assert!(matches!(
+        env.fs
+            .write(
+                &wp("/root/u.txt"),
+                bytes_stream(&b"x"[..]),
+                WriteOptions::default()
+            )
+            .await,
+        Err(FsError::PermissionDenied { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_sandbox_is_gone() {
+    let env = env().await;
+    let f = wp("/home/user/x");
+    env.fs
+        .write(&f, bytes_stream(&b"x"[..]), WriteOptions::default())
+        .await
+        .expect("write");
+    env.client.kill(env.sandbox.id()).await.expect("kill");
+    match env.fs.stat(&f).await {
+        Err(FsError::Gone { .. }) => {}
+        other => panic!("expected Gone, got {other:?}"),
+    }
+    match env.fs.read(&f, 10).await {
+        Err(FsError::Gone { .. }) => {}
+        other => panic!("expected Gone, got {other:?}"),
+    }
+}
