@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use e2b_core::CreateOptions;
 use exec_world::{EnvBase, ProcError, SpawnSpec, Subprocess, TerminalSpec, WorldPath};
+use fs_e2b::{E2bFs, E2bFsOptions};
 use futures::StreamExt;
 use subprocess_e2b::E2bSubprocess;
 use subprocess_e2b::spill::{SpillTarget, tee};
-use subprocess_e2b_support::{env, proc_of, stopgap_fs::EnvdFs};
+use subprocess_e2b_support::{env, proc_of};
 use testing_fake::{FaultAction, FaultRule, Surface as FakeSurface};
 
 async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
@@ -280,7 +281,9 @@ async fn a_chatty_command_keeps_host_memory_bounded() {
 async fn spill_file_keeps_the_output_in_the_sandbox() {
     let env = env().await;
     let p = proc_of(&env).await;
-    let fs = std::sync::Arc::new(EnvdFs::new(env.api.clone(), p.cwd().clone()));
+    let fs = std::sync::Arc::new(
+        E2bFs::new(env.api.clone(), E2bFsOptions::new(p.cwd().as_str())).expect("E2bFs"),
+    );
     let script = r#"i=0; while [ $i -lt 3000 ]; do echo "line $i"; i=$((i+1)); done"#;
     let expected: String = (0..3000).map(|i| format!("line {i}\n")).collect();
     for (max, name) in [(1u64 << 20, "full.txt"), (1000, "cut.txt")] {
@@ -294,7 +297,7 @@ async fn spill_file_keeps_the_output_in_the_sandbox() {
                 fs: fs.clone(),
                 path: path.clone(),
                 max_bytes: max,
-                options: Default::default(),
+                options: exec_world::WriteOptions::default().create_parents(true),
             },
         );
         let mut got = Vec::new();

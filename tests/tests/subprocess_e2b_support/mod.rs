@@ -3,14 +3,13 @@
 
 #![allow(dead_code)]
 
-pub mod stopgap_fs;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use e2b_core::{Client, Config, CreateOptions, EnvdApi, Sandbox};
 use exec_world::conformance::World;
 use exec_world::{Fs, Subprocess, WorldPath};
+use fs_e2b::{E2bFs, E2bFsOptions};
 use subprocess_e2b::E2bSubprocess;
 use testing_fake::{Emulator, EmulatorConfig};
 
@@ -53,8 +52,8 @@ pub async fn proc_of(env: &Env) -> E2bSubprocess {
         .expect("adapter")
 }
 
-/// A conformance world: emulator, sandbox, adapter, an Fs on the same sandbox and an
-/// empty scratch directory under the user's home.
+/// A conformance world: emulator, sandbox, adapter, `fs_e2b::E2bFs` on the same sandbox
+/// and an empty scratch directory under the user's home.
 pub async fn world() -> World {
     let env = env().await;
     let proc = proc_of(&env).await;
@@ -65,6 +64,8 @@ pub async fn world() -> World {
         .make_dir(scratch.as_str(), None)
         .await
         .expect("scratch dir");
-    let fs: Arc<dyn Fs> = Arc::new(stopgap_fs::EnvdFs::new(env.api.clone(), proc.cwd().clone()));
+    let fs: Arc<dyn Fs> = Arc::new(
+        E2bFs::new(env.api.clone(), E2bFsOptions::new(proc.cwd().as_str())).expect("E2bFs"),
+    );
     World::new(fs, Arc::new(proc), scratch).with_guard(env)
 }
