@@ -144,16 +144,24 @@ async fn a_file_growing_after_the_size_check_is_cut_at_the_limit() {
         .expect("write");
     // Hold the download back so the file can grow after the Stat.
     env.emu.faults().add(
-        FaultRule::new(FaultAction::Delay(Duration::from_millis(1500)))
+        FaultRule::new(FaultAction::Delay(Duration::from_millis(3000)))
             .surface(Surface::Envd)
             .method("GET")
             .path_prefix("/files")
             .times(1),
     );
+    let downloads = env.emu.counters().get_on(Surface::Envd, "GET /files");
     let fs = env.fs.clone();
     let g = f.clone();
     let read = tokio::spawn(async move { fs.read(&g, 100).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The download request has arrived (so the size check passed): grow the file.
+    for _ in 0..200 {
+        if env.emu.counters().get_on(Surface::Envd, "GET /files") > downloads {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(env.emu.counters().get_on(Surface::Envd, "GET /files") > downloads);
     sh(&env, r#"head -c 100000 /dev/zero >> "$1""#, &[f.as_str()]).await;
     match read.await.expect("task") {
         Err(FsError::TooLarge { limit, .. }) => assert_eq!(limit, 100),
