@@ -204,6 +204,14 @@ async fn terminal_argv_and_env_are_not_on_envd_command_lines() {
     )
     .await;
     assert_eq!(left.trim(), "0", "spec file left behind");
+    let (mode, _) = output(
+        &p,
+        SpawnSpec::new("sh")
+            .arg("-c")
+            .arg("stat -c '%a %U' /tmp/.e2bx-proc-*"),
+    )
+    .await;
+    assert_eq!(mode.trim(), "700 user", "private state directory");
     within("terminate", t.terminate(Duration::from_millis(100)))
         .await
         .expect("terminate");

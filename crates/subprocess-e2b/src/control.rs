@@ -38,6 +38,9 @@ for d in $PATH; do
 done
 exit 0"#;
 
+/// Creates `$1` empty with mode 0600, refusing anything already there (noclobber).
+const PRIVATE_FILE_SH: &str = r#"umask 077; set -C; : > "$1""#;
+
 const STATE_DIR_SH: &str = r#"umask 077; mkdir -m 0700 -- "$1" && chown -- "$2" "$1""#;
 
 /// `$1` pid, `$2` signal name, `$3` 1 = the foreground group of `$1`'s terminal.
@@ -146,6 +149,18 @@ impl Control {
             .await
             .map(|_| ())
             .map_err(|e| map_error("creating the adapter's state directory", e))
+    }
+
+    /// Creates the empty private file `path` (0600) as `user` (no profile), so the
+    /// upload that follows keeps that mode.
+    pub(crate) async fn make_private_file(&self, path: &str, user: &str) -> Result<(), ProcError> {
+        self.shell
+            .clone()
+            .user(user)
+            .run_ok(PRIVATE_FILE_SH, &[path])
+            .await
+            .map(|_| ())
+            .map_err(|e| map_error("creating the terminal spec file", e))
     }
 
     /// `kill -s NAME` to `pid`, or to the foreground group of its terminal. A process

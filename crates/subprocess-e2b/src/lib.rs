@@ -17,8 +17,9 @@
 //! No polling: the pid arrives on the output stream itself.
 //!
 //! Terminals: envd's PTY starts `/bin/sh -c WRAPPER e2bx-wrap --file PATH`; the argv and
-//! explicit env are in `PATH`, a file uploaded (as the user) into the adapter's state
-//! directory `/tmp/.e2bx-proc-<random>` (created by root, mode 0700, owned by the user),
+//! explicit env are in `PATH`, a file in the adapter's state directory
+//! `/tmp/.e2bx-proc-<random>` (created by root, mode 0700, owned by the user), created
+//! empty with mode 0600 by the user (`umask 077; set -C`) and then filled by an upload:
 //! one `set -- '…' '…'` line that the wrapper sources and deletes at once, so they
 //! never appear on a command line or in envd's `List`.
 //!
@@ -75,7 +76,8 @@
 //!   user was configured; cached;
 //! - each piped spawn: 1 `Start` (the wrapper; its stream carries pid, output and exit);
 //!   piped stdin adds 1 `SendInput` per 64 KiB written and 1 `CloseStdin`;
-//! - each terminal: 1 `POST /files` (spec file) + 1 `Start`; the first terminal of an
+//! - each terminal: 1 `Start` (0600 spec file) + 1 `POST /files` (its content) +
+//!   1 `Start` (the wrapper); the first terminal of an
 //!   adapter adds 1 `Start` (state directory); `write` 1 `SendInput` per 64 KiB,
 //!   `resize` 1 `Update`, `signal` 1 `Start`;
 //! - `signal(TERM|KILL)` 1 `SendSignal`, other signals 1 `Start`;

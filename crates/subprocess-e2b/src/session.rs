@@ -260,6 +260,7 @@ async fn start(world: &Arc<WorldShared>, mut launch: Launch) -> Result<ProcessSt
         Some((cols, rows)) => {
             let dir = world.state_dir(&info).await?;
             let file = format!("{dir}/term-{}.sh", e2b_core::control_shell::random_suffix());
+            world.control.make_private_file(&file, &info.name).await?;
             world
                 .api
                 .upload_bytes(
