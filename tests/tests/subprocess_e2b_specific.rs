@@ -333,7 +333,11 @@ async fn spill_file_keeps_the_output_in_the_sandbox() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn request_cost_of_one_spawn() {
     let env = env().await;
+    env.emu.counters().reset();
     let p = proc_of(&env).await;
+    let snap = env.emu.counters().snapshot();
+    eprintln!("first use (user lookup): {snap:?}");
+    assert_eq!(snap.get("POST /process.Process/Start"), 2, "{snap:?}");
     env.emu.counters().reset();
     let (out, st) = output(&p, SpawnSpec::new("echo").arg("hi")).await;
     assert_eq!((out.as_str(), st.success()), ("hi\n", true));
@@ -353,4 +357,52 @@ async fn request_cost_of_one_spawn() {
     let snap = env.emu.counters().snapshot();
     eprintln!("spawn + terminate: {snap:?}");
     assert_eq!(snap.get("POST /process.Process/Start"), 2, "{snap:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn request_cost_of_a_terminal() {
+    let env = env().await;
+    let p = proc_of(&env).await;
+    env.emu.counters().reset();
+    let mut t = p
+        .spawn_terminal(TerminalSpec::new("sh").arg("-i"))
+        .expect("terminal");
+    let mut out = t.take_output().expect("output");
+    within("started", t.started()).await.expect("started");
+    t.write(b"echo o''k\n").await.expect("write");
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("ok") {
+        let c = within("ok", out.next())
+            .await
+            .expect("output")
+            .expect("chunk");
+        seen.extend_from_slice(&c);
+    }
+    within("terminate", t.terminate(Duration::from_millis(100)))
+        .await
+        .expect("terminate");
+    let snap = env.emu.counters().snapshot();
+    eprintln!("first terminal + write + terminate: {snap:?}");
+    assert_eq!(snap.surface_total(FakeSurface::Control), 0, "{snap:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_sandbox_is_gone() {
+    let env = env().await;
+    let p = proc_of(&env).await;
+    env.client
+        .kill(env.sandbox.id())
+        .await
+        .expect("kill sandbox");
+    let child = p
+        .spawn(SpawnSpec::new("true"))
+        .expect("spawn returns at once");
+    let r = within("started", child.started()).await;
+    assert!(matches!(r, Err(ProcError::Gone { .. })), "{r:?}");
+    assert!(matches!(
+        within("wait", child.wait()).await,
+        Err(ProcError::Gone { .. })
+    ));
+    let w = within("which", p.which("sh")).await;
+    assert!(matches!(w, Err(ProcError::Gone { .. })), "{w:?}");
 }

@@ -99,7 +99,7 @@ impl Session {
                     return;
                 }
             };
-            read_events(stream, program, terminal, started_tx, status_tx, out, err).await;
+            read_events(stream, program, started_tx, status_tx, out, err).await;
         });
         Ok(session)
     }
@@ -290,7 +290,6 @@ async fn start(world: &Arc<WorldShared>, mut launch: Launch) -> Result<ProcessSt
 async fn read_events(
     mut stream: ProcessStream,
     program: String,
-    terminal: bool,
     started_tx: watch::Sender<StartState>,
     status_tx: watch::Sender<StatusState>,
     out: Arc<Queue>,
@@ -381,6 +380,5 @@ async fn read_events(
     if let Some(q) = &err {
         q.close(close);
     }
-    let _ = terminal;
     let _ = status_tx.send(Some(status));
 }
