@@ -14,7 +14,10 @@
 //! [`Child::pid`](exec_world::Child::pid) stays `None` until it arrived and parsed (the
 //! verified group id, not just envd's pid of the wrapper); `E2BX-FAIL enoent|eacces`
 //! becomes `ProcError::NotFound` / `PermissionDenied` from `started()` and `wait()`.
-//! No polling: the pid arrives on the output stream itself.
+//! No polling: the pid arrives on the output stream itself. The header is printed just
+//! before the final `exec`, so a signal sent right after `started()` may reach the
+//! wrapper `sh` (same pid and group) instead of the program; its default action is the
+//! same, a trap of the program is not yet installed.
 //!
 //! Terminals: envd's PTY starts `/bin/sh -c WRAPPER e2bx-wrap --file PATH`; the argv and
 //! explicit env are in `PATH`, a file in the adapter's state directory
