@@ -234,6 +234,11 @@ pub struct ProcCapabilities {
     pub terminals: bool,
     /// [`Terminal::resize`] reaches the terminal (`stty size` sees it).
     pub terminal_resize: bool,
+    /// [`Child::wait`] returns when the program exits, even while a background
+    /// descendant still holds its stdout/stderr open. Without it (envd 0.6.13 reports a
+    /// process's end only after its output pipes close), such a descendant keeps `wait`
+    /// pending until it ends or is terminated.
+    pub exit_before_output_eof: bool,
 }
 
 /// A backend's side of a running process. Implement this (plus [`Subprocess`]) to add a

@@ -134,6 +134,10 @@ impl Subprocess for E2bSubprocess {
             clean_env: true,
             terminals: true,
             terminal_resize: true,
+            // envd 0.6.13 sends a process's end event only after its output pipes close,
+            // so a background job holding stdout keeps `wait` pending (as with the
+            // official SDKs' `commands.run`).
+            exit_before_output_eof: false,
         }
     }
 

@@ -134,9 +134,29 @@ pub async fn bash_cancel_terminates(world: &ToolWorld) {
 }
 
 /// After the shell exits, a background job that still holds the output is ended (after
-/// the linger) and the call returns with the shell's exit code.
+/// the linger) and the call returns with the shell's exit code. On a backend whose `wait`
+/// only returns once the output closes (`exit_before_output_eof` false, e.g. envd), the
+/// call runs into its timeout instead, and the job is ended all the same.
 pub async fn bash_background_job_ended_after_exit(world: &ToolWorld) {
     let pidfile = world.path("bg.pid");
+    if !world.proc.capabilities().exit_before_output_eof {
+        let out = world
+            .bash()
+            .run(
+                BashRequest::new(format!(
+                    "sleep 1000 & echo $! > \"{pidfile}\"; echo done; exit 4"
+                ))
+                .timeout(Duration::from_secs(3))
+                .grace(Duration::from_millis(500)),
+            )
+            .await
+            .expect("run");
+        assert!(out.timed_out, "{out:?}");
+        assert_eq!(out.stdout.text, "done\n");
+        let pid = read_pid(world, "bg.pid").await;
+        assert!(!is_alive(world, pid).await, "background job {pid} survived");
+        return;
+    }
     let out = world
         .bash()
         .run(

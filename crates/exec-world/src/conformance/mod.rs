@@ -143,6 +143,7 @@ macro_rules! __proc_test_names {
             proc_terminate_grace_then_kill,
             proc_concurrent_spawns,
             proc_drop_kills_group,
+            proc_exit_before_output_eof,
             proc_cancel_terminates,
             proc_capture_with_spill,
             proc_runs_script_written_through_fs,

@@ -288,6 +288,48 @@ pub async fn proc_drop_kills_group(w: &World) {
     assert!(alive.is_empty(), "survivors of drop: {alive:?}");
 }
 
+/// `wait` reports the exit of a program whose background job still holds its stdout: the
+/// job is provably still alive when `wait` returns (no timing involved), then terminated.
+pub async fn proc_exit_before_output_eof(w: &World) {
+    if !w.proc.capabilities().exit_before_output_eof {
+        return skip("proc_exit_before_output_eof", "exit_before_output_eof");
+    }
+    let mut child = w
+        .proc
+        .spawn(
+            SpawnSpec::new("sh")
+                .arg("-c")
+                .arg(r#"sleep 1000 & echo "pid $!"; exit 5"#),
+        )
+        .expect("spawn");
+    let mut out = child.take_stdout().expect("stdout");
+    let mut seen = Vec::new();
+    read_until(&mut out, &mut seen, 60, "pid", |s| !pids_in(s).is_empty()).await;
+    let pids = pids_in(&String::from_utf8_lossy(&seen));
+    let status = within(60, "wait with the output still open", child.wait())
+        .await
+        .expect("wait");
+    assert_eq!(status.code, Some(5), "{status:?}");
+    let alive = survivors(w.proc.as_ref(), &pids).await;
+    assert_eq!(
+        alive, pids,
+        "the background job should still hold the output"
+    );
+    child
+        .terminate(Duration::from_millis(200))
+        .await
+        .expect("terminate");
+    let mut alive = alive;
+    for _ in 0..100 {
+        alive = survivors(w.proc.as_ref(), &pids).await;
+        if alive.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(alive.is_empty(), "survivors of terminate: {alive:?}");
+}
+
 /// wait_or_cancel: cancelling runs terminate to completion, then reports Cancelled.
 pub async fn proc_cancel_terminates(w: &World) {
     if !w.proc.capabilities().process_groups {

@@ -309,6 +309,7 @@ impl Subprocess for LocalSubprocess {
             clean_env: true,
             terminals: true,
             terminal_resize: true,
+            exit_before_output_eof: true,
         }
     }
 

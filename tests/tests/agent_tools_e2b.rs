@@ -1,0 +1,56 @@
+//! The agent-tools shared tests (bash tool, terminal, LSP bridge) against the E2B adapters
+//! (`E2bFs` + `E2bSubprocess`) on the emulator: the same functions `crates/agent-tools`
+//! runs against the local adapters, unchanged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tools::testing::{ToolWorld, ensure_pylsp};
+use e2b_core::{Client, Config, CreateOptions, EnvdApi};
+use exec_world::{Fs, LocalFs, LocalSubprocess, WorldPath};
+use testing_fake::{Emulator, EmulatorConfig};
+
+/// The python-lsp-server cache on the host, filled from the host once and reused: the
+/// sandbox sees the host's paths outside its own tree read-only, so the sandbox's python
+/// imports it without installing anything inside the sandbox.
+async fn host_lsp_cache() -> WorldPath {
+    let cache = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/lsp-cache");
+    let cache = WorldPath::new(cache).expect("path").normalize();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scratch = WorldPath::new(dir.path().to_str().expect("UTF-8")).expect("path");
+    let local = ToolWorld::new(
+        Arc::new(LocalFs::at(scratch.clone()).expect("LocalFs")),
+        Arc::new(LocalSubprocess::at(scratch.clone())),
+        scratch,
+    );
+    ensure_pylsp(&local, "python3", &cache).await;
+    cache
+}
+
+/// A fresh emulator, a fresh `base` sandbox, and both adapters over its one handle.
+async fn e2b_world() -> ToolWorld {
+    let emu = Emulator::start(EmulatorConfig::default())
+        .await
+        .expect("emulator starts");
+    let cfg = Config::new()
+        .api_key(emu.api_key())
+        .api_url(emu.api_url())
+        .sandbox_url(emu.sandbox_url())
+        .request_timeout(Duration::from_secs(60));
+    let client = Client::new(cfg).expect("client");
+    let sandbox = client
+        .create(&CreateOptions::new("base"))
+        .await
+        .expect("create sandbox");
+    let api: Arc<dyn EnvdApi> = sandbox.into_api();
+    let scratch = WorldPath::new("/home/user/agent-tools-scratch").expect("path");
+    let fs =
+        fs_e2b::E2bFs::new(api.clone(), fs_e2b::E2bFsOptions::new("/home/user")).expect("E2bFs");
+    fs.mkdir(&scratch, true).await.expect("scratch dir");
+    let proc = subprocess_e2b::E2bSubprocess::new(api, scratch.clone());
+    ToolWorld::new(Arc::new(fs), Arc::new(proc), scratch)
+        .with_lsp_cache(host_lsp_cache().await)
+        .with_guard(emu)
+}
+
+agent_tools::agent_tools_tests!(e2b_world);
