@@ -687,61 +687,31 @@ async fn start(
     let mut readers = Vec::new();
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
     if let Some(m) = pty_master {
-        let p = proc_.clone();
-        let done = done_tx.clone();
-        readers.push(tokio::spawn(async move {
-            let _done = done;
-            let mut buf = vec![0u8; PTY_CHUNK];
-            loop {
-                match m.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if p.has_subscribers() {
-                            p.publish(ProcessEvent::Data(DataEvent::Pty(buf[..n].to_vec())))
-                                .await;
-                        }
-                    }
-                }
-            }
-        }));
+        readers.push(spawn_reader(
+            OutputSource::Pty(m),
+            PTY_CHUNK,
+            DataEvent::Pty,
+            &proc_,
+            &done_tx,
+        ));
     }
-    if let Some(mut out) = child.stdout.take() {
-        let p = proc_.clone();
-        let done = done_tx.clone();
-        readers.push(tokio::spawn(async move {
-            let _done = done;
-            let mut buf = vec![0u8; STD_CHUNK];
-            loop {
-                match out.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if p.has_subscribers() {
-                            p.publish(ProcessEvent::Data(DataEvent::Stdout(buf[..n].to_vec())))
-                                .await;
-                        }
-                    }
-                }
-            }
-        }));
+    if let Some(out) = child.stdout.take() {
+        readers.push(spawn_reader(
+            OutputSource::Pipe(Box::new(out)),
+            STD_CHUNK,
+            DataEvent::Stdout,
+            &proc_,
+            &done_tx,
+        ));
     }
-    if let Some(mut err) = child.stderr.take() {
-        let p = proc_.clone();
-        let done = done_tx.clone();
-        readers.push(tokio::spawn(async move {
-            let _done = done;
-            let mut buf = vec![0u8; STD_CHUNK];
-            loop {
-                match err.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if p.has_subscribers() {
-                            p.publish(ProcessEvent::Data(DataEvent::Stderr(buf[..n].to_vec())))
-                                .await;
-                        }
-                    }
-                }
-            }
-        }));
+    if let Some(err) = child.stderr.take() {
+        readers.push(spawn_reader(
+            OutputSource::Pipe(Box::new(err)),
+            STD_CHUNK,
+            DataEvent::Stderr,
+            &proc_,
+            &done_tx,
+        ));
     }
 
     // Waiter: output done (or a kill/timeout), then the exit, then `end`.
@@ -808,6 +778,49 @@ async fn start(
         finish_pumped(tx, r).await;
     });
     resp
+}
+
+/// Where a process's output is read from: its PTY master or a stdout/stderr pipe.
+enum OutputSource {
+    Pty(Arc<pty::Master>),
+    Pipe(Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+}
+
+impl OutputSource {
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            OutputSource::Pty(m) => m.read(buf).await,
+            OutputSource::Pipe(r) => r.read(buf).await,
+        }
+    }
+}
+
+/// One output reader: chunks of at most `chunk` bytes, published as `wrap(bytes)` while
+/// someone subscribes (envd discards output nobody reads); ends at EOF or an error and
+/// then drops its `done` sender.
+fn spawn_reader(
+    mut reader: OutputSource,
+    chunk: usize,
+    wrap: fn(Vec<u8>) -> DataEvent,
+    proc_: &Arc<Proc>,
+    done: &mpsc::Sender<()>,
+) -> tokio::task::JoinHandle<()> {
+    let p = proc_.clone();
+    let done = done.clone();
+    tokio::spawn(async move {
+        let _done = done;
+        let mut buf = vec![0u8; chunk];
+        loop {
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if p.has_subscribers() {
+                        p.publish(ProcessEvent::Data(wrap(buf[..n].to_vec()))).await;
+                    }
+                }
+            }
+        }
+    })
 }
 
 fn user_command(c: &ProcessConfig) -> String {
