@@ -81,9 +81,11 @@ async fn upload(sandbox: &Sandbox, src: &Path, dst: &str, quiet: bool) -> CliRes
     progress.finish();
     match res {
         Ok(_) => Ok(0),
-        // envd may refuse before reading the body and close the connection; the client
-        // then sees a broken pipe instead of the answer. Say what the likely cause is.
-        Err(e @ e2b_core::Error::Transport { .. }) if !writable(sandbox, &target).await => {
+        // envd may refuse before reading the body and close the connection (the client
+        // then sees a broken pipe instead of the answer), or answer with its own error
+        // (EACCES, or EROFS on the emulator's read-only host paths). Either way, when the
+        // user cannot write there, say so.
+        Err(e) if !writable(sandbox, &target).await => {
             drop(e);
             Err(CliError::msg(format!(
                 "{target}: permission denied in the sandbox (its user cannot write there); pick a path under the home directory or /tmp"
