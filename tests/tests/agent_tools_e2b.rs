@@ -6,9 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tools::testing::{ToolWorld, ensure_pylsp};
-use e2b_core::{Client, Config, CreateOptions, EnvdApi};
 use exec_world::{Fs, LocalFs, LocalSubprocess, WorldPath};
-use testing_fake::{Emulator, EmulatorConfig};
 
 /// The python-lsp-server cache on the host, filled from the host once and reused: the
 /// sandbox sees the host's paths outside its own tree read-only, so the sandbox's python
@@ -29,20 +27,8 @@ async fn host_lsp_cache() -> WorldPath {
 
 /// A fresh emulator, a fresh `base` sandbox, and both adapters over its one handle.
 async fn e2b_world() -> ToolWorld {
-    let emu = Emulator::start(EmulatorConfig::default())
-        .await
-        .expect("emulator starts");
-    let cfg = Config::new()
-        .api_key(emu.api_key())
-        .api_url(emu.api_url())
-        .sandbox_url(emu.sandbox_url())
-        .request_timeout(Duration::from_secs(60));
-    let client = Client::new(cfg).expect("client");
-    let sandbox = client
-        .create(&CreateOptions::new("base"))
-        .await
-        .expect("create sandbox");
-    let api: Arc<dyn EnvdApi> = sandbox.into_api();
+    let integration_tests::EmulatedSandbox { api, emu, .. } =
+        integration_tests::EmulatedSandbox::start(Duration::from_secs(60)).await;
     let scratch = WorldPath::new("/home/user/agent-tools-scratch").expect("path");
     let fs =
         fs_e2b::E2bFs::new(api.clone(), fs_e2b::E2bFsOptions::new("/home/user")).expect("E2bFs");

@@ -17,12 +17,7 @@ pub async fn emulator() -> Emulator {
 
 /// A client configuration pointed at the emulator.
 pub fn config(emu: &Emulator) -> Config {
-    Config::new()
-        .api_key(emu.api_key())
-        .api_url(emu.api_url())
-        .sandbox_url(emu.sandbox_url())
-        .request_timeout(Duration::from_secs(30))
-        .connect_timeout(Duration::from_secs(5))
+    integration_tests::emulator_config(emu, Duration::from_secs(30))
 }
 
 /// A control-plane client for the emulator.

@@ -7,11 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use e2b_core::{Client, Config, CreateOptions, EnvdApi, Sandbox};
+use e2b_core::{Client, EnvdApi, Sandbox};
 use exec_world::conformance::World;
 use exec_world::{Fs, Subprocess, WorldPath};
 use fs_e2b::{E2bFs, E2bFsOptions};
-use testing_fake::{Emulator, EmulatorConfig};
+use testing_fake::Emulator;
 
 /// An emulator, a sandbox on it and an `E2bFs` acting as the default user.
 pub struct Env {
@@ -29,21 +29,12 @@ pub struct Env {
 
 /// Start an emulator and create a `base` sandbox on it.
 pub async fn env() -> Env {
-    let emu = Emulator::start(EmulatorConfig::default())
-        .await
-        .expect("emulator starts");
-    let cfg = Config::new()
-        .api_key(emu.api_key())
-        .api_url(emu.api_url())
-        .sandbox_url(emu.sandbox_url())
-        .request_timeout(Duration::from_secs(60))
-        .connect_timeout(Duration::from_secs(5));
-    let client = Client::new(cfg).expect("client");
-    let sandbox = client
-        .create(&CreateOptions::new("base"))
-        .await
-        .expect("create sandbox");
-    let api = sandbox.clone().into_api();
+    let integration_tests::EmulatedSandbox {
+        api,
+        sandbox,
+        client,
+        emu,
+    } = integration_tests::EmulatedSandbox::start(Duration::from_secs(60)).await;
     let fs = E2bFs::new(api.clone(), E2bFsOptions::new("/home/user")).expect("E2bFs");
     Env {
         emu,

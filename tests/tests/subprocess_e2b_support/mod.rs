@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use e2b_core::{Client, Config, CreateOptions, EnvdApi, Sandbox};
+use e2b_core::{Client, EnvdApi, Sandbox};
 use exec_world::conformance::World;
 use exec_world::{Fs, Subprocess, WorldPath};
 use fs_e2b::{E2bFs, E2bFsOptions};
 use subprocess_e2b::E2bSubprocess;
-use testing_fake::{Emulator, EmulatorConfig};
+use testing_fake::Emulator;
 
 /// An emulator, a client and a fresh `base` sandbox.
 pub struct Env {
@@ -22,21 +22,12 @@ pub struct Env {
 }
 
 pub async fn env() -> Env {
-    let emu = Emulator::start(EmulatorConfig::default())
-        .await
-        .expect("emulator starts");
-    let cfg = Config::new()
-        .api_key(emu.api_key())
-        .api_url(emu.api_url())
-        .sandbox_url(emu.sandbox_url())
-        .request_timeout(Duration::from_secs(30))
-        .connect_timeout(Duration::from_secs(5));
-    let client = Client::new(cfg).expect("client");
-    let sandbox = client
-        .create(&CreateOptions::new("base"))
-        .await
-        .expect("create sandbox");
-    let api = sandbox.clone().into_api();
+    let integration_tests::EmulatedSandbox {
+        api,
+        sandbox,
+        client,
+        emu,
+    } = integration_tests::EmulatedSandbox::start(Duration::from_secs(30)).await;
     Env {
         emu,
         client,
