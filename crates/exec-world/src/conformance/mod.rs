@@ -317,6 +317,20 @@ pub(crate) async fn put(fs: &dyn Fs, p: &WorldPath, data: &[u8]) {
 }
 
 /// The pids among `pids` still alive in the world (a zombie counts as dead).
+/// The pids of `pids` still alive after giving a background kill up to ~10 s to land
+/// (remote backends kill from a task); empty once all are gone.
+pub(crate) async fn survivors_eventually(proc: &dyn Subprocess, pids: &[u32]) -> Vec<u32> {
+    let mut alive = pids.to_vec();
+    for _ in 0..100 {
+        alive = survivors(proc, pids).await;
+        if alive.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    alive
+}
+
 pub(crate) async fn survivors(proc: &dyn Subprocess, pids: &[u32]) -> Vec<u32> {
     let script = r#"for p in "$@"; do
   if kill -0 "$p" 2>/dev/null; then

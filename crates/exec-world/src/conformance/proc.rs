@@ -5,7 +5,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
-use super::{Output, World, collect, pids_in, read_until, run, sh, skip, survivors, within};
+use super::{
+    Output, World, collect, pids_in, read_until, run, sh, skip, survivors, survivors_eventually,
+    within,
+};
 use crate::output::{CaptureLimit, Spill, capture};
 use crate::{EnvBase, ProcError, Signal, SpawnSpec, WriteOptions};
 
@@ -277,14 +280,7 @@ pub async fn proc_drop_kills_group(w: &World) {
     let pids = pids_in(&String::from_utf8_lossy(&seen));
     drop(child);
     // Remote backends kill from a background task: allow it to land.
-    let mut alive = pids.clone();
-    for _ in 0..100 {
-        alive = survivors(w.proc.as_ref(), &pids).await;
-        if alive.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let alive = survivors_eventually(w.proc.as_ref(), &pids).await;
     assert!(alive.is_empty(), "survivors of drop: {alive:?}");
 }
 
@@ -319,14 +315,7 @@ pub async fn proc_exit_before_output_eof(w: &World) {
         .terminate(Duration::from_millis(200))
         .await
         .expect("terminate");
-    let mut alive = alive;
-    for _ in 0..100 {
-        alive = survivors(w.proc.as_ref(), &pids).await;
-        if alive.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let alive = survivors_eventually(w.proc.as_ref(), &pids).await;
     assert!(alive.is_empty(), "survivors of terminate: {alive:?}");
 }
 
