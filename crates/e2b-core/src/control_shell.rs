@@ -56,8 +56,9 @@ impl ControlOutput {
 #[derive(Debug, Clone)]
 pub struct ControlShell {
     api: Arc<dyn EnvdApi>,
-    user: String,
+    user: Option<String>,
     home: String,
+    envs: Vec<(String, String)>,
     timeout: Option<Duration>,
     max_output: usize,
 }
@@ -67,8 +68,9 @@ impl ControlShell {
     pub fn new(api: Arc<dyn EnvdApi>) -> Self {
         ControlShell {
             api,
-            user: "root".to_owned(),
+            user: Some("root".to_owned()),
             home: format!("/.e2b-control-{}", random_suffix()),
+            envs: Vec::new(),
             timeout: Some(Duration::from_secs(120)),
             max_output: DEFAULT_MAX_OUTPUT,
         }
@@ -76,7 +78,19 @@ impl ControlShell {
 
     /// Run as another user.
     pub fn user(mut self, user: impl Into<String>) -> Self {
-        self.user = user.into();
+        self.user = Some(user.into());
+        self
+    }
+
+    /// Run as `user`, or as envd's default user when `None` (no Basic-auth header).
+    pub fn acting_user(mut self, user: Option<String>) -> Self {
+        self.user = user;
+        self
+    }
+
+    /// An extra environment variable for every command (after `HOME`).
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.envs.push((key.into(), value.into()));
         self
     }
 
@@ -109,9 +123,12 @@ impl ControlShell {
         argv.extend(args.iter().map(|a| (*a).to_owned()));
         let mut spec = StartProcess::new("/bin/sh")
             .args(argv)
-            .user(self.user.clone())
             .env("HOME", self.home.clone())
             .cwd("/");
+        spec.user = self.user.clone();
+        for (k, v) in &self.envs {
+            spec = spec.env(k.clone(), v.clone());
+        }
         if let Some(t) = self.timeout {
             spec = spec.timeout(t);
         }

@@ -6,17 +6,13 @@ use std::time::Duration;
 
 use e2b_core::EnvdApi;
 use e2b_core::control_shell::ControlShell;
-use e2b_core::proto::process::{DataEvent, ProcessEvent};
 use exec_world::{FsError, WorldPath};
-use futures::StreamExt as _;
 
 use crate::error::map_error;
 
-/// Most bytes kept of a command's stdout (a listing of a very large directory fails
-/// rather than growing without bound).
-const MAX_STDOUT: usize = 64 << 20;
-/// Most bytes kept of a command's stderr.
-const MAX_STDERR: usize = 16 << 10;
+/// Most bytes kept of each of a command's stdout and stderr (a listing of a very large
+/// directory fails rather than growing without bound).
+const MAX_OUTPUT: usize = 64 << 20;
 
 /// Exit code: nothing at the path.
 pub(crate) const EXIT_NOT_FOUND: i32 = 64;
@@ -42,20 +38,23 @@ pub(crate) struct CtlOutput {
 #[derive(Debug, Clone)]
 pub(crate) struct Ctl {
     shell: ControlShell,
-    user: Option<String>,
 }
 
 impl Ctl {
     /// A runner over `api` acting as `user` (`None`: envd's default user).
     pub(crate) fn new(api: Arc<dyn EnvdApi>, user: Option<String>, timeout: Duration) -> Self {
         Ctl {
-            shell: ControlShell::new(api).timeout(Some(timeout)),
-            user,
+            shell: ControlShell::new(api)
+                .acting_user(user)
+                .env("LC_ALL", "C")
+                .timeout(Some(timeout))
+                .max_output(MAX_OUTPUT),
         }
     }
 
     /// Runs `script` with `args`; `path` names the operation's path in errors. A non-zero
-    /// exit is returned as data.
+    /// exit is returned as data; output past [`MAX_OUTPUT`] is an error, never truncated
+    /// data.
     pub(crate) async fn run(
         &self,
         script: &str,
@@ -63,48 +62,21 @@ impl Ctl {
         path: &WorldPath,
         what: &str,
     ) -> Result<CtlOutput, FsError> {
-        let mut spec = self.shell.command(script, args).env("LC_ALL", "C");
-        spec.user = self.user.clone();
-        let mut stream = self
+        let out = self
             .shell
-            .api()
-            .start_process(spec)
+            .run(script, args)
             .await
             .map_err(|e| map_error(e, path, what))?;
-        let mut out = CtlOutput {
-            exit_code: -1,
-            stdout: Vec::new(),
-            stderr: Vec::new(),
-        };
-        let mut ended = false;
-        let mut overflow = false;
-        while let Some(ev) = stream.next().await {
-            match ev.map_err(|e| map_error(e, path, what))? {
-                ProcessEvent::Data(DataEvent::Stdout(b)) => {
-                    overflow |= append(&mut out.stdout, &b, MAX_STDOUT);
-                }
-                ProcessEvent::Data(DataEvent::Stderr(b) | DataEvent::Pty(b)) => {
-                    append(&mut out.stderr, &b, MAX_STDERR);
-                }
-                ProcessEvent::End(end) => {
-                    out.exit_code = end.exit_code;
-                    ended = true;
-                }
-                _ => {}
-            }
-        }
-        if !ended {
-            return Err(FsError::Transport {
-                context: format!("{what} {path}: control command stream ended early"),
-                source: "no end event".into(),
-            });
-        }
-        if overflow {
+        if out.truncated {
             return Err(FsError::other(format!(
-                "{what} {path}: control command output exceeds {MAX_STDOUT} bytes"
+                "{what} {path}: control command output exceeds {MAX_OUTPUT} bytes"
             )));
         }
-        Ok(out)
+        Ok(CtlOutput {
+            exit_code: out.exit_code,
+            stdout: out.stdout,
+            stderr: out.stderr,
+        })
     }
 
     /// Runs `script` and requires exit 0 (else the classified error).
@@ -121,12 +93,6 @@ impl Ctl {
         }
         Ok(out)
     }
-}
-
-fn append(buf: &mut Vec<u8>, chunk: &[u8], limit: usize) -> bool {
-    let take = limit.saturating_sub(buf.len()).min(chunk.len());
-    buf.extend_from_slice(&chunk[..take]);
-    take < chunk.len()
 }
 
 /// The error of a failed control command: our exit codes first, then the `strerror`
