@@ -11,7 +11,7 @@ use e2b_core::control_shell::random_suffix;
 use exec_world::{ByteStream, Created, FsError, Version, WorldPath, WriteOptions};
 use futures::StreamExt as _;
 
-use crate::ctl::{EXIT_EXISTS, classify};
+use crate::ctl::{CtlOutput, EXIT_EXISTS, classify};
 use crate::error::map_error;
 use crate::fs::Shared;
 use crate::meta::parse_records;
@@ -49,6 +49,23 @@ impl Stage {
         self.armed = false;
         if let Err(e) = self.sh.api.remove(self.dir.as_str(), self.sh.user()).await {
             tracing::warn!(dir = %self.dir, error = %e, "removing a staging directory failed");
+        }
+    }
+
+    /// Runs one control step of a write (non-zero exit: the classified error); on any
+    /// failure the stage is removed (it may exist when a step after its mkdir failed).
+    async fn run_step(
+        self,
+        script: &str,
+        args: &[&str],
+        abs: &WorldPath,
+    ) -> Result<(CtlOutput, Stage), FsError> {
+        match self.sh.ctl.run_ok(script, args, abs, "write").await {
+            Ok(out) => Ok((out, self)),
+            Err(e) => {
+                self.cleanup().await;
+                Err(e)
+            }
         }
     }
 
@@ -123,32 +140,19 @@ pub(crate) async fn write(
 ) -> Result<Version, FsError> {
     let stage = Stage::next_to(sh, abs)?;
     let parent = abs.parent().unwrap_or_else(WorldPath::root);
-    let out = sh
-        .ctl
-        .run(
+    let dir = stage.dir.clone();
+    let (out, stage) = stage
+        .run_step(
             scripts::WRITE_PREPARE,
             &[
                 abs.as_str(),
                 parent.as_str(),
-                stage.dir.as_str(),
+                dir.as_str(),
                 if opts.create_parents { "1" } else { "0" },
             ],
             abs,
-            "write",
         )
-        .await;
-    let out = match out {
-        Ok(o) if o.exit_code == 0 => o,
-        Ok(o) => {
-            // The stage may exist when a step after its mkdir failed.
-            stage.cleanup().await;
-            return Err(classify(&o, abs, "write"));
-        }
-        Err(e) => {
-            stage.cleanup().await;
-            return Err(e);
-        }
-    };
+        .await?;
     let existing = String::from_utf8_lossy(&out.stdout);
     let existing = u32::from_str_radix(existing.trim(), 8).ok();
     let mode = opts.mode.or(existing).unwrap_or(0o644) & 0o7777;
@@ -158,26 +162,13 @@ pub(crate) async fn write(
         return Err(e);
     }
     let mode = format!("{mode:o}");
-    let out = sh
-        .ctl
-        .run(
+    let (out, stage) = stage
+        .run_step(
             scripts::WRITE_COMMIT,
-            &[file.as_str(), abs.as_str(), &mode, stage.dir.as_str()],
+            &[file.as_str(), abs.as_str(), &mode, dir.as_str()],
             abs,
-            "write",
         )
-        .await;
-    let out = match out {
-        Ok(o) if o.exit_code == 0 => o,
-        Ok(o) => {
-            stage.cleanup().await;
-            return Err(classify(&o, abs, "write"));
-        }
-        Err(e) => {
-            stage.cleanup().await;
-            return Err(e);
-        }
-    };
+        .await?;
     stage.disarm();
     let rec = parse_records(&out.stdout)?
         .into_iter()
