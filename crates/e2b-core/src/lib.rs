@@ -18,7 +18,7 @@ pub mod envd;
 pub mod error;
 mod http;
 pub mod lifecycle;
-pub mod proto;
+pub use e2b_proto as proto;
 pub mod sandbox;
 
 pub use api::{

@@ -17,7 +17,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use axum::{Json, Router};
-use e2b_core::proto::headers;
+use e2b_proto::headers;
 
 use crate::control::error::{ApiErr, parse_body};
 use crate::faults::{FaultId, FaultRule, FaultRuleWire};

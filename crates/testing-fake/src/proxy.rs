@@ -19,8 +19,8 @@ use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
-use e2b_core::proto::control::SandboxState;
-use e2b_core::proto::{ENVD_PORT, headers};
+use e2b_proto::control::SandboxState;
+use e2b_proto::{ENVD_PORT, headers};
 use futures::StreamExt;
 use tower::ServiceExt;
 

@@ -15,7 +15,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use e2b_core::proto::headers;
+use e2b_proto::headers;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rand::Rng;
 use tokio::net::TcpListener;

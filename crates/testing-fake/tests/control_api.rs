@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use e2b_core::proto::control::{ListedSandbox, Sandbox, SandboxDetail, SandboxState};
+use e2b_proto::control::{ListedSandbox, Sandbox, SandboxDetail, SandboxState};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use support::Env;

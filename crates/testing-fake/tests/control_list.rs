@@ -6,7 +6,7 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use e2b_core::proto::control::{ListedSandbox, SandboxState};
+use e2b_proto::control::{ListedSandbox, SandboxState};
 use reqwest::StatusCode;
 use serde_json::json;
 use support::Env;

@@ -3,7 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use e2b_core::proto::control::ApiError;
+use e2b_proto::control::ApiError;
 
 /// The 401 message of E2B's API-key authenticator.
 pub(crate) const INVALID_API_KEY: &str =

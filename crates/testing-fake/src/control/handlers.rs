@@ -10,11 +10,11 @@ use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use e2b_core::proto::control::{
+use e2b_proto::control::{
     ListedSandbox, NewSandbox, PauseSandbox, RefreshSandbox, Sandbox, SandboxDetail, SandboxState,
     SetTimeout,
 };
-use e2b_core::proto::{CLIENT_ID, control::Lifecycle};
+use e2b_proto::{CLIENT_ID, control::Lifecycle};
 use serde::Deserialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -461,7 +461,7 @@ pub(crate) async fn logs_v2(
 struct NetworkUpdate {
     allow_out: Option<Vec<String>>,
     deny_out: Option<Vec<String>>,
-    egress_proxy: Option<e2b_core::proto::control::EgressProxy>,
+    egress_proxy: Option<e2b_proto::control::EgressProxy>,
     rules: Option<serde_json::Value>,
     #[serde(rename = "allow_internet_access")]
     allow_internet_access: Option<bool>,
@@ -479,7 +479,7 @@ pub(crate) async fn update_network(
     let req: NetworkUpdate = parse_body(&body, true)?.unwrap_or_default();
     let (_, old) = rec.net();
     let old = old.unwrap_or_default();
-    let network = e2b_core::proto::control::NetworkConfig {
+    let network = e2b_proto::control::NetworkConfig {
         allow_out: req.allow_out,
         deny_out: req.deny_out,
         egress_proxy: req.egress_proxy,

@@ -14,8 +14,8 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use e2b_core::proto::control::{ListedSandbox, SandboxState};
-use e2b_core::proto::headers;
+use e2b_proto::control::{ListedSandbox, SandboxState};
+use e2b_proto::headers;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 

@@ -18,7 +18,7 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use e2b_core::proto::headers;
+use e2b_proto::headers;
 
 use error::ApiErr;
 use store::Store;

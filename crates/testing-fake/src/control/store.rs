@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use e2b_core::proto::control::{NetworkConfig, SandboxState};
+use e2b_proto::control::{NetworkConfig, SandboxState};
 use time::OffsetDateTime;
 
 use crate::envd::{Envd, EnvdConfig};

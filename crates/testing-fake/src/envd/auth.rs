@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
-use e2b_core::proto::connect::Code;
+use e2b_proto::connect::Code;
 use sha2::{Digest, Sha256};
 
 use super::Envd;

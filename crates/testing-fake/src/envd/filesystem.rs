@@ -13,11 +13,11 @@ use axum::body::Bytes;
 use axum::extract::{Path as AxPath, State};
 use axum::http::{HeaderMap, Method};
 use axum::response::Response;
-use e2b_core::proto::connect::Code;
-use e2b_core::proto::filesystem::{
+use e2b_proto::connect::Code;
+use e2b_proto::filesystem::{
     EntryInfo, EntryResponse, FileType, ListDirRequest, ListDirResponse, MoveRequest, PathRequest,
 };
-use e2b_core::proto::process::Empty;
+use e2b_proto::process::Empty;
 
 use super::auth::ActingUser;
 use super::connect::{self, RpcError};
@@ -570,12 +570,9 @@ pub(crate) async fn dispatch(
         "ListDir" => unary!(ListDirRequest, list_dir),
         "Remove" => unary!(PathRequest, remove),
         "WatchDir" => super::watch::watch_dir(envd, user, &http_method, &headers, &body).await,
-        "CreateWatcher" => unary!(e2b_core::proto::filesystem::WatchDirRequest, create_watcher),
-        "GetWatcherEvents" => unary!(
-            e2b_core::proto::filesystem::WatcherRequest,
-            get_watcher_events
-        ),
-        "RemoveWatcher" => unary!(e2b_core::proto::filesystem::WatcherRequest, remove_watcher),
+        "CreateWatcher" => unary!(e2b_proto::filesystem::WatchDirRequest, create_watcher),
+        "GetWatcherEvents" => unary!(e2b_proto::filesystem::WatcherRequest, get_watcher_events),
+        "RemoveWatcher" => unary!(e2b_proto::filesystem::WatcherRequest, remove_watcher),
         _ => super::not_found().await,
     }
 }
@@ -583,23 +580,23 @@ pub(crate) async fn dispatch(
 async fn create_watcher(
     envd: &Arc<Envd>,
     user: &ActingUser,
-    req: e2b_core::proto::filesystem::WatchDirRequest,
-) -> Result<e2b_core::proto::filesystem::CreateWatcherResponse, RpcError> {
+    req: e2b_proto::filesystem::WatchDirRequest,
+) -> Result<e2b_proto::filesystem::CreateWatcherResponse, RpcError> {
     super::watch::create_watcher(envd, user, req).await
 }
 
 async fn get_watcher_events(
     envd: &Arc<Envd>,
     _user: &ActingUser,
-    req: e2b_core::proto::filesystem::WatcherRequest,
-) -> Result<e2b_core::proto::filesystem::GetWatcherEventsResponse, RpcError> {
+    req: e2b_proto::filesystem::WatcherRequest,
+) -> Result<e2b_proto::filesystem::GetWatcherEventsResponse, RpcError> {
     envd.watchers.drain(&req.watcher_id)
 }
 
 async fn remove_watcher(
     envd: &Arc<Envd>,
     _user: &ActingUser,
-    req: e2b_core::proto::filesystem::WatcherRequest,
+    req: e2b_proto::filesystem::WatcherRequest,
 ) -> Result<Empty, RpcError> {
     envd.watchers.remove(&req.watcher_id)
 }

@@ -15,8 +15,8 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method};
 use axum::response::Response;
-use e2b_core::proto::connect::Code;
-use e2b_core::proto::process::{
+use e2b_proto::connect::Code;
+use e2b_proto::process::{
     CloseStdinRequest, ConnectRequest, DataEvent, Empty, EndEvent, EventResponse, ListResponse,
     ProcessConfig, ProcessEvent, ProcessInfo, ProcessInput, ProcessSelector, SendInputRequest,
     SendSignalRequest, Signal, StartEvent, StartRequest, UpdateRequest,

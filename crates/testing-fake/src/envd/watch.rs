@@ -9,12 +9,12 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method};
 use axum::response::Response;
-use e2b_core::proto::connect::Code;
-use e2b_core::proto::filesystem::{
+use e2b_proto::connect::Code;
+use e2b_proto::filesystem::{
     CreateWatcherResponse, EventType, FilesystemEvent, GetWatcherEventsResponse, WatchDirRequest,
     WatchDirResponse,
 };
-use e2b_core::proto::process::Empty;
+use e2b_proto::process::Empty;
 use rand::Rng as _;
 use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use e2b_core::proto::envelope::{self, FrameDecoder};
+use e2b_proto::envelope::{self, FrameDecoder};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use testing_fake::envd::{Envd, EnvdConfig};
@@ -214,8 +214,7 @@ pub fn outputs(
     for m in msgs {
         let ev = &m["event"];
         if let Some(d) = ev.get("data") {
-            let dec =
-                |k: &str| e2b_core::proto::json::decode_base64(d[k].as_str().unwrap()).unwrap();
+            let dec = |k: &str| e2b_proto::json::decode_base64(d[k].as_str().unwrap()).unwrap();
             if d.get("stdout").is_some() {
                 o.extend(dec("stdout"));
             }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use e2b_core::proto::envelope::{FrameDecoder, encode_json};
+use e2b_proto::envelope::{FrameDecoder, encode_json};
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};

@@ -163,7 +163,7 @@ impl FrameDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::connect::Code;
+    use crate::connect::Code;
 
     fn frames_of(chunks: &[&[u8]]) -> (Vec<Frame>, Result<(), EnvelopeError>) {
         let mut d = FrameDecoder::default();
