@@ -4,6 +4,7 @@
 //! * [`process`] and [`filesystem`]: envd's Connect services as protobuf-JSON messages.
 //! * [`envelope`]: Connect streaming envelopes and end-of-stream trailers.
 //! * [`connect`]: Connect error codes and their HTTP statuses.
+//! * [`signal`]: Go's signal names as envd reports them, one table for the workspace.
 //! * [`json`]: serde helpers for protobuf-JSON (int64 as string, base64 bytes, omitted defaults).
 //!
 //! Field names follow protobuf-JSON (lowerCamelCase); default values are omitted when
@@ -15,6 +16,7 @@ pub mod envelope;
 pub mod filesystem;
 pub mod json;
 pub mod process;
+pub mod signal;
 
 /// The port envd listens on inside every sandbox; sent as `E2b-Sandbox-Port`.
 pub const ENVD_PORT: u16 = 49983;

@@ -47,13 +47,18 @@ impl From<Error> for CliError {
 pub fn for_sandbox(id: &str) -> impl Fn(Error) -> CliError + '_ {
     move |e| {
         if e.is_sandbox_not_found() {
-            CliError::Message(format!(
-                "sandbox {id} not found (it may have timed out); create a new one or check the id with `e2bx sandbox list`"
-            ))
+            CliError::Message(sandbox_not_found(id))
         } else {
             CliError::from(e)
         }
     }
+}
+
+/// The message for a sandbox that is gone or never existed.
+pub fn sandbox_not_found(id: &str) -> String {
+    format!(
+        "sandbox {id} not found (it may have timed out); create a new one or check the id with `e2bx sandbox list`"
+    )
 }
 
 /// Map an error about sandbox path `path`.

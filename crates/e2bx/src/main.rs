@@ -3,14 +3,13 @@
 //! this process; manages sandboxes; serves the emulator for other clients.
 //!
 //! Layout: [`cli`] (grammar and help), [`target`] (backend and per-command sandbox),
-//! [`commands`] (one module per subcommand), [`remote`] (setsid wrapper, group kill, exit
-//! codes), [`tty`] (raw mode guard, size), [`signals`], [`progress`], [`error`].
+//! [`commands`] (one module per subcommand; processes and terminals through
+//! `subprocess-e2b`), [`tty`] (raw mode guard, size), [`signals`], [`progress`], [`error`].
 
 mod cli;
 mod commands;
 mod error;
 mod progress;
-mod remote;
 mod signals;
 mod target;
 mod tty;

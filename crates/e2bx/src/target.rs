@@ -1,23 +1,28 @@
 //! Where commands run: the backend (E2B, a compatible control plane, or the embedded
 //! emulator started in this process) and the sandbox of one command (a fresh one, killed
-//! at the end, or an existing one named by `--sandbox ID|NAME`, kept).
+//! at the end, or an existing one named by `--sandbox ID|NAME`, kept), owned through
+//! `e2b_core::lifecycle` with keep-alive.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use e2b_core::{Client, Config, ConnectOptions, CreateOptions, ListQuery, Sandbox};
+use e2b_core::lifecycle::{
+    ActivityGuard, KeepAliveConfig, LifecycleError, OwnedHandle, OwnerOptions, Ownership,
+    SandboxOwner,
+};
+use e2b_core::{Client, Config, CreateOptions, EnvdApi, ListQuery};
+use subprocess_e2b::E2bSubprocess;
 use testing_fake::{Emulator, EmulatorConfig};
-use tokio::task::JoinHandle;
 
 use crate::cli::Global;
-use crate::error::{CliError, CliResult, for_sandbox};
+use crate::error::{CliError, CliResult, describe, sandbox_not_found};
 
 /// Metadata key holding a sandbox's e2bx name.
 pub const NAME_KEY: &str = "e2bx.name";
 
-/// How often a sandbox in use gets its lifetime topped up.
-const KEEPALIVE_EVERY: Duration = Duration::from_secs(60);
-/// The lifetime it is topped up to.
-const KEEPALIVE_LIFETIME: Duration = Duration::from_secs(300);
+/// The lifetime a sandbox is created or connected with; keep-alive tops it up to this
+/// while a command runs.
+const SANDBOX_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The control plane in use, and the embedded emulator when there is one.
 pub struct Backend {
@@ -114,70 +119,92 @@ impl Backend {
         }
     }
 
-    /// The sandbox for one command: `--sandbox` connected (resumed if paused), or a fresh
-    /// one from `--template`.
+    /// The sandbox for one command: `--sandbox` connected (resumed if paused) and
+    /// borrowed, or a fresh one from `--template`, owned (deleted at the end). Either way a
+    /// [`KeepAlive`] tops its lifetime up while the command runs (one open turn), and
+    /// never extends it blindly.
     pub async fn session(&self, g: &Global) -> CliResult<Session> {
-        let (sandbox, owned) = match &g.sandbox {
+        let opts = OwnerOptions::new(CreateOptions::new(g.template.clone()))
+            .timeout(SANDBOX_TIMEOUT)
+            .keepalive(KeepAliveConfig::new())
+            .skip_setup();
+        let owner = match &g.sandbox {
             Some(s) => {
                 let id = self.resolve(s).await?;
-                let sb = self
-                    .client
-                    .connect(&id, ConnectOptions::default())
+                SandboxOwner::connect(&self.client, &id, opts, Ownership::Borrowed)
                     .await
-                    .map_err(for_sandbox(&id))?;
-                (sb, false)
+                    .map_err(|e| lifecycle_error(e, Some(&id), &g.template))?
             }
-            None => {
-                let sb = self
-                    .client
-                    .create(&CreateOptions::new(g.template.clone()))
-                    .await
-                    .map_err(|e| match e {
-                        e2b_core::Error::TemplateNotFound { .. } => CliError::msg(format!(
-                            "template {} not found; check --template (default: base)",
-                            g.template
-                        )),
-                        e => e.into(),
-                    })?;
-                (sb, true)
+            None => SandboxOwner::create(&self.client, opts)
+                .await
+                .map_err(|e| lifecycle_error(e, None, &g.template))?,
+        };
+        let handle = match owner.handle().await {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = owner.shutdown().await;
+                return Err(lifecycle_error(e, Some(owner.sandbox_id()), &g.template));
             }
         };
-        let keepalive = {
-            let client = self.client.clone();
-            let id = sandbox.id().to_owned();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(KEEPALIVE_EVERY);
-                tick.tick().await;
-                loop {
-                    tick.tick().await;
-                    // Best effort: a failure here shows up in the command itself.
-                    let _ = client.refresh(&id, Some(KEEPALIVE_LIFETIME)).await;
-                }
-            })
-        };
+        let turn = owner.keepalive().map(|k| k.activity("e2bx command"));
         Ok(Session {
-            sandbox,
-            owned,
-            keepalive,
+            owner,
+            handle,
+            _turn: turn,
         })
+    }
+}
+
+/// One line for a lifecycle failure: the not-found and template hints, else the cause.
+fn lifecycle_error(e: LifecycleError, id: Option<&str>, template: &str) -> CliError {
+    match e.api_error() {
+        Some(e2b_core::Error::TemplateNotFound { .. }) => CliError::msg(format!(
+            "template {template} not found; check --template (default: base)"
+        )),
+        Some(api) if api.is_sandbox_not_found() && id.is_some() => {
+            CliError::msg(sandbox_not_found(id.unwrap_or_default()))
+        }
+        Some(api) => CliError::msg(describe(api)),
+        None => CliError::msg(e.to_string()),
     }
 }
 
 /// The sandbox one command works in.
 pub struct Session {
-    /// The connected handle.
-    pub sandbox: Sandbox,
-    /// True when created for this command (killed at the end).
-    pub owned: bool,
-    keepalive: JoinHandle<()>,
+    owner: SandboxOwner,
+    handle: OwnedHandle,
+    _turn: Option<ActivityGuard>,
 }
 
 impl Session {
-    /// Stop topping its lifetime up, and kill it when it was created for this command.
-    pub async fn end(self, backend: &Backend) {
-        self.keepalive.abort();
-        if self.owned {
-            let _ = backend.client.kill(self.sandbox.id()).await;
-        }
+    /// The sandbox's envd, behind the keep-alive lease.
+    pub fn api(&self) -> Arc<dyn EnvdApi> {
+        self.handle.api()
+    }
+
+    /// The sandbox id.
+    pub fn id(&self) -> &str {
+        self.handle.sandbox_id()
+    }
+
+    /// True when created for this command (deleted at the end).
+    pub fn owned(&self) -> bool {
+        self.owner.ownership() == Ownership::Owned
+    }
+
+    /// Processes as `user` (default: the template's user), with that user's home as the
+    /// working directory, as a login would have it.
+    pub async fn subprocess(&self, user: Option<&str>) -> CliResult<E2bSubprocess> {
+        E2bSubprocess::at_home(self.api(), user.map(str::to_owned))
+            .await
+            .map_err(|e| CliError::msg(format!("cannot look up the sandbox user: {e}")))
+    }
+
+    /// Close the turn and stop keep-alive; delete the sandbox when it was created for this
+    /// command (a borrowed one is kept).
+    pub async fn end(self) {
+        let Session { owner, _turn, .. } = self;
+        drop(_turn);
+        let _ = owner.shutdown().await;
     }
 }

@@ -62,3 +62,30 @@ pub fn restore() {
         let _ = termios::tcsetattr(stdin_fd(), OptionalActions::Now, &t);
     }
 }
+
+/// Read e2bx's stdin on a plain thread (a blocking read cannot be cancelled, and this way
+/// it never holds up the runtime's shutdown), in chunks of at most `chunk` bytes; the
+/// channel closes at EOF or on a read error.
+pub fn stdin_reader(chunk: usize) -> tokio::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+    let spawned = std::thread::Builder::new()
+        .name("e2bx-stdin".into())
+        .spawn(move || {
+            let mut buf = vec![0u8; chunk.max(1)];
+            loop {
+                match rustix::io::read(rustix::stdio::stdin(), &mut buf[..]) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                            break;
+                        }
+                    }
+                    Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+    // Without the thread the sender is gone and the channel reads as EOF.
+    drop(spawned);
+    rx
+}

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use e2b_core::proto::filesystem::FileType;
-use e2b_core::{EnvdApi as _, Sandbox, reader_stream};
+use e2b_core::{EnvdApi, reader_stream};
 use futures::StreamExt as _;
 use tokio::io::AsyncWriteExt as _;
 
@@ -19,7 +19,7 @@ pub fn remote_path(arg: &str) -> Option<&str> {
 }
 
 /// Copy; returns 0.
-pub async fn cp(sandbox: &Sandbox, args: &CpArgs, quiet: bool) -> CliResult {
+pub async fn cp(sandbox: &dyn EnvdApi, args: &CpArgs, quiet: bool) -> CliResult {
     match (remote_path(&args.src), remote_path(&args.dst)) {
         (None, Some(dst)) => upload(sandbox, Path::new(&args.src), dst, quiet).await,
         (Some(src), None) => download(sandbox, src, Path::new(&args.dst), quiet).await,
@@ -39,7 +39,7 @@ fn base_name(p: &str) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
-async fn upload(sandbox: &Sandbox, src: &Path, dst: &str, quiet: bool) -> CliResult {
+async fn upload(sandbox: &dyn EnvdApi, src: &Path, dst: &str, quiet: bool) -> CliResult {
     let shown = src.display().to_string();
     let file = tokio::fs::File::open(src)
         .await
@@ -97,7 +97,7 @@ async fn upload(sandbox: &Sandbox, src: &Path, dst: &str, quiet: bool) -> CliRes
 
 /// Whether the sandbox's default user can create `path`: its nearest existing ancestor
 /// (the upload creates missing parents) is writable. Unknown counts as writable.
-async fn writable(sandbox: &Sandbox, path: &str) -> bool {
+async fn writable(sandbox: &dyn EnvdApi, path: &str) -> bool {
     const SCRIPT: &str =
         r#"d=$(dirname -- "$1"); while [ ! -e "$d" ]; do d=$(dirname -- "$d"); done; test -w "$d""#;
     let spec = e2b_core::StartProcess::new("/bin/sh").args(["-c", SCRIPT, "sh", path]);
@@ -107,7 +107,7 @@ async fn writable(sandbox: &Sandbox, path: &str) -> bool {
     }
 }
 
-async fn download(sandbox: &Sandbox, src: &str, dst: &Path, quiet: bool) -> CliResult {
+async fn download(sandbox: &dyn EnvdApi, src: &str, dst: &Path, quiet: bool) -> CliResult {
     let info = sandbox.stat(src, None).await.map_err(for_path(src))?;
     if info.file_type == FileType::Directory {
         return Err(CliError::msg(format!(

@@ -1,8 +1,8 @@
 //! `e2bx ls`, `cat` and `stat`: directory listing (one level, `ls -l`-like lines or JSON),
 //! a file's bytes streamed raw to stdout, and one path's metadata (lines or JSON).
 
+use e2b_core::EnvdApi;
 use e2b_core::proto::filesystem::{EntryInfo, FileType};
-use e2b_core::{EnvdApi as _, Sandbox};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt as _;
@@ -39,20 +39,46 @@ pub fn entry_json(e: &EntryInfo) -> Value {
     })
 }
 
+/// A name as `ls` shows it on a terminal: printable as is; with a control character
+/// (newline, carriage return, ESC, ...), a backslash or a quote, in `$'...'` quoting with
+/// C escapes, so a name can neither forge listing lines nor drive the terminal.
+pub fn shown_name(name: &str) -> String {
+    let plain = name
+        .chars()
+        .all(|c| !c.is_control() && c != '\\' && c != '\'');
+    if plain {
+        return name.to_owned();
+    }
+    let mut out = String::from("$'");
+    for c in name.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            c if c.is_control() => out.push_str(&format!("\\{:03o}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
 fn entry_line(e: &EntryInfo) -> String {
-    let mut name = e.name.clone();
+    let mut name = shown_name(&e.name);
     if e.file_type == FileType::Directory {
         name.push('/');
     }
     if let Some(t) = &e.symlink_target {
         name.push_str(" -> ");
-        name.push_str(t);
+        name.push_str(&shown_name(t));
     }
     format!(
         "{} {:<8} {:<8} {:>10} {} {}",
         e.permissions,
-        e.owner,
-        e.group,
+        shown_name(&e.owner),
+        shown_name(&e.group),
         e.size,
         e.modified_time.as_deref().unwrap_or("-"),
         name
@@ -60,7 +86,7 @@ fn entry_line(e: &EntryInfo) -> String {
 }
 
 /// `ls PATH`: a directory's entries sorted by name, or the entry itself for a file.
-pub async fn ls(sandbox: &Sandbox, path: &str, json_out: bool) -> CliResult {
+pub async fn ls(sandbox: &dyn EnvdApi, path: &str, json_out: bool) -> CliResult {
     let path = strip(path);
     let info = sandbox.stat(path, None).await.map_err(for_path(path))?;
     let mut entries = if info.file_type == FileType::Directory {
@@ -88,7 +114,7 @@ pub async fn ls(sandbox: &Sandbox, path: &str, json_out: bool) -> CliResult {
 }
 
 /// `stat PATH`.
-pub async fn stat(sandbox: &Sandbox, path: &str, json_out: bool) -> CliResult {
+pub async fn stat(sandbox: &dyn EnvdApi, path: &str, json_out: bool) -> CliResult {
     let path = strip(path);
     let e = sandbox.stat(path, None).await.map_err(for_path(path))?;
     let text = if json_out {
@@ -96,17 +122,17 @@ pub async fn stat(sandbox: &Sandbox, path: &str, json_out: bool) -> CliResult {
     } else {
         let mut s = format!(
             "path: {}\ntype: {}\nsize: {}\nmode: {:o} ({})\nowner: {}\ngroup: {}\nmodified: {}\n",
-            e.path,
+            shown_name(&e.path),
             kind(e.file_type),
             e.size,
             e.mode,
             e.permissions,
-            e.owner,
-            e.group,
+            shown_name(&e.owner),
+            shown_name(&e.group),
             e.modified_time.as_deref().unwrap_or("-"),
         );
         if let Some(t) = &e.symlink_target {
-            s.push_str(&format!("symlink target: {t}\n"));
+            s.push_str(&format!("symlink target: {}\n", shown_name(t)));
         }
         s
     };
@@ -115,7 +141,7 @@ pub async fn stat(sandbox: &Sandbox, path: &str, json_out: bool) -> CliResult {
 }
 
 /// `cat PATH`: raw bytes, streamed.
-pub async fn cat(sandbox: &Sandbox, path: &str) -> CliResult {
+pub async fn cat(sandbox: &dyn EnvdApi, path: &str) -> CliResult {
     let path = strip(path);
     let mut body = sandbox.download(path, None).await.map_err(for_path(path))?;
     let mut stdout = tokio::io::stdout();

@@ -34,12 +34,13 @@ async fn with_backend(cli: &Cli, backend: &Backend, ints: &mut Interrupts) -> Cl
         return interruptible(ints, sandbox::sandbox(backend, g, cmd)).await;
     }
     let session = interruptible(ints, backend.session(g)).await?;
-    let sb = &session.sandbox;
+    let api = session.api();
+    let sb = api.as_ref();
     let r = match &cli.command {
-        Command::Run(a) => run::run(sb, a, g.json, ints).await,
-        Command::Shell(a) => shell::shell(sb, a, g.json, ints).await,
+        Command::Run(a) => run::run(&session, a, g.json, ints).await,
+        Command::Shell(a) => shell::shell(&session, a, g.json, ints).await,
         Command::Cp(a) => {
-            if session.owned && cp::remote_path(&a.src).is_none() && !g.quiet {
+            if session.owned() && cp::remote_path(&a.src).is_none() && !g.quiet {
                 eprintln!(
                     "e2bx: note: without --sandbox the file goes to a fresh sandbox that is killed when this command ends"
                 );
@@ -51,7 +52,8 @@ async fn with_backend(cli: &Cli, backend: &Backend, ints: &mut Interrupts) -> Cl
         Command::Stat(a) => interruptible(ints, fs::stat(sb, &a.path, g.json)).await,
         Command::Sandbox(_) | Command::Serve(_) => Err(CliError::msg("unreachable command")),
     };
-    session.end(backend).await;
+    drop(api);
+    session.end().await;
     r
 }
 

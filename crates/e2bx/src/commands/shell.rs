@@ -1,26 +1,24 @@
-//! `e2bx shell`: an interactive `bash -i -l` on a PTY in the sandbox. The local terminal
-//! goes to raw mode (restored by a guard on every way out), stdin bytes are forwarded with
-//! `SendInput`, SIGWINCH resizes the remote PTY, and e2bx exits with the shell's code when
-//! the remote shell ends.
+//! `e2bx shell`: an interactive `bash -i -l` on a terminal in the sandbox, through
+//! `subprocess-e2b`'s `Terminal`. The local terminal goes to raw mode (restored by a guard
+//! on every way out), stdin bytes are written to the terminal, SIGWINCH resizes it, and
+//! e2bx exits with the shell's code when the remote shell ends. Ctrl-C (as a signal to e2bx,
+//! not a typed key) ends every process of the terminal's session.
 
 use std::io::IsTerminal as _;
 
-use e2b_core::proto::process::{DataEvent, ProcessEvent, ProcessInput, ProcessSelector, PtySize};
-use e2b_core::{EnvdApi as _, Sandbox, StartProcess};
-use futures::StreamExt as _;
-use tokio::io::AsyncWriteExt as _;
+use exec_world::{EnvBase, Subprocess as _, TermSize, TerminalSpec, WorldPath};
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::mpsc;
 
 use crate::cli::ShellArgs;
+use crate::commands::run::{GRACE, exit_code, pump, status_text};
 use crate::error::{CliError, CliResult};
-use crate::remote::{exit_code, kill_group};
 use crate::signals::Interrupts;
+use crate::target::Session;
 use crate::tty::{self, RawMode};
 
 /// Run the interactive shell; returns its exit code.
 pub async fn shell(
-    sandbox: &Sandbox,
+    session: &Session,
     args: &ShellArgs,
     json: bool,
     interrupts: &mut Interrupts,
@@ -30,106 +28,77 @@ pub async fn shell(
             "`e2bx shell` needs a terminal on stdin; for scripts use `e2bx run -- CMD`",
         ));
     }
-    let (cols, rows) = tty::size();
+    let proc = session.subprocess(args.user.as_deref()).await?;
     let term = std::env::var("TERM")
         .ok()
         .filter(|t| !t.is_empty() && t != "dumb")
         .unwrap_or_else(|| "xterm-256color".to_owned());
-    let mut spec = StartProcess::new("/bin/bash")
-        .args(["-i", "-l"])
-        .pty(cols, rows)
-        .env("TERM", term);
+    let mut spec = TerminalSpec::new("/bin/bash")
+        .arg("-i")
+        .arg("-l")
+        .env_base(EnvBase::Inherit)
+        .env("TERM", term)
+        .size(local_size());
     if let Some(cwd) = &args.cwd {
-        spec = spec.cwd(cwd.clone());
+        let dir = WorldPath::new(cwd).map_err(|e| CliError::msg(format!("--cwd {cwd}: {e}")))?;
+        spec = spec.cwd(dir);
     }
-    if let Some(user) = &args.user {
-        spec = spec.user(user.clone());
-    }
-    let mut stream = sandbox.start_process(spec).await?;
-    let pid = stream.pid();
+    let mut terminal = proc
+        .spawn_terminal(spec)
+        .map_err(|e| CliError::msg(format!("cannot start the shell: {e}")))?;
     let mut winch = signal(SignalKind::window_change())?;
     let raw = RawMode::enable()?;
-
-    // stdin is read on a plain thread: a blocking read cannot be cancelled, and this way
-    // it never holds up the runtime's shutdown.
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
-    std::thread::Builder::new()
-        .name("e2bx-stdin".into())
-        .spawn(move || {
-            let mut buf = [0u8; 4096];
-            loop {
-                match rustix::io::read(rustix::stdio::stdin(), &mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        if tx.blocking_send(buf[..n].to_vec()).is_err() {
-                            break;
-                        }
-                    }
-                    Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
-                    Err(_) => break,
-                }
-            }
-        })?;
-    let input = {
-        let sb = sandbox.clone();
-        tokio::spawn(async move {
-            while let Some(mut bytes) = rx.recv().await {
-                // Whatever queued up meanwhile goes in the same request.
-                while let Ok(more) = rx.try_recv() {
-                    bytes.extend_from_slice(&more);
-                }
-                let sent = sb
-                    .send_input(ProcessSelector::Pid(pid), ProcessInput::Pty(bytes))
-                    .await;
-                if sent.is_err() {
-                    break;
-                }
-            }
-        })
-    };
-
-    let mut stdout = tokio::io::stdout();
+    let mut keys = tty::stdin_reader(4096);
+    let output = pump(terminal.take_output(), tokio::io::stdout());
+    let mut keys_open = true;
     let result = loop {
         tokio::select! {
-            ev = stream.next() => match ev {
-                Some(Ok(ProcessEvent::Data(DataEvent::Pty(b) | DataEvent::Stdout(b) | DataEvent::Stderr(b)))) => {
-                    let w = async {
-                        stdout.write_all(&b).await?;
-                        stdout.flush().await
-                    };
-                    if let Err(e) = w.await {
-                        kill_group(sandbox.clone().into_api(), pid).await;
-                        break Err(e.into());
+            status = terminal.wait() => match status {
+                Ok(s) => break Ok((exit_code(&s), status_text(&s))),
+                Err(e) => {
+                    let _ = terminal.terminate(GRACE).await;
+                    break Err(CliError::msg(format!("lost the shell ({e}); its processes were ended")));
+                }
+            },
+            k = keys.recv(), if keys_open => match k {
+                Some(mut bytes) => {
+                    // Whatever queued up meanwhile goes in the same request.
+                    while let Ok(more) = keys.try_recv() {
+                        bytes.extend_from_slice(&more);
+                    }
+                    if terminal.write(&bytes).await.is_err() {
+                        keys_open = false;
                     }
                 }
-                Some(Ok(ProcessEvent::End(end))) => break Ok((exit_code(&end), end.status)),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => break Err(CliError::msg(format!(
-                    "lost the shell's stream: {}",
-                    crate::error::describe(&e)
-                ))),
-                None => break Err(CliError::msg("the shell's stream ended without an exit status")),
+                None => keys_open = false,
             },
             _ = winch.recv() => {
-                let (cols, rows) = tty::size();
-                let _ = sandbox
-                    .resize_pty(ProcessSelector::Pid(pid), PtySize { cols, rows })
-                    .await;
+                let _ = terminal.resize(local_size()).await;
             }
             sig = interrupts.recv() => {
-                kill_group(sandbox.clone().into_api(), pid).await;
+                let _ = terminal.terminate(GRACE).await;
                 break Ok((128 + sig, "interrupted".to_owned()));
             }
         }
     };
-    input.abort();
+    // The output ends with the session; a local write error means our stdout went away.
+    let _ = output.await;
     drop(raw);
     let (code, status) = result?;
     if json {
         eprintln!(
             "{}",
-            serde_json::json!({"sandboxId": sandbox.id(), "pid": pid, "exitCode": code, "status": status})
+            serde_json::json!({"sandboxId": session.id(), "pid": terminal.pid(), "exitCode": code, "status": status})
         );
     }
     Ok(code)
+}
+
+/// The local terminal's size as a [`TermSize`] (80x24 when unknown).
+fn local_size() -> TermSize {
+    let (cols, rows) = tty::size();
+    TermSize {
+        cols: u16::try_from(cols).unwrap_or(u16::MAX),
+        rows: u16::try_from(rows).unwrap_or(u16::MAX),
+    }
 }

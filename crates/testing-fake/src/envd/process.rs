@@ -180,44 +180,6 @@ impl Table {
     }
 }
 
-/// Go's name of a signal in `ProcessState.String()`.
-fn signal_name(sig: i32) -> String {
-    match sig {
-        libc::SIGHUP => "hangup".into(),
-        libc::SIGINT => "interrupt".into(),
-        libc::SIGQUIT => "quit".into(),
-        libc::SIGILL => "illegal instruction".into(),
-        libc::SIGTRAP => "trace/breakpoint trap".into(),
-        libc::SIGABRT => "aborted".into(),
-        libc::SIGBUS => "bus error".into(),
-        libc::SIGFPE => "floating point exception".into(),
-        libc::SIGKILL => "killed".into(),
-        libc::SIGUSR1 => "user defined signal 1".into(),
-        libc::SIGSEGV => "segmentation fault".into(),
-        libc::SIGUSR2 => "user defined signal 2".into(),
-        libc::SIGPIPE => "broken pipe".into(),
-        libc::SIGALRM => "alarm clock".into(),
-        libc::SIGTERM => "terminated".into(),
-        libc::SIGSTKFLT => "stack fault".into(),
-        libc::SIGCHLD => "child exited".into(),
-        libc::SIGCONT => "continued".into(),
-        libc::SIGSTOP => "stopped (signal)".into(),
-        libc::SIGTSTP => "stopped".into(),
-        libc::SIGTTIN => "stopped (tty input)".into(),
-        libc::SIGTTOU => "stopped (tty output)".into(),
-        libc::SIGURG => "urgent I/O condition".into(),
-        libc::SIGXCPU => "CPU time limit exceeded".into(),
-        libc::SIGXFSZ => "file size limit exceeded".into(),
-        libc::SIGVTALRM => "virtual timer expired".into(),
-        libc::SIGPROF => "profiling timer expired".into(),
-        libc::SIGWINCH => "window changed".into(),
-        libc::SIGIO => "I/O possible".into(),
-        libc::SIGPWR => "power failure".into(),
-        libc::SIGSYS => "bad system call".into(),
-        n => format!("signal {n}"),
-    }
-}
-
 /// The end event of Go's `ProcessState` (§8.3).
 pub(crate) fn end_event(status: std::process::ExitStatus) -> EndEvent {
     if let Some(code) = status.code() {
@@ -230,7 +192,7 @@ pub(crate) fn end_event(status: std::process::ExitStatus) -> EndEvent {
         }
     } else {
         let sig = status.signal().unwrap_or(0);
-        let mut s = format!("signal: {}", signal_name(sig));
+        let mut s = format!("signal: {}", e2b_proto::signal::go_name(sig));
         if status.core_dumped() {
             s.push_str(" (core dumped)");
         }

@@ -1,0 +1,193 @@
+//! e2bx against a hostile sandbox user: Ctrl-C and `--timeout` on a persistent sandbox end
+//! descendants that left the process group with `setsid` (and cleared their environment),
+//! and `ls`/`stat` never print a name's control characters raw (no forged lines, no
+//! terminal escapes). Survivors are counted inside the sandbox, in its own pid view.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use e2b_core::{EnvdApi as _, Sandbox, StartProcess};
+use support::Remote;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+
+/// A command that starts escapees before saying `ready`: a plain background job, a
+/// `setsid` child, an env-cleared `setsid` double fork that loses its parent; each writes
+/// its pid to /tmp/pids.
+const ESCAPES: &str = r#"rm -f /tmp/pids
+sleep 3000 & echo $! >> /tmp/pids
+setsid sleep 3001 & echo $! >> /tmp/pids
+setsid sh -c 'env -i sh -c "sleep 3002 & echo \$! >> /tmp/pids" &' ; sleep 0.3
+echo ready
+sleep 3003"#;
+
+/// A bound that only a hang reaches: the escapees sleep 3000 s.
+const HANG: Duration = Duration::from_secs(120);
+
+/// The pids of /tmp/pids that are still alive in the sandbox (zombies count as gone).
+async fn survivors(sb: &Sandbox) -> Vec<String> {
+    let script = r#"for p in $(cat /tmp/pids); do
+  s=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' /proc/$p/status 2>/dev/null)
+  [ -n "$s" ] && [ "$s" != Z ] && echo "$p"
+done; true"#;
+    let out = sb
+        .run(
+            StartProcess::new("/bin/sh")
+                .args(["-c", script])
+                .user("root"),
+        )
+        .await
+        .expect("survivor check runs");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn pid_count(sb: &Sandbox) -> usize {
+    let out = sb
+        .run(StartProcess::new("/bin/sh").args(["-c", "cat /tmp/pids"]))
+        .await
+        .expect("read pids");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .count()
+}
+
+/// Poll until nothing of /tmp/pids survives (the kill is done before e2bx exits; the
+/// kernel may take a moment to reap), returning what still lives at the end.
+async fn settle(sb: &Sandbox) -> Vec<String> {
+    let mut left = survivors(sb).await;
+    for _ in 0..50 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = survivors(sb).await;
+    }
+    left
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_ends_setsid_and_env_cleared_escapees() {
+    let r = Remote::start().await;
+    let id = r.out(&["sandbox", "create"]).await.ok().trim().to_owned();
+    let mut child = r
+        .cmd()
+        .args(["--sandbox", &id, "run", "--", "sh", "-c", ESCAPES])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(
+        lines.next_line().await.expect("read").as_deref(),
+        Some("ready")
+    );
+    let sb = r
+        .client()
+        .connect(&id, e2b_core::ConnectOptions::default())
+        .await
+        .expect("connect");
+    assert_eq!(pid_count(&sb).await, 3, "three escapees started");
+    assert_eq!(survivors(&sb).await.len(), 3, "all alive before Ctrl-C");
+    let pid = child.id().expect("pid");
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) }, 0);
+    let status = tokio::time::timeout(HANG, child.wait())
+        .await
+        .expect("e2bx exits after Ctrl-C (a survivor holding the output would keep it)")
+        .expect("wait");
+    assert_eq!(status.code(), Some(130));
+    let left = settle(&sb).await;
+    assert!(left.is_empty(), "survived Ctrl-C: {left:?}");
+    r.emu.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_ends_the_whole_tree_and_exits_124() {
+    let r = Remote::start().await;
+    let id = r.out(&["sandbox", "create"]).await.ok().trim().to_owned();
+    let o = tokio::time::timeout(
+        HANG,
+        r.out(&[
+            "--sandbox",
+            &id,
+            "run",
+            "--timeout",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            ESCAPES,
+        ]),
+    )
+    .await
+    .expect("e2bx exits after --timeout (a survivor holding the output would keep it)");
+    assert_eq!(o.code, 124, "stderr: {}", o.stderr);
+    assert!(o.text().starts_with("ready\n"), "{}", o.text());
+    assert!(o.stderr.contains("--timeout 2s"), "{}", o.stderr);
+    let sb = r
+        .client()
+        .connect(&id, e2b_core::ConnectOptions::default())
+        .await
+        .expect("connect");
+    assert_eq!(pid_count(&sb).await, 3);
+    let left = settle(&sb).await;
+    assert!(left.is_empty(), "survived --timeout: {left:?}");
+    r.emu.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ls_and_stat_escape_control_characters_in_names() {
+    let r = Remote::start().await;
+    let id = r.out(&["sandbox", "create"]).await.ok().trim().to_owned();
+    let sb = r
+        .client()
+        .connect(&id, e2b_core::ConnectOptions::default())
+        .await
+        .expect("connect");
+    let forged = "x\n-rw-r--r-- root     root            0 2026-01-01T00:00:00Z forged";
+    let escape = "\u{1b}[2J\u{1b}]0;pwned\u{7}red";
+    for name in [forged, escape, "plain.txt"] {
+        sb.upload_bytes(
+            &format!("/home/user/d/{name}"),
+            None,
+            bytes::Bytes::from_static(b"x"),
+        )
+        .await
+        .expect("upload");
+    }
+    let ls = r.out(&["--sandbox", &id, "ls", "d"]).await.ok();
+    assert_eq!(ls.lines().count(), 3, "one line per entry: {ls:?}");
+    assert!(!ls.contains('\u{1b}'), "raw ESC printed: {ls:?}");
+    assert!(!ls.contains('\u{7}'), "raw BEL printed: {ls:?}");
+    assert!(
+        ls.contains(r"$'x\n-rw-r--r-- root"),
+        "newline shown escaped: {ls:?}"
+    );
+    assert!(ls.contains(r"$'\033[2J\033]0;pwned\007red'"), "{ls:?}");
+    assert!(ls.lines().any(|l| l.ends_with(" plain.txt")), "{ls:?}");
+    // --json keeps the exact bytes (JSON escapes them itself).
+    let json = r.out(&["--sandbox", &id, "--json", "ls", "d"]).await.json();
+    let names: Vec<&str> = json
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&forged) && names.contains(&escape),
+        "{names:?}"
+    );
+    let st = r
+        .out(&["--sandbox", &id, "stat", &format!("d/{escape}")])
+        .await
+        .ok();
+    assert!(!st.contains('\u{1b}'), "raw ESC in stat: {st:?}");
+    assert_eq!(
+        st.lines().next(),
+        Some(r"path: $'/home/user/d/\033[2J\033]0;pwned\007red'")
+    );
+    r.emu.shutdown().await;
+}
