@@ -12,6 +12,7 @@ use e2b_core::lifecycle::{
 };
 use e2b_core::{Client, Config, CreateOptions, EnvdApi, ListQuery};
 use subprocess_e2b::E2bSubprocess;
+#[cfg(feature = "embedded")]
 use testing_fake::{Emulator, EmulatorConfig};
 
 use crate::cli::Global;
@@ -28,6 +29,7 @@ const SANDBOX_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct Backend {
     /// The control-plane client.
     pub client: Client,
+    #[cfg(feature = "embedded")]
     embedded: Option<Emulator>,
 }
 
@@ -43,25 +45,7 @@ impl Backend {
                     "E2B_API_KEY is not set but E2B_API_URL/E2B_DOMAIN/E2B_SANDBOX_URL (or --api-url/--domain/--sandbox-url) name a server; set E2B_API_KEY too (for `e2bx serve`, export all three lines it prints), or unset them to use the embedded emulator",
                 ));
             }
-            let emu = Emulator::start(EmulatorConfig::default())
-                .await
-                .map_err(|e| {
-                    CliError::msg(format!("cannot start the embedded E2B emulator: {e}"))
-                })?;
-            if !g.quiet {
-                eprintln!(
-                    "e2bx: no E2B_API_KEY set; using the embedded E2B emulator (sandboxes are local and end with this command)"
-                );
-            }
-            let cfg = cfg
-                .api_key(emu.api_key())
-                .api_url(emu.api_url())
-                .sandbox_url(emu.sandbox_url());
-            let client = Client::new(cfg)?;
-            return Ok(Backend {
-                client,
-                embedded: Some(emu),
-            });
+            return Self::open_embedded(cfg, g.quiet).await;
         }
         if let Some(u) = &g.api_url {
             cfg = cfg.api_url(u.clone());
@@ -75,17 +59,51 @@ impl Backend {
         let client = Client::new(cfg)?;
         Ok(Backend {
             client,
+            #[cfg(feature = "embedded")]
             embedded: None,
         })
     }
 
+    /// The embedded emulator, announced with one line on stderr unless `quiet`.
+    #[cfg(feature = "embedded")]
+    async fn open_embedded(cfg: Config, quiet: bool) -> CliResult<Backend> {
+        let emu = Emulator::start(EmulatorConfig::default())
+            .await
+            .map_err(|e| CliError::msg(format!("cannot start the embedded E2B emulator: {e}")))?;
+        if !quiet {
+            eprintln!(
+                "e2bx: no E2B_API_KEY set; using the embedded E2B emulator (sandboxes are local and end with this command)"
+            );
+        }
+        let cfg = cfg
+            .api_key(emu.api_key())
+            .api_url(emu.api_url())
+            .sandbox_url(emu.sandbox_url());
+        let client = Client::new(cfg)?;
+        Ok(Backend {
+            client,
+            embedded: Some(emu),
+        })
+    }
+
+    #[cfg(not(feature = "embedded"))]
+    async fn open_embedded(_cfg: Config, _quiet: bool) -> CliResult<Backend> {
+        Err(CliError::msg(
+            "E2B_API_KEY is not set and this e2bx was built without the embedded emulator (feature `embedded`); set E2B_API_KEY (and E2B_API_URL for a self-hosted E2B)",
+        ))
+    }
+
     /// True when sandboxes live in this process's emulator.
     pub fn is_embedded(&self) -> bool {
-        self.embedded.is_some()
+        #[cfg(feature = "embedded")]
+        return self.embedded.is_some();
+        #[cfg(not(feature = "embedded"))]
+        false
     }
 
     /// Stop the embedded emulator (every sandbox process ends).
     pub async fn close(self) {
+        #[cfg(feature = "embedded")]
         if let Some(emu) = self.embedded {
             emu.shutdown().await;
         }

@@ -6,6 +6,7 @@ pub mod cp;
 pub mod fs;
 pub mod run;
 pub mod sandbox;
+#[cfg(feature = "embedded")]
 pub mod serve;
 pub mod shell;
 
@@ -20,7 +21,15 @@ use crate::target::Backend;
 pub async fn dispatch(cli: &Cli, ints: &mut Interrupts) -> CliResult {
     let g = &cli.global;
     if let Command::Serve(a) = &cli.command {
+        #[cfg(feature = "embedded")]
         return serve::serve(a, g.quiet, ints).await;
+        #[cfg(not(feature = "embedded"))]
+        {
+            let _ = a;
+            return Err(CliError::msg(
+                "this e2bx was built without the embedded emulator (feature `embedded`); `e2bx serve` needs it",
+            ));
+        }
     }
     let backend = interruptible(ints, Backend::open(g)).await?;
     let r = with_backend(cli, &backend, ints).await;
