@@ -36,6 +36,7 @@ pub mod local;
 pub mod output;
 mod path;
 mod proc;
+pub mod rooted;
 mod terminal;
 pub mod tree_script;
 
@@ -53,4 +54,5 @@ pub use proc::{
     Child, ChildBackend, EnvBase, ExitStatus, InputSink, OutputStream, ProcCapabilities, Signal,
     SpawnSpec, StdinMode, Subprocess,
 };
+pub use rooted::Rooted;
 pub use terminal::{TermSize, Terminal, TerminalBackend, TerminalSpec};

@@ -45,6 +45,9 @@ pub struct World {
     pub proc: Arc<dyn Subprocess>,
     /// An existing, empty, absolute directory for this test only.
     pub scratch: WorldPath,
+    /// Where `fs`'s `/` is in `proc`'s view, when they differ (a [`crate::Rooted`] view
+    /// over a world whose processes see the real tree); `None`: the same tree.
+    pub proc_root: Option<WorldPath>,
     _guard: Option<Box<dyn Any + Send + Sync>>,
 }
 
@@ -55,7 +58,25 @@ impl World {
             fs,
             proc,
             scratch,
+            proc_root: None,
             _guard: None,
+        }
+    }
+
+    /// Tells the suite that `fs`'s `/` is the directory `real` in `proc`'s view, so the
+    /// symlinks it makes with `proc` land where `fs` sees them.
+    pub fn with_proc_root(mut self, real: WorldPath) -> World {
+        self.proc_root = Some(real);
+        self
+    }
+
+    /// `p` (a path of `fs`) as `proc` sees it.
+    pub fn proc_path(&self, p: &WorldPath) -> WorldPath {
+        match &self.proc_root {
+            None => p.clone(),
+            Some(root) => root
+                .join(p.as_str().trim_start_matches('/'))
+                .expect("valid proc path"),
         }
     }
 
@@ -298,7 +319,7 @@ pub(crate) async fn symlink(world: &World, target: &str, link: &WorldPath) {
         SpawnSpec::new("ln")
             .arg("-s")
             .arg(target)
-            .arg(link.as_str()),
+            .arg(world.proc_path(link).as_str()),
         None,
     )
     .await;
