@@ -1,6 +1,6 @@
 //! Behaviours of `E2bFs` the conformance suite does not prove: construction and cwd
-//! rules, TooLarge without a download (emulator counters), a file growing between stat
-//! and read, staging directories (0700, the acting user's, never left behind), versions
+//! rules, TooLarge without a download (emulator counters), content past the checked size,
+//! reads as the acting user (root-only files, planted links, a path swapped midway), staging directories (0700, the acting user's, never left behind), versions
 //! on identical rewrites, symlinks, ownership, and `Gone` after the sandbox is killed.
 
 mod fs_e2b_support;
@@ -15,7 +15,7 @@ use exec_world::{
 use fs_e2b::{E2bFs, E2bFsOptions};
 use fs_e2b_support::{Env, env, scratch};
 use futures::StreamExt as _;
-use testing_fake::{FaultAction, FaultRule, Surface};
+use testing_fake::Surface;
 
 fn wp(s: &str) -> WorldPath {
     WorldPath::new(s).expect("path")
@@ -98,6 +98,10 @@ async fn too_large_is_decided_without_a_download() {
         .await
         .expect("write");
     let before = env.emu.counters().get_on(Surface::Envd, "GET /files");
+    let starts = env
+        .emu
+        .counters()
+        .get_on(Surface::Envd, "POST /process.Process/Start");
     match env.fs.read(&f, 1000).await {
         Err(FsError::TooLarge { limit, path }) => {
             assert_eq!((limit, path), (1000, f.clone()));
@@ -107,7 +111,14 @@ async fn too_large_is_decided_without_a_download() {
     assert_eq!(
         env.emu.counters().get_on(Surface::Envd, "GET /files"),
         before,
-        "TooLarge must not download"
+        "reads never use envd's root GET /files"
+    );
+    // One reader process, which exits before sending a byte of content.
+    assert_eq!(
+        env.emu
+            .counters()
+            .get_on(Surface::Envd, "POST /process.Process/Start"),
+        starts + 1
     );
     // Through a symlink the size is the target's, not the link text's.
     sh(&env, r#"ln -s big "$1/link""#, &[dir.as_str()]).await;
@@ -130,43 +141,145 @@ async fn too_large_is_decided_without_a_download() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_file_growing_after_the_size_check_is_cut_at_the_limit() {
+async fn content_past_the_checked_size_is_cut_at_the_limit() {
     let env = env().await;
-    let dir = scratch(&env.fs).await;
-    let f = dir.join("grows").expect("path");
-    env.fs
-        .write(
-            &f,
-            bytes_stream(&b"0123456789"[..]),
-            WriteOptions::default(),
-        )
-        .await
-        .expect("write");
-    // Hold the download back so the file can grow after the Stat.
-    env.emu.faults().add(
-        FaultRule::new(FaultAction::Delay(Duration::from_millis(3000)))
-            .surface(Surface::Envd)
-            .method("GET")
-            .path_prefix("/files")
-            .times(1),
-    );
-    let downloads = env.emu.counters().get_on(Surface::Envd, "GET /files");
-    let fs = env.fs.clone();
-    let g = f.clone();
-    let read = tokio::spawn(async move { fs.read(&g, 100).await });
-    // The download request has arrived (so the size check passed): grow the file.
-    for _ in 0..200 {
-        if env.emu.counters().get_on(Surface::Envd, "GET /files") > downloads {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(env.emu.counters().get_on(Surface::Envd, "GET /files") > downloads);
-    sh(&env, r#"head -c 100000 /dev/zero >> "$1""#, &[f.as_str()]).await;
-    match read.await.expect("task") {
+    // A /proc file reports size 0 when opened and checked, then yields more than the
+    // limit: the reader is cut just past the limit and the read is TooLarge.
+    match env.fs.read(&wp("/proc/self/status"), 100).await {
         Err(FsError::TooLarge { limit, .. }) => assert_eq!(limit, 100),
         other => panic!("expected TooLarge, got {other:?}"),
     }
+    // With room, the same file is read whole (its size said 0).
+    let all = env
+        .fs
+        .read(&wp("/proc/self/status"), 1 << 20)
+        .await
+        .expect("read /proc/self/status");
+    assert!(
+        all.starts_with(b"Name:"),
+        "{:?}",
+        String::from_utf8_lossy(&all)
+    );
+}
+
+/// Runs `script` as the default user; returns its exit code.
+async fn sh_as_user(env: &Env, script: &str, args: &[&str]) -> i32 {
+    let mut argv = vec!["-c".to_string(), script.to_string(), "sh".to_string()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    env.api
+        .run(StartProcess::new("/bin/sh").args(argv))
+        .await
+        .expect("run as user")
+        .end
+        .exit_code
+}
+
+/// The whole stream, or its first error.
+async fn drain(mut s: ByteStream) -> Result<Vec<u8>, FsError> {
+    let mut out = Vec::new();
+    while let Some(c) = s.next().await {
+        out.extend_from_slice(&c?);
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_honour_the_acting_user() {
+    let env = env().await;
+    // Root-only files: 0600 in a world-readable directory, and in root's 0700 home.
+    sh(
+        &env,
+        "umask 077; printf SECRET > /tmp/root-only; printf SECRET > /root/r.txt",
+        &[],
+    )
+    .await;
+    for p in ["/tmp/root-only", "/root/r.txt"] {
+        match env.fs.read(&wp(p), 1 << 20).await {
+            Err(FsError::PermissionDenied { path }) => assert_eq!(path.as_str(), p),
+            other => panic!("read {p}: expected PermissionDenied, got {other:?}"),
+        }
+        match env.fs.read_stream(&wp(p)).await {
+            Err(FsError::PermissionDenied { .. }) => {}
+            Err(e) => panic!("read_stream {p}: expected PermissionDenied, got {e:?}"),
+            Ok(s) => panic!("read_stream {p}: got {:?}", drain(s).await),
+        }
+    }
+    // Root itself still reads them.
+    let root = E2bFs::new(env.api.clone(), E2bFsOptions::new("/root").user("root")).expect("fs");
+    assert_eq!(
+        &root
+            .read(&wp("/tmp/root-only"), 100)
+            .await
+            .expect("read as root")[..],
+        b"SECRET"
+    );
+    // A symlink the user planted to a root-only file is refused, through both calls.
+    let dir = scratch(&env.fs).await;
+    let link = dir.join("planted").expect("path");
+    assert_eq!(
+        sh_as_user(&env, r#"ln -s /tmp/root-only "$1""#, &[link.as_str()]).await,
+        0
+    );
+    assert!(matches!(
+        env.fs.read(&link, 1 << 20).await,
+        Err(FsError::PermissionDenied { .. })
+    ));
+    assert!(matches!(
+        env.fs.read_stream(&link).await,
+        Err(FsError::PermissionDenied { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_swapped_during_reads_never_yields_root_only_bytes() {
+    let env = env().await;
+    sh(&env, "umask 077; printf SECRET > /tmp/root-only", &[]).await;
+    let dir = scratch(&env.fs).await;
+    let target = dir.join("swapped").expect("path");
+    // The user flips the path between its own file and a link to the root-only file,
+    // as fast as it can, while we read it.
+    let flipper = env
+        .api
+        .start_process(
+            StartProcess::new("/bin/sh")
+                .args([
+                    "-c",
+                    r#"cd "$1" || exit 1; printf mine > own
+while :; do ln -sfn own swapped; ln -sfn /tmp/root-only swapped; done"#,
+                    "sh",
+                    dir.as_str(),
+                ])
+                .timeout(Duration::from_secs(60)),
+        )
+        .await
+        .expect("start flipper");
+    let (mut own, mut denied) = (0, 0);
+    for i in 0..40 {
+        let got = if i % 2 == 0 {
+            env.fs.read(&target, 1 << 20).await
+        } else {
+            match env.fs.read_stream(&target).await {
+                Ok(s) => drain(s).await.map(Bytes::from),
+                Err(e) => Err(e),
+            }
+        };
+        match got {
+            Ok(b) => {
+                assert_eq!(&b[..], b"mine", "read {i} returned foreign bytes");
+                own += 1;
+            }
+            Err(FsError::PermissionDenied { .. } | FsError::NotFound { .. }) => denied += 1,
+            Err(e) => panic!("read {i}: unexpected {e:?}"),
+        }
+    }
+    env.api
+        .send_signal(
+            e2b_core::proto::process::ProcessSelector::Pid(flipper.pid()),
+            e2b_core::proto::process::Signal::Sigkill,
+        )
+        .await
+        .expect("kill flipper");
+    assert_eq!(own + denied, 40);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use e2b_core::EnvdApi;
 use e2b_core::control_shell::ControlShell;
+use e2b_core::envd::ProcessStream;
 use exec_world::{FsError, WorldPath};
 
 use crate::error::map_error;
@@ -22,6 +23,10 @@ pub(crate) const EXIT_EXISTS: i32 = 65;
 pub(crate) const EXIT_NOT_DIR: i32 = 66;
 /// Exit code: a directory is in the way.
 pub(crate) const EXIT_IS_DIR: i32 = 67;
+/// Exit code: the file is larger than the limit given.
+pub(crate) const EXIT_TOO_LARGE: i32 = 68;
+/// Exit code: not a regular file (a FIFO, socket or device is never opened).
+pub(crate) const EXIT_NOT_REGULAR: i32 = 69;
 
 /// What a control command produced.
 #[derive(Debug)]
@@ -79,6 +84,30 @@ impl Ctl {
         })
     }
 
+    /// Starts `script` with `args` and returns its event stream (for output too large to
+    /// collect); `lifetime` replaces the command timeout (`None`: unbounded).
+    pub(crate) async fn start(
+        &self,
+        script: &str,
+        args: &[&str],
+        lifetime: Option<Duration>,
+        path: &WorldPath,
+        what: &str,
+    ) -> Result<ProcessStream, FsError> {
+        let mut spec = self.shell.command(script, args);
+        spec.timeout = lifetime;
+        self.shell
+            .api()
+            .start_process(spec)
+            .await
+            .map_err(|e| map_error(e, path, what))
+    }
+
+    /// The envd API the commands run on.
+    pub(crate) fn api(&self) -> &Arc<dyn EnvdApi> {
+        self.shell.api()
+    }
+
     /// Runs `script` and requires exit 0 (else the classified error).
     pub(crate) async fn run_ok(
         &self,
@@ -104,6 +133,7 @@ pub(crate) fn classify(out: &CtlOutput, path: &WorldPath, what: &str) -> FsError
         EXIT_EXISTS => return FsError::AlreadyExists { path },
         EXIT_NOT_DIR => return FsError::NotADirectory { path },
         EXIT_IS_DIR => return FsError::IsADirectory { path },
+        EXIT_NOT_REGULAR => return FsError::other(format!("{what} {path}: not a regular file")),
         _ => {}
     }
     let stderr = String::from_utf8_lossy(&out.stderr);

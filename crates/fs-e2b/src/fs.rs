@@ -29,6 +29,8 @@ pub(crate) struct Shared {
     pub staging_prefix: String,
     /// Remove abandoned staging dirs from a background task.
     pub background_cleanup: bool,
+    /// Lifetime of each control command.
+    pub command_timeout: std::time::Duration,
 }
 
 impl Shared {
@@ -72,6 +74,7 @@ impl E2bFs {
                 ctl,
                 staging_prefix: opts.staging_prefix,
                 background_cleanup: opts.background_cleanup,
+                command_timeout: opts.command_timeout,
             }),
             cwd: cwd.normalize(),
         })

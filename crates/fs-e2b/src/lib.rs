@@ -7,8 +7,8 @@
 //! | operation | how |
 //! | --- | --- |
 //! | `stat` / `lstat` / `read_dir` | one control command: GNU `find [-L] … -printf` (kind, mode, size, device, inode, mtime and ctime with nanoseconds, link text) |
-//! | `read` | envd `Stat` (and `Stat` of the resolved target for a symlink) for the size, `TooLarge` before any download; then `GET /files` streamed, cut past `max_bytes` |
-//! | `read_stream` | envd `Stat` for open errors, then `GET /files` in chunks of at most 1 MiB |
+//! | `read` | a process running as the acting user (never envd's `GET /files`, which opens files as root): it opens the file once, checks its kind and size (`TooLarge` before a byte is sent), prints the size, then at most `max_bytes + 1` bytes over envd's process stream |
+//! | `read_stream` | the same reader without a limit, yielded in chunks of at most 1 MiB; dropping the stream kills the reader |
 //! | `write` | control command: checks, `mkdir -m 0700` of a random sibling staging dir; `POST /files` into it; control command: `chmod`, `mv -T` over the target, stat of the renamed inode through an open descriptor |
 //! | `create_if_absent` | same staging, then `ln -T staged target` (a hard link fails if anything exists at the target) |
 //! | `mkdir` / `remove` / `rename` | control commands (`mkdir [-p]`, `rmdir` / `rm [-rf]`, `mv -T`) |
