@@ -82,7 +82,8 @@ pub(crate) fn build_env(
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     match base {
         EnvBase::Clean => {}
-        EnvBase::Inherit => env.extend(std::env::vars()),
+        // The host's environment minus credentials (crate::env_scrub, the one list).
+        EnvBase::Inherit => env.extend(crate::env_scrub::scrub(std::env::vars())),
         EnvBase::Base => {
             for key in ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG"] {
                 if let Ok(v) = std::env::var(key) {
