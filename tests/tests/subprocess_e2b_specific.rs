@@ -105,6 +105,12 @@ async fn credential_shaped_variables_are_scrubbed() {
                 .env_var("DB_Password", "p1")
                 .env_var("AWS_SECRET_ACCESS_KEY", "s1")
                 .env_var("E2BX_INTERNAL", "i1")
+                .env_var("MYSQL_PASSWD", "p2")
+                .env_var("GITHUB_PAT", "ghp1")
+                .env_var("NPM_AUTH", "a1")
+                .env_var("GOOGLE_APPLICATION_CREDENTIALS", "c1")
+                .env_var("DATABASE_URL", "postgres://app:pw1@db:5432/app")
+                .env_var("PUBLIC_URL", "https://app@example.com:8080/x")
                 .env_var("PLAIN_SETTING", "plain"),
         )
         .await
@@ -125,11 +131,18 @@ async fn credential_shaped_variables_are_scrubbed() {
         "DB_Password",
         "AWS_SECRET",
         "E2BX_INTERNAL",
+        "MYSQL_PASSWD",
+        "GITHUB_PAT",
+        "NPM_AUTH",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "DATABASE_URL",
+        "pw1",
     ] {
         assert!(!inherit.contains(gone), "{gone} leaked: {inherit}");
     }
     for kept in [
         "PLAIN_SETTING=plain",
+        "PUBLIC_URL=https://app@example.com:8080/x",
         "EXPLICIT_TOKEN=caller-choice",
         "PATH=",
         "HOME=/home/user",

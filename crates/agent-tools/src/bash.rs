@@ -16,6 +16,11 @@
 //! [`BashRequest::keep_background`] a command that exits in time leaves its background
 //! jobs running (detached); they should redirect their output, since the pipes are
 //! closed when `run` returns.
+//!
+//! **Errors never leave processes behind**: when waiting fails (a lost connection, a
+//! process deadline of the world) the whole group is terminated before the error is
+//! returned; termination itself is bounded by the grace plus [`KILL_BOUND`], so `run`
+//! returns within `timeout + grace + KILL_BOUND` plus the spawn's handshake.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -41,6 +46,10 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 pub const DEFAULT_LINGER: Duration = Duration::from_millis(250);
 /// After termination, how long output still in flight is awaited before giving up.
 const FINAL_DRAIN: Duration = Duration::from_secs(5);
+/// How long the termination may take beyond the grace before `run` gives up on it and
+/// reports an error (a frozen or unreachable world must not hold the tool for the sum of
+/// its transport timeouts); dropping the child then retries the kill in the background.
+pub const KILL_BOUND: Duration = Duration::from_secs(15);
 
 mod duration_ms {
     //! Serializes a `Duration` as whole milliseconds.
@@ -323,6 +332,7 @@ impl BashTool {
         tokio::pin!(stop);
         let mut stopped: Option<Stop> = None;
         let mut status: Option<ExitStatus> = None;
+        let mut lost: Option<ProcError> = None;
         {
             let wait = child.wait();
             tokio::pin!(wait);
@@ -332,7 +342,10 @@ impl BashTool {
                     break;
                 }
                 tokio::select! {
-                    s = &mut wait, if status.is_none() => status = Some(s?),
+                    s = &mut wait, if status.is_none() => match s {
+                        Ok(s) => status = Some(s),
+                        Err(e) => { lost = Some(e); break; }
+                    },
                     chunk = out.next(), if !out.done() => out.take(chunk),
                     chunk = err.next(), if !err.done() => err.take(chunk),
                     why = &mut stop => { stopped = Some(why); break; }
@@ -357,12 +370,22 @@ impl BashTool {
                 }
             }
         }
+        if let Some(e) = lost {
+            // The end was not observed: end the group (through a new request) before
+            // reporting, bounded so a dead world cannot hold the tool.
+            match tokio::time::timeout(req.grace + KILL_BOUND, child.terminate(req.grace)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(t)) => tracing::warn!(error = %t, "bash tool: terminate after a lost wait"),
+                Err(_) => tracing::warn!("bash tool: terminate after a lost wait timed out"),
+            }
+            return Err(e.into());
+        }
         let detach = req.keep_background && stopped.is_none() && status.is_some();
         let pipes_open = !(out.done() && err.done());
         if stopped.is_some() || (pipes_open && !detach) {
             // Phase 2: end the whole group, then collect what is still in flight.
             let terminated = {
-                let term = child.terminate(req.grace);
+                let term = tokio::time::timeout(req.grace + KILL_BOUND, child.terminate(req.grace));
                 tokio::pin!(term);
                 loop {
                     tokio::select! {
@@ -372,7 +395,13 @@ impl BashTool {
                     }
                 }
             };
-            let st = terminated?;
+            let st = terminated.map_err(|_| ProcError::Timeout {
+                context: format!(
+                    "terminating the command: no confirmation within {:?} (the kill is \
+                     retried in the background)",
+                    req.grace + KILL_BOUND
+                ),
+            })??;
             if status.is_none() {
                 status = Some(st);
             }

@@ -16,6 +16,10 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default `Keepalive-Ping-Interval` sent on streaming RPCs (the SDKs send 50 s).
 pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(50);
+/// Default stream idle timeout: a streaming RPC with no frame (not even one of the
+/// keepalives asked every [`DEFAULT_KEEPALIVE_INTERVAL`]) for this long has lost envd
+/// (frozen, unreachable, a dead connection) and fails with [`Error::Timeout`](crate::Error).
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default sandbox lifetime asked for at create and connect (the SDKs' 300 s).
 pub const DEFAULT_SANDBOX_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -104,7 +108,7 @@ impl Config {
             sandbox_url: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            stream_idle_timeout: None,
+            stream_idle_timeout: Some(DEFAULT_STREAM_IDLE_TIMEOUT),
             transfer_idle_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
             user_agent: format!("e2b-rust-core/{}", env!("CARGO_PKG_VERSION")),
@@ -171,8 +175,10 @@ impl Config {
     }
 
     /// Fail a streaming RPC (process output, watch) when no frame, not even a keepalive,
-    /// arrives for this long. Default: none. The keepalive interval asked of envd is lowered
-    /// to half of it so a quiet but healthy stream never trips it.
+    /// arrives for this long. Default [`DEFAULT_STREAM_IDLE_TIMEOUT`] (120 s); `None` or
+    /// zero waits forever (a frozen envd then hangs the stream). The keepalive interval
+    /// asked of envd (`Keepalive-Ping-Interval`) is lowered to half of it so a quiet but
+    /// healthy stream never trips it.
     pub fn stream_idle_timeout(mut self, t: Option<Duration>) -> Self {
         self.stream_idle_timeout = t.filter(|d| !d.is_zero());
         self
@@ -353,5 +359,20 @@ mod tests {
             .stream_idle_timeout(Some(Duration::ZERO));
         assert!(c.get_request_timeout() > Duration::from_secs(3600));
         assert_eq!(c.keepalive_secs(c.stream_idle_timeout), 50);
+    }
+
+    #[test]
+    fn streams_have_an_idle_bound_by_default() {
+        // A frozen envd must not hang a stream forever with the default configuration,
+        // and a quiet healthy stream gets keepalives well inside the bound.
+        let c = Config::new();
+        let idle = c
+            .stream_idle_timeout
+            .expect("a default stream idle timeout");
+        assert_eq!(idle, DEFAULT_STREAM_IDLE_TIMEOUT);
+        assert!(c.keepalive_secs(Some(idle)) * 2 <= idle.as_secs());
+        let c = Config::from_lookup(|_| None);
+        assert_eq!(c.stream_idle_timeout, Some(DEFAULT_STREAM_IDLE_TIMEOUT));
+        assert_eq!(c.stream_idle_timeout(None).stream_idle_timeout, None);
     }
 }

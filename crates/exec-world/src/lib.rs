@@ -30,6 +30,7 @@
 //! # let _ = (text, status); Ok(()) }
 //! ```
 
+pub mod env_scrub;
 mod error;
 mod fs;
 pub mod local;

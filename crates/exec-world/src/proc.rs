@@ -228,6 +228,10 @@ pub struct ProcCapabilities {
     pub process_groups: bool,
     /// `terminate` also reaches descendants that left the group with `setsid`.
     pub escaped_descendants: bool,
+    /// `terminate` and `Drop` reach *every* process a spawn started, even one that left
+    /// the session, cleared its environment (`env -i`, so no marker) and lost its parent
+    /// (e.g. a cgroup per spawn, ended with `cgroup.kill`).
+    pub contained_escapes: bool,
     /// [`EnvBase::Clean`] gives exactly the explicit environment.
     pub clean_env: bool,
     /// [`Subprocess::spawn_terminal`] works.

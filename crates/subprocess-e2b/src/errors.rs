@@ -23,11 +23,13 @@ pub fn map_error(context: &str, e: Error) -> ProcError {
         };
     }
     match &e {
+        // The context names the operation and the cause (with its HTTP status) once;
+        // `ProcError::Transport` adds only its "transport error: " prefix.
         Error::Transport { .. }
         | Error::Protocol { .. }
         | Error::RateLimited { .. }
         | Error::Server { .. } => ProcError::Transport {
-            context,
+            context: format!("{context}: {e}"),
             source: Box::new(e),
         },
         Error::Unauthorized { .. } | Error::Forbidden { .. } => ProcError::PermissionDenied {
@@ -41,7 +43,7 @@ pub fn map_error(context: &str, e: Error) -> ProcError {
                 what: format!("{context}: {e}"),
             },
             Code::Unavailable => ProcError::Transport {
-                context,
+                context: format!("{context}: {e}"),
                 source: Box::new(e),
             },
             _ => ProcError::Other {
@@ -77,7 +79,9 @@ impl Failure {
             ProcError::InvalidSpec { reason } => Failure::InvalidSpec(reason.clone()),
             ProcError::Gone { context } => Failure::Gone(context.clone()),
             ProcError::Timeout { context } => Failure::Timeout(context.clone()),
-            ProcError::Transport { .. } => Failure::Transport(e.to_string()),
+            // The context already names the operation and the cause: keep it, not the
+            // display (which would repeat "transport error: " on every copy).
+            ProcError::Transport { context, .. } => Failure::Transport(context.clone()),
             other => Failure::Other(other.to_string()),
         }
     }
@@ -117,6 +121,23 @@ mod tests {
             message: "reset".into(),
         };
         assert!(matches!(map_error("x", t), ProcError::Transport { .. }));
+        // The operation and the cause (with the HTTP status) appear once, even after a
+        // round trip through `Failure`.
+        let busy = Error::Server {
+            surface: Surface::Envd,
+            status: 503,
+            error_code: None,
+            message: "envd is busy".into(),
+        };
+        let first = map_error("starting /bin/sh in /home/user", busy);
+        let again = Failure::of(&first).to_error().to_string();
+        assert_eq!(again, first.to_string());
+        assert_eq!(again.matches("transport error").count(), 1, "{again}");
+        assert!(
+            again.contains("HTTP 503") && again.contains("envd is busy"),
+            "{again}"
+        );
+        assert_eq!(again.matches("starting /bin/sh").count(), 1, "{again}");
         let cwd = Error::Envd {
             code: Code::InvalidArgument,
             message: "cwd '/nope' does not exist".into(),

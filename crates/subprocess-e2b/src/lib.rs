@@ -36,9 +36,12 @@
 //!   `LOGNAME`, `LANG` (default `C.UTF-8`), terminals `TERM=xterm-256color`, then the
 //!   explicit variables;
 //! - `Inherit`: envd's environment for the user (its `PATH`, `HOME`, `USER`, `LOGNAME`,
-//!   the sandbox's global variables) minus adapter-internal names (`E2BX_*`,
-//!   `EXEC_WORLD_*`) and every credential-shaped name (containing `KEY`, `SECRET`,
-//!   `TOKEN` or `PASSWORD`, any case), removed with `env -u`; then the explicit variables.
+//!   the sandbox's global variables) minus what exec-world's one scrub list
+//!   ([`exec_world::env_scrub`], shared with LocalSubprocess) drops: adapter-internal
+//!   names (`E2BX_*`, `EXEC_WORLD_*`), credential-shaped names (containing `KEY`,
+//!   `SECRET`, `TOKEN`, `PASSWORD`, `PASSWD`, `CREDENTIAL` or `_AUTH`, or ending in
+//!   `_PAT`, any case) and URLs with a password in their userinfo, removed with
+//!   `env -u`; then the explicit variables.
 //!
 //! Explicit variables are the caller's choice and always pass. For piped spawns they
 //! travel as positional arguments (so envd's `List` shows them while the wrapper runs).

@@ -2,9 +2,14 @@
 //! file for terminals, envd `Start` of the wrapper), the reader task that routes envd's
 //! events into bounded queues and publishes the verified pid and the exit status, and
 //! the shared kill path (tree kill, then envd's SIGKILL as the last resort).
+//!
+//! Any end of the event stream that is not the process's observed exit (a cut stream,
+//! envd's `deadline_exceeded` of a process timeout, a reset, silence past the stream
+//! idle timeout) runs the tree kill through a new request *before* `wait` reports it, so
+//! nothing the spawn started outlives the error.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +23,7 @@ use crate::errors::{Failure, map_error};
 use crate::queue::Queue;
 use crate::status::exit_status;
 use crate::world::WorldShared;
-use crate::wrapper::{Header, WRAPPER_NAME, WRAPPER_SH, WrapArgs, parse_header};
+use crate::wrapper::{Header, WRAPPER_NAME, WrapArgs, parse_header, wrapper_sh};
 
 /// Where a started process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,8 +53,16 @@ pub(crate) struct Session {
     /// stderr (pipes only).
     pub(crate) err: Option<Arc<Queue>>,
     pub(crate) detached: AtomicBool,
+    /// envd's pid of the wrapper (from the start event), once the stream is open.
+    envd_pid: OnceLock<u32>,
+    /// Set once a tree kill finished with no survivor (nothing left for `Drop`).
+    reaped: AtomicBool,
     handle: tokio::runtime::Handle,
 }
+
+/// A leader pid no process can have (Linux pids stay below 2^22): a tree kill with it
+/// finds members by their marker only.
+const NO_LEADER: u32 = u32::MAX;
 
 /// What the start task needs.
 pub(crate) struct Launch {
@@ -82,13 +95,21 @@ impl Session {
             out: out.clone(),
             err: err.clone(),
             detached: AtomicBool::new(false),
+            envd_pid: OnceLock::new(),
+            reaped: AtomicBool::new(false),
             handle: handle.clone(),
         });
         let program = launch.wrap.program.clone();
+        let me = session.clone();
         handle.spawn(async move {
             let stream = match start(&world, launch).await {
                 Ok(s) => s,
                 Err(e) => {
+                    // The request may have reached envd before the connection failed:
+                    // end whatever carries this spawn's marker before reporting.
+                    if matches!(e, ProcError::Transport { .. } | ProcError::Timeout { .. }) {
+                        me.reap_after_loss(&e.to_string()).await;
+                    }
                     let f = Failure::of(&e);
                     let _ = started_tx.send(Some(Err(f.clone())));
                     let _ = status_tx.send(Some(Err(f)));
@@ -99,9 +120,42 @@ impl Session {
                     return;
                 }
             };
-            read_events(stream, program, started_tx, status_tx, out, err).await;
+            let _ = me.envd_pid.set(stream.pid());
+            read_events(&me, stream, program, started_tx, status_tx).await;
         });
         Ok(session)
+    }
+
+    /// The group leader to kill: the verified pid, else envd's pid of the wrapper (the
+    /// session leader `setsid` made in place), else [`NO_LEADER`] (marker only).
+    fn leader(&self) -> Started {
+        if let Some(Ok(s)) = &*self.started.borrow() {
+            return *s;
+        }
+        let envd = self.envd_pid.get().copied().unwrap_or(NO_LEADER);
+        Started {
+            pid: envd,
+            envd_pid: envd,
+        }
+    }
+
+    /// The tree kill after the stream ended without the process's exit (its end is not
+    /// observed, so it and its descendants may still run). Logged, never fatal: the
+    /// caller reports the loss itself.
+    async fn reap_after_loss(&self, why: &str) {
+        if self.detached.load(Ordering::SeqCst) {
+            return;
+        }
+        let target = self.leader();
+        match self.kill_target(target, Duration::ZERO).await {
+            Ok(()) => tracing::debug!(pid = target.pid, why, "tree killed after a lost stream"),
+            Err(e) => tracing::warn!(
+                pid = target.pid,
+                error = %e,
+                why,
+                "tree kill after a lost stream failed"
+            ),
+        }
     }
 
     /// The verified pid, once known.
@@ -176,13 +230,22 @@ impl Session {
     /// and marker holders, `grace`, KILL rounds), then envd's SIGKILL if it reported
     /// survivors or could not run. Returns once the kill is done (not the exit).
     pub(crate) async fn kill(&self, grace: Duration) -> Result<(), ProcError> {
-        let s = self.started().await?;
+        // Wait for the start (or its failure); a failed start still has envd's pid or
+        // the marker to go by.
+        let _ = self.started().await;
+        if self.reaped.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.kill_target(self.leader(), grace).await
+    }
+
+    async fn kill_target(&self, s: Started, grace: Duration) -> Result<(), ProcError> {
         let tree = self
             .world
             .control
             .kill_tree(s.pid, &self.marker, grace, self.terminal)
             .await;
-        if !matches!(tree, Ok(true)) {
+        if !matches!(tree, Ok(true)) && s.envd_pid != NO_LEADER {
             tracing::warn!(
                 pid = s.pid,
                 ?tree,
@@ -203,7 +266,10 @@ impl Session {
                     });
                 }
             }
+        } else {
+            tree?;
         }
+        self.reaped.store(true, Ordering::SeqCst);
         // Nothing of the tree is alive: what is still queued upstream is bounded, so
         // stop applying back-pressure and let the end event through.
         self.out.relax();
@@ -219,17 +285,25 @@ impl Session {
         self.wait().await
     }
 
-    /// Called from the backend's `Drop`: unless detached (or a pipe process that already
-    /// ended), kill the tree from a background task (no grace).
+    /// True once the process's exit was observed (its end event).
+    fn exited(&self) -> bool {
+        matches!(&*self.status.borrow(), Some(Ok(_)))
+    }
+
+    /// Called from the backend's `Drop`: unless detached, already reaped, or a pipe
+    /// process whose exit was observed, kill the tree from a background task (no grace).
+    /// A process that ended with an error (lost stream) is killed again if the kill
+    /// after the loss did not finish.
     pub(crate) fn drop_kill(self: &Arc<Self>) {
-        if self.detached.load(Ordering::SeqCst) || (self.ended() && !self.terminal) {
+        if self.detached.load(Ordering::SeqCst)
+            || self.reaped.load(Ordering::SeqCst)
+            || (self.exited() && !self.terminal)
+        {
             return;
         }
         let me = self.clone();
         self.handle.spawn(async move {
-            if me.started().await.is_ok()
-                && let Err(e) = me.kill(Duration::ZERO).await
-            {
+            if let Err(e) = me.kill(Duration::ZERO).await {
                 tracing::warn!(error = %e, "kill on drop failed");
             }
         });
@@ -251,7 +325,7 @@ async fn start(world: &Arc<WorldShared>, mut launch: Launch) -> Result<ProcessSt
                 "-w".to_owned(),
                 "/bin/sh".to_owned(),
                 "-c".to_owned(),
-                WRAPPER_SH.to_owned(),
+                wrapper_sh().to_owned(),
                 WRAPPER_NAME.to_owned(),
             ];
             args.extend(launch.wrap.positional());
@@ -271,7 +345,7 @@ async fn start(world: &Arc<WorldShared>, mut launch: Launch) -> Result<ProcessSt
                 .await
                 .map_err(|e| map_error("writing the terminal spec file", e))?;
             StartProcess::new("/bin/sh")
-                .args(["-c", WRAPPER_SH, WRAPPER_NAME, "--file", file.as_str()])
+                .args(["-c", wrapper_sh(), WRAPPER_NAME, "--file", file.as_str()])
                 .pty(cols, rows)
         }
     };
@@ -279,22 +353,24 @@ async fn start(world: &Arc<WorldShared>, mut launch: Launch) -> Result<ProcessSt
     if let Some(t) = world.process_timeout {
         spec = spec.timeout(t);
     }
-    world
-        .api
-        .start_process(spec)
-        .await
-        .map_err(|e| map_error(&format!("starting {}", launch.wrap.program), e))
+    world.api.start_process(spec).await.map_err(|e| {
+        map_error(
+            &format!("starting {} in {}", launch.wrap.program, launch.cwd),
+            e,
+        )
+    })
 }
 
 /// Routes events until the end; publishes the start (from the header line) and status.
 async fn read_events(
+    session: &Session,
     mut stream: ProcessStream,
     program: String,
     started_tx: watch::Sender<StartState>,
     status_tx: watch::Sender<StatusState>,
-    out: Arc<Queue>,
-    err: Option<Arc<Queue>>,
 ) {
+    let out = &session.out;
+    let err = &session.err;
     let envd_pid = stream.pid();
     let mut header: Option<Vec<u8>> = Some(Vec::new());
     let mut failure: Option<Failure> = None;
@@ -342,6 +418,10 @@ async fn read_events(
             }
             Ok(ProcessEvent::End(e)) => end = Some(e),
             Ok(ProcessEvent::Start(_) | ProcessEvent::Keepalive(_)) => {}
+            // The exit was observed: what breaks after it (envd's `deadline_exceeded`
+            // right after the end event of a process timeout, a lost trailer) changes
+            // nothing.
+            Err(_) if end.is_some() => break,
             Err(e) => {
                 broken = Some(e.to_string());
                 let pe = map_error("reading the process's events", e);
@@ -350,6 +430,7 @@ async fn read_events(
             }
         }
     }
+    let observed_exit = end.is_some();
     let status = match (failure, end) {
         (Some(f), _) => Err(f),
         (None, Some(e)) if header.is_none() => Ok(exit_status(&e)),
@@ -365,6 +446,14 @@ async fn read_events(
             "the process event stream ended without an end event".into(),
         )),
     };
+    if !observed_exit {
+        // No observed exit: the tree may still run. End it before anyone hears of the
+        // loss (a new request; the broken stream is not reused).
+        let why = broken
+            .clone()
+            .unwrap_or_else(|| "the stream ended without an end event".into());
+        session.reap_after_loss(&why).await;
+    }
     if started_tx.borrow().is_none() {
         let f = match &status {
             Err(f) => f.clone(),

@@ -131,6 +131,9 @@ impl Subprocess for E2bSubprocess {
             signals: true,
             process_groups: true,
             escaped_descendants: true,
+            // No cgroup per spawn yet: an `env -i` + `setsid` orphan carries no marker
+            // (the tree kill's fallback), so it can escape (docs/reliability.md).
+            contained_escapes: false,
             clean_env: true,
             terminals: true,
             terminal_resize: true,

@@ -19,8 +19,17 @@ use std::collections::BTreeMap;
 
 use exec_world::{EnvBase, ProcError};
 
-/// The wrapper script (POSIX sh).
-pub const WRAPPER_SH: &str = r#"if [ "$1" = --file ]; then
+/// The wrapper script (POSIX sh): [`WRAPPER_BODY`] after exec-world's credential scrub
+/// function (`exec_world::env_scrub::SH_SCRUB_FN`, the list every backend shares).
+pub fn wrapper_sh() -> &'static str {
+    static SCRIPT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("{}{WRAPPER_BODY}", exec_world::env_scrub::SH_SCRUB_FN)
+    });
+    SCRIPT.as_str()
+}
+
+/// The wrapper's own part (it calls `exec_world_scrubbed NAME VALUE`, defined before it).
+const WRAPPER_BODY: &str = r#"if [ "$1" = --file ]; then
   _e2bx_f=$2
   . "$_e2bx_f" || { printf 'E2BX-FAIL spec\n'; exit 125; }
   rm -f -- "$_e2bx_f"
@@ -76,9 +85,10 @@ case $_e2bx_mode in
 '
     for _e2bx_v in $_e2bx_names; do
       case $_e2bx_v in
-        *[Kk][Ee][Yy]*|*[Ss][Ee][Cc][Rr][Ee][Tt]*|*[Tt][Oo][Kk][Ee][Nn]*|*[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]*|E2BX_*|EXEC_WORLD_*|_e2bx_*)
-          set -- -u "$_e2bx_v" "$@" ;;
+        ''|[0-9]*|*[!A-Za-z0-9_]*) _e2bx_val= ;;
+        *) eval "_e2bx_val=\${$_e2bx_v-}" ;;
       esac
+      exec_world_scrubbed "$_e2bx_v" "$_e2bx_val" && set -- -u "$_e2bx_v" "$@"
     done
     unset IFS ;;
 esac
@@ -111,6 +121,10 @@ fn mode(base: EnvBase) -> &'static str {
     }
 }
 
+/// The longest single argument or `K=V` the Linux kernel passes to a program
+/// (`MAX_ARG_STRLEN`, 32 pages, minus the terminating NUL).
+pub(crate) const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
+
 /// Refuses what cannot reach a process intact (NUL), env names `env` would misread, and
 /// program names `env` would take for an assignment.
 pub(crate) fn validate(
@@ -133,6 +147,30 @@ pub(crate) fn validate(
     for (k, v) in env {
         if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
             return bad(format!("environment variable {k:?} cannot be passed"));
+        }
+        if k.len() + 1 + v.len() > MAX_ARG_BYTES {
+            return bad(format!(
+                "environment variable {k}: {} bytes; Linux passes at most {MAX_ARG_BYTES} bytes \
+                 per argument or variable (E2BIG, argument list too long)",
+                k.len() + 1 + v.len()
+            ));
+        }
+    }
+    for (i, a) in std::iter::once(program)
+        .chain(args.iter().map(String::as_str))
+        .enumerate()
+    {
+        if a.len() > MAX_ARG_BYTES {
+            let which = if i == 0 {
+                format!("program {:?}…", a.chars().take(32).collect::<String>())
+            } else {
+                format!("argument {i}")
+            };
+            return bad(format!(
+                "{which}: {} bytes; Linux passes at most {MAX_ARG_BYTES} bytes per argument \
+                 (E2BIG, argument list too long)",
+                a.len()
+            ));
         }
     }
     Ok(())
@@ -263,5 +301,13 @@ mod tests {
             ]
         );
         assert!(validate("a=b", &[], &BTreeMap::new()).is_err());
+        // One argument over the kernel's per-argument limit: a typed error naming it and
+        // the cause, before anything is sent.
+        let big = "x".repeat(MAX_ARG_BYTES + 1);
+        let e = validate("echo", &["ok".into(), big], &BTreeMap::new())
+            .expect_err("too long")
+            .to_string();
+        assert!(e.contains("argument 2") && e.contains("E2BIG"), "{e}");
+        assert!(validate("echo", &["x".repeat(MAX_ARG_BYTES)], &BTreeMap::new()).is_ok());
     }
 }

@@ -161,6 +161,7 @@ macro_rules! __proc_test_names {
             proc_which,
             proc_missing_program,
             proc_terminate_reaches_every_descendant,
+            proc_escape_suite,
             proc_terminate_grace_then_kill,
             proc_concurrent_spawns,
             proc_drop_kills_group,

@@ -211,6 +211,91 @@ sh -c 'setsid sh -c "echo \"pid \$\$\"; exec sleep 1000" & ' &
     );
 }
 
+/// The escape suite: processes that try hard to outlive their spawn. Each case runs a
+/// tree, then ends it through `terminate` and through `Drop`; no member may survive.
+/// Cases: a background job, a nohup'd one, one ignoring TERM and HUP, `setsid` children
+/// (direct and orphaned by a double fork) and, where the backend claims
+/// `contained_escapes`, `setsid` + `env -i` (no marker) direct, double-forked with the
+/// parent gone, and a double fork that also closed its output.
+pub async fn proc_escape_suite(w: &World) {
+    let caps = w.proc.capabilities();
+    if !(caps.process_groups && caps.escaped_descendants) {
+        return skip("proc_escape_suite", "escaped_descendants");
+    }
+    let dir = w.path("escapes");
+    w.fs.mkdir(&dir, false).await.expect("mkdir");
+    let mut script = String::from(
+        r#"f=$1
+echo $$ >> "$f"
+sleep 1000 & echo $! >> "$f"
+nohup sh -c 'echo $$ >> "$1"; exec sleep 1000' sh "$f" >/dev/null 2>&1 &
+sh -c 'trap "" TERM HUP; echo $$ >> "$1"; while :; do sleep 1; done' sh "$f" &
+setsid sh -c 'echo $$ >> "$1"; exec sleep 1000' sh "$f" &
+sh -c 'setsid sh -c "echo \$\$ >> "\$1"; exec sleep 1000" sh "$1" &' sh "$f"
+"#,
+    );
+    let mut expected = 6;
+    if caps.contained_escapes {
+        script.push_str(
+            r#"env -i setsid sh -c 'echo $$ >> "$1"; exec sleep 1000' sh "$f" &
+sh -c 'env -i setsid sh -c "trap "" TERM HUP; echo \$\$ >> "\$1"; while :; do sleep 1; done" sh "$1" & exit 0' sh "$f"
+sh -c 'env -i setsid sh -c "echo \$\$ >> "\$1"; exec sleep 1000" sh "$1" </dev/null >/dev/null 2>&1 &' sh "$f"
+"#,
+        );
+        expected += 3;
+    } else {
+        skip("proc_escape_suite (env -i setsid)", "contained_escapes");
+    }
+    script.push_str(&format!(
+        "while [ \"$(wc -l < \"$f\")\" -lt {expected} ]; do sleep 0.05; done\necho ready\nwait\n"
+    ));
+    for (round, by_drop) in [(0, false), (1, true)] {
+        let file = w.path(&format!("escapes/pids-{round}"));
+        let mut child = w
+            .proc
+            .spawn(
+                SpawnSpec::new("sh")
+                    .arg("-c")
+                    .arg(script.clone())
+                    .arg("sh")
+                    .arg(file.as_str()),
+            )
+            .expect("spawn escapes");
+        let mut out = child.take_stdout().expect("stdout");
+        let mut seen = Vec::new();
+        read_until(&mut out, &mut seen, 60, "escapes ready", |s| {
+            s.contains("ready")
+        })
+        .await;
+        let text = w.fs.read(&file, 1 << 16).await.expect("pid file");
+        let pids: Vec<u32> = String::from_utf8_lossy(&text)
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        assert_eq!(pids.len(), expected, "{pids:?}");
+        assert_eq!(
+            survivors(w.proc.as_ref(), &pids).await.len(),
+            pids.len(),
+            "all started"
+        );
+        let alive = if by_drop {
+            drop(out);
+            drop(child);
+            survivors_eventually(w.proc.as_ref(), &pids).await
+        } else {
+            within(120, "terminate escapes", child.terminate(Duration::ZERO))
+                .await
+                .expect("terminate");
+            survivors(w.proc.as_ref(), &pids).await
+        };
+        assert!(
+            alive.is_empty(),
+            "survivors of {}: {alive:?} of {pids:?}",
+            if by_drop { "drop" } else { "terminate" }
+        );
+    }
+}
+
 /// terminate sends SIGTERM first and honours the grace (a handler gets to run and exit
 /// cleanly); what ignores SIGTERM is killed after it (previous test).
 pub async fn proc_terminate_grace_then_kill(w: &World) {

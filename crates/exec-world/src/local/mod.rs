@@ -1,5 +1,6 @@
 //! Local adapters: the seams over this machine's file system and processes.
 
+mod cgroup;
 mod fs;
 mod proc;
 mod pty;

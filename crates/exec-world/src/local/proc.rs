@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use tokio::sync::watch;
 
+use super::cgroup::{SpawnCgroup, join_self};
 use super::tree::{MARKER_VAR, Tree, new_marker, send};
 use crate::error::ProcError;
 use crate::path::WorldPath;
@@ -82,7 +83,8 @@ pub(crate) fn build_env(
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     match base {
         EnvBase::Clean => {}
-        EnvBase::Inherit => env.extend(std::env::vars()),
+        // The host's environment minus credentials (crate::env_scrub, the one list).
+        EnvBase::Inherit => env.extend(crate::env_scrub::scrub(std::env::vars())),
         EnvBase::Base => {
             for key in ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG"] {
                 if let Ok(v) = std::env::var(key) {
@@ -147,6 +149,7 @@ impl Reaped {
     pub(crate) fn start(
         mut child: tokio::process::Child,
         marker: String,
+        cgroup: Option<std::path::PathBuf>,
     ) -> Result<Reaped, ProcError> {
         let pid = child
             .id()
@@ -158,7 +161,7 @@ impl Reaped {
         });
         Ok(Reaped {
             pid,
-            tree: Tree::new(pid, marker),
+            tree: Tree::new(pid, marker, cgroup),
             status: rx,
         })
     }
@@ -306,6 +309,8 @@ impl Subprocess for LocalSubprocess {
             signals: true,
             process_groups: true,
             escaped_descendants: true,
+            // A cgroup per spawn where this process may create them.
+            contained_escapes: super::cgroup::available(),
             clean_env: true,
             terminals: true,
             terminal_resize: true,
@@ -344,18 +349,34 @@ impl Subprocess for LocalSubprocess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(false);
-        // SAFETY: setsid(2) is async-signal-safe and touches no memory of the parent.
+        let cg = SpawnCgroup::create(&marker);
+        let cg_fd = cg.as_ref().map(SpawnCgroup::procs_fd);
+        // SAFETY: setsid(2) and write(2) are async-signal-safe and touch no memory of the
+        // parent (the cgroup descriptor stays open until `spawn` returned).
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 rustix::process::setsid().map_err(std::io::Error::from)?;
+                if let Some(fd) = cg_fd {
+                    join_self(fd);
+                }
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(|e| spawn_error(&spec.program, e))?;
+        let spawned = cmd.spawn();
+        let cg = cg.map(|c| c.dir);
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(dir) = &cg {
+                    super::cgroup::remove(dir);
+                }
+                return Err(spawn_error(&spec.program, e));
+            }
+        };
         let stdin = child.stdin.take().map(|s| Box::pin(s) as InputSink);
         let stdout = child.stdout.take().map(|s| output(s, "read stdout"));
         let stderr = child.stderr.take().map(|s| output(s, "read stderr"));
-        let reaped = Reaped::start(child, marker)?;
+        let reaped = Reaped::start(child, marker, cg)?;
         Ok(Child::new(Box::new(LocalChild {
             reaped: Arc::new(reaped),
             stdin: std::sync::Mutex::new(stdin),

@@ -16,6 +16,7 @@ use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 use rustix::termios::{Winsize, tcgetpgrp, tcsetwinsize};
 use tokio::sync::mpsc;
 
+use super::cgroup::{SpawnCgroup, join_self};
 use super::proc::{
     LocalSubprocess, Reaped, absolute_program, build_env, ensure_runtime, spawn_error,
 };
@@ -94,19 +95,35 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
         .stdout(stdio(&slave)?)
         .stderr(stdio(&slave)?)
         .kill_on_drop(false);
-    // SAFETY: setsid(2) and ioctl(TIOCSCTTY) are async-signal-safe raw syscalls.
+    let cg = SpawnCgroup::create(&marker);
+    let cg_fd = cg.as_ref().map(SpawnCgroup::procs_fd);
+    // SAFETY: setsid(2), ioctl(TIOCSCTTY) and write(2) are async-signal-safe raw syscalls
+    // (the cgroup descriptor stays open until `spawn` returned).
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             rustix::process::setsid().map_err(std::io::Error::from)?;
             rustix::process::ioctl_tiocsctty(rustix::stdio::stdin())
                 .map_err(std::io::Error::from)?;
+            if let Some(fd) = cg_fd {
+                join_self(fd);
+            }
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(|e| spawn_error(&program, e))?;
+    let spawned = cmd.spawn();
+    let cg = cg.map(|c| c.dir);
+    let child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(dir) = &cg {
+                super::cgroup::remove(dir);
+            }
+            return Err(spawn_error(&program, e));
+        }
+    };
     drop(cmd); // closes the parent's copies of the slave, so EOF (EIO) comes at the end
     drop(slave);
-    let reaped = Reaped::start(child, marker)?;
+    let reaped = Reaped::start(child, marker, cg)?;
 
     let master = Arc::new(master);
     let reader: File = File::from(

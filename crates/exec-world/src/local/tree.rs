@@ -10,16 +10,24 @@
 //! 3. have the marker in `/proc/<pid>/environ` (descendants that left with `setsid` and were
 //!    orphaned, so neither 1 nor 2 finds them).
 //!
-//! Only a process that both left the session *and* cleared its environment, after its
-//! parent chain to us was broken, escapes. Reading other users' `environ` needs root or the
-//! same user. This process and its ancestors are never members.
+//! 4. are in its cgroup (`cgroup.rs`), where this process can give each spawn one: then
+//!    even a process that left the session, cleared its environment and lost its parent
+//!    chain is found, and `cgroup.kill` ends them all at once.
+//!
+//! Without a cgroup, only a process that both left the session *and* cleared its
+//! environment, after its parent chain to us was broken, escapes. Reading other users'
+//! `environ` needs root or the same user. This process and its ancestors are never
+//! members.
 //!
 //! Ending: SIGTERM (and SIGHUP for terminals) to every member, SIGCONT so stopped ones see
 //! it, rescans during `grace` until none is left, then SIGKILL rounds (scan, kill) until a
 //! scan finds no member, so processes forked meanwhile are caught by the next round.
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::time::Duration;
+
+use super::cgroup;
 
 /// The name of the marker variable given to every local spawn.
 pub const MARKER_VAR: &str = "EXEC_WORLD_SPAWN";
@@ -75,11 +83,31 @@ fn protected() -> HashSet<u32> {
 pub(crate) struct Tree {
     leader: u32,
     marker: String,
+    /// The spawn's own cgroup, when it got one.
+    cgroup: Option<PathBuf>,
 }
 
 impl Tree {
-    pub(crate) fn new(leader: u32, marker: String) -> Tree {
-        Tree { leader, marker }
+    pub(crate) fn new(leader: u32, marker: String, cgroup: Option<PathBuf>) -> Tree {
+        Tree {
+            leader,
+            marker,
+            cgroup,
+        }
+    }
+
+    /// `cgroup.kill` of the spawn's cgroup (no-op without one).
+    fn kill_cgroup(&self) {
+        if let Some(dir) = &self.cgroup {
+            cgroup::kill(dir);
+        }
+    }
+
+    /// Removes the spawn's cgroup once nothing is left in it.
+    fn done(&self) {
+        if let Some(dir) = &self.cgroup {
+            cgroup::remove(dir);
+        }
     }
 
     /// The live members (see the module docs) with their process group.
@@ -103,6 +131,16 @@ impl Tree {
             }
         }
         let mut members: HashMap<u32, u32> = HashMap::new();
+        if let Some(dir) = &self.cgroup {
+            for pid in cgroup::members(dir) {
+                if let Some(st) = stats.get(&pid)
+                    && !st.zombie
+                    && !protected.contains(&pid)
+                {
+                    members.insert(pid, st.pgrp);
+                }
+            }
+        }
         for (&pid, st) in &stats {
             if st.zombie || protected.contains(&pid) {
                 continue;
@@ -150,8 +188,10 @@ impl Tree {
         for _ in 0..200 {
             let m = self.scan();
             if m.is_empty() {
+                self.done();
                 return;
             }
+            self.kill_cgroup();
             self.signal_all(&m, libc::SIGKILL);
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -173,6 +213,7 @@ impl Tree {
     pub(crate) async fn terminate(&self, grace: Duration, hangup: bool) {
         let first = self.scan_async().await;
         if first.is_empty() {
+            self.done();
             return;
         }
         if hangup {
@@ -187,6 +228,7 @@ impl Tree {
                 break;
             }
             if self.scan_async().await.is_empty() {
+                self.done();
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10).min(deadline - now)).await;
@@ -194,8 +236,10 @@ impl Tree {
         for _ in 0..500 {
             let m = self.scan_async().await;
             if m.is_empty() {
+                self.done();
                 return;
             }
+            self.kill_cgroup();
             self.signal_all(&m, libc::SIGKILL);
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

@@ -1,0 +1,156 @@
+//! A cgroup v2 per local spawn, where this process may create them (root, or a delegated
+//! subtree): the spawn's pid joins a fresh cgroup before it execs, so every process it
+//! ever starts stays in it, whatever it does (`setsid`, `env -i`, double forks, a lost
+//! parent); `cgroup.kill` then ends them all at once. Where cgroups are unavailable
+//! (no cgroup2 mount, no `cgroup.kill`, no permission) the marker scan of `tree.rs` is the
+//! whole story, and it stays the fallback alongside the cgroup in any case.
+//!
+//! Layout: `<this process's cgroup>/exec-world-<pid>/<marker>`; the spawn's directory is
+//! removed once its members are gone.
+
+use std::io::Write as _;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Where this process's spawns get their cgroups (created once), if it can.
+fn parent() -> Option<&'static Path> {
+    static PARENT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PARENT
+        .get_or_init(|| {
+            let own = own_cgroup_dir()?;
+            sweep_stale(&own);
+            let dir = own.join(format!("exec-world-{}", std::process::id()));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, dir = %dir.display(), "no cgroup per spawn");
+                    return None;
+                }
+            }
+            if !dir.join("cgroup.kill").exists() {
+                let _ = std::fs::remove_dir(&dir);
+                return None;
+            }
+            Some(dir)
+        })
+        .as_deref()
+}
+
+/// Removes the empty `exec-world-<pid>` directories of processes that are gone (a
+/// process cannot remove its own at exit). Populated ones stay (rmdir refuses them).
+fn sweep_stale(own: &Path) {
+    let Ok(entries) = std::fs::read_dir(own) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("exec-world-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Ok(spawns) = std::fs::read_dir(e.path()) {
+            for s in spawns.flatten() {
+                if s.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = std::fs::remove_dir(s.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(e.path());
+    }
+}
+
+/// True when spawns get a cgroup of their own here.
+pub(crate) fn available() -> bool {
+    parent().is_some()
+}
+
+/// This process's cgroup v2 directory: the cgroup2 mount from `/proc/self/mountinfo` plus
+/// the `0::` line of `/proc/self/cgroup`.
+fn own_cgroup_dir() -> Option<PathBuf> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        if right.split_whitespace().next() != Some("cgroup2") {
+            continue;
+        }
+        let mut f = left.split_whitespace();
+        let root = f.nth(3)?;
+        let mount = f.next()?;
+        let rel = own.strip_prefix(root.trim_end_matches('/')).unwrap_or(own);
+        return Some(Path::new(mount).join(rel.trim_start_matches('/')));
+    }
+    None
+}
+
+/// One spawn's cgroup, before and after its process joined.
+#[derive(Debug)]
+pub(crate) struct SpawnCgroup {
+    /// The cgroup directory.
+    pub(crate) dir: PathBuf,
+    /// `cgroup.procs`, open for the child to write `0` (itself) before it execs.
+    procs: OwnedFd,
+}
+
+impl SpawnCgroup {
+    /// A fresh cgroup for the spawn `marker`, or `None` where cgroups are unavailable.
+    pub(crate) fn create(marker: &str) -> Option<SpawnCgroup> {
+        let dir = parent()?.join(marker);
+        std::fs::create_dir(&dir).ok()?;
+        let procs = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.procs"))
+            .ok()?;
+        Some(SpawnCgroup {
+            dir,
+            procs: procs.into(),
+        })
+    }
+
+    /// The descriptor the child writes to (`join_self`); closed on exec.
+    pub(crate) fn procs_fd(&self) -> i32 {
+        self.procs.as_raw_fd()
+    }
+}
+
+/// In the forked child, before exec: moves the calling process into the cgroup of `fd`.
+/// Only a raw `write(2)` (async-signal-safe). A failure leaves the child where it was
+/// (the marker scan still finds it), so it is not fatal.
+pub(crate) fn join_self(fd: i32) {
+    // SAFETY: writes 1 byte from a static buffer to a descriptor the parent opened.
+    let _ = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+}
+
+/// The pids in the cgroup `dir` (empty when it is gone).
+pub(crate) fn members(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// SIGKILLs every process in the cgroup `dir` at once (`cgroup.kill`), including those
+/// forked while the kill runs.
+pub(crate) fn kill(dir: &Path) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.kill"))
+    {
+        let _ = f.write_all(b"1");
+    }
+}
+
+/// Removes the cgroup `dir` once it is empty (an error while members remain is ignored).
+pub(crate) fn remove(dir: &Path) {
+    let _ = std::fs::remove_dir(dir);
+}
