@@ -1,6 +1,7 @@
 //! The official E2B SDKs (npm `e2b`, PyPI `e2b`, newest) against the emulator.
 //!
-//! Each test installs its SDK into a cache under the workspace `target/sdk-cache/` (once; set
+//! Each test installs its SDK into a cache under the target directory's `sdk-cache/`
+//! (`CARGO_TARGET_DIR` when set, else the workspace `target/`; once; set
 //! `E2B_SDK_REFRESH=1` to reinstall the newest), starts the emulator in-process, and runs a
 //! script from `tests/sdk/` in a child `node` / `python3` with `E2B_API_URL`,
 //! `E2B_SANDBOX_URL` and `E2B_API_KEY` set. The script creates a sandbox, runs commands
@@ -8,6 +9,11 @@
 //! files, checks health and listing, sets the timeout, pauses, connects (memory restore, then
 //! reboot: processes end, files stay), and kills it. The test then checks, with the emulator's
 //! counters, that those calls really reached the control plane and envd.
+//!
+//! The `*_fidelity` tests run `tests/sdk/fidelity.*`: the places where the SDKs' own test
+//! suites look and the emulator once differed from E2B (a paused sandbox answers 502, a
+//! kill cuts running commands, metrics by range, refused uploads, signed URLs, `nice`,
+//! `SendSignal` without a selector, `/health`'s headers, sandbox ports).
 //!
 //! An install failure (registry unreachable, no `npm` / `python3`) fails the test loudly: CI
 //! installs the SDKs, so a skipped smoke test would hide a broken emulator.
@@ -28,7 +34,17 @@ fn workspace() -> PathBuf {
 }
 
 fn cache(sub: &str) -> PathBuf {
-    workspace().join("target").join("sdk-cache").join(sub)
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|t| {
+            if t.is_absolute() {
+                t
+            } else {
+                workspace().join(t)
+            }
+        })
+        .unwrap_or_else(|| workspace().join("target"));
+    target.join("sdk-cache").join(sub)
 }
 
 fn refresh() -> bool {
@@ -95,8 +111,14 @@ async fn install_py() -> PathBuf {
     dir
 }
 
-/// Run one SDK script against a fresh emulator; returns the emulator for counter checks.
-async fn run_script(program: &str, script: &str, path_var: (&str, &Path)) -> Emulator {
+/// Run one SDK script against a fresh emulator; it must exit 0 and print `marker`.
+/// Returns the emulator for counter checks.
+async fn run_script(
+    program: &str,
+    script: &str,
+    path_var: (&str, &Path),
+    marker: &str,
+) -> Emulator {
     let emu = Emulator::start(EmulatorConfig::default())
         .await
         .expect("emulator starts");
@@ -124,7 +146,7 @@ async fn run_script(program: &str, script: &str, path_var: (&str, &Path)) -> Emu
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        out.status.success() && stdout.contains("SMOKE OK"),
+        out.status.success() && stdout.contains(marker),
         "{program} {} failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}\ncounters: {:?}",
         script.display(),
         out.status,
@@ -160,7 +182,7 @@ fn assert_reached(emu: &Emulator, create: &str, connect: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_js_sdk() {
     let node_path = install_js().await;
-    let emu = run_script("node", "smoke.cjs", ("NODE_PATH", &node_path)).await;
+    let emu = run_script("node", "smoke.cjs", ("NODE_PATH", &node_path), "SMOKE OK").await;
     assert_reached(
         &emu,
         "POST /v2/sandboxes",
@@ -172,11 +194,47 @@ async fn official_js_sdk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_sdk() {
     let py_path = install_py().await;
-    let emu = run_script("python3", "smoke.py", ("PYTHONPATH", &py_path)).await;
+    let emu = run_script("python3", "smoke.py", ("PYTHONPATH", &py_path), "SMOKE OK").await;
     assert_reached(
         &emu,
         "POST /v2/sandboxes",
         "POST /v2/sandboxes/{sandboxID}/connect",
     );
+    emu.shutdown().await;
+}
+
+/// Issue 12's causes through the JS SDK: paused/missing → 502 (`isRunning()` false), kill
+/// cuts a running command (`TimeoutError`), metrics by range, a refused upload answers,
+/// signed URLs without routing headers, `nice`, `SendSignal` without a selector, `/health`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_js_sdk_fidelity() {
+    let node_path = install_js().await;
+    let emu = run_script(
+        "node",
+        "fidelity.cjs",
+        ("NODE_PATH", &node_path),
+        "FIDELITY OK",
+    )
+    .await;
+    let c = emu.counters();
+    assert!(
+        c.get_on(Surface::Envd, "GET /files") >= 3,
+        "signed downloads reached envd: {:?}",
+        c.snapshot()
+    );
+    emu.shutdown().await;
+}
+
+/// The same causes through the Python SDK (paused/missing, kill, metrics, signed URLs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_sdk_fidelity() {
+    let py_path = install_py().await;
+    let emu = run_script(
+        "python3",
+        "fidelity.py",
+        ("PYTHONPATH", &py_path),
+        "FIDELITY OK",
+    )
+    .await;
     emu.shutdown().await;
 }

@@ -7,7 +7,12 @@
 //! * unknown / killed sandbox → 502 `{"sandboxId","message":"The sandbox was not found","code":502}`;
 //! * a port other than envd's → 502 `{"sandboxId","message":"The sandbox is running but port is not open","port":N,"code":502}`;
 //! * paused sandbox: auto-resumed when it was created with `autoResume.enabled` (and paused
-//!   with memory), else 409 `{"sandboxId","message":"The sandbox is paused","code":409,"canAutoResume":false}`.
+//!   with memory), else the same 502 as a missing sandbox: the proxy cannot route to a VM
+//!   that does not run, and the SDKs' `isRunning()` reads exactly that 502 as "not running".
+//!
+//! A killed sandbox's responses still streaming are cut mid-body (no end-of-stream frame,
+//! the connection aborts), as the real proxy loses its connection to a destroyed VM; a
+//! `/health` probe then answers 502.
 //!
 //! Also: [`cut_stream`], the body wrapper of the `CutStream` fault.
 
@@ -16,12 +21,13 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
 use e2b_proto::control::SandboxState;
 use e2b_proto::{ENVD_PORT, headers};
 use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::control::ids::is_valid_id;
@@ -79,18 +85,6 @@ pub(crate) fn not_found(sandbox_id: &str) -> Response {
     )
 }
 
-fn paused(sandbox_id: &str) -> Response {
-    json(
-        StatusCode::CONFLICT,
-        serde_json::json!({
-            "sandboxId": sandbox_id,
-            "message": "The sandbox is paused",
-            "code": 409,
-            "canAutoResume": false,
-        }),
-    )
-}
-
 fn port_closed(sandbox_id: &str, port: u64) -> Response {
     json(
         StatusCode::BAD_GATEWAY,
@@ -103,8 +97,10 @@ fn port_closed(sandbox_id: &str, port: u64) -> Response {
     )
 }
 
-/// Classify a request by its routing headers.
-pub(crate) fn target(h: &HeaderMap) -> Target {
+/// Classify a request by its routing headers, else by its `Host` (`<port>-<id>.<domain>`),
+/// else (a header-less signed `/files` URL) by the sandbox whose token made its signature.
+pub(crate) fn target(store: &Store, req: &Request) -> Target {
+    let h = req.headers();
     let get = |name: &str| {
         h.get(name)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
@@ -113,14 +109,55 @@ pub(crate) fn target(h: &HeaderMap) -> Target {
     let id = get(headers::SANDBOX_ID);
     let port = get(headers::SANDBOX_PORT);
     match (id, port) {
-        (None, None) => Target::Control,
+        (None, None) => {}
         (None, Some(_)) | (Some(_), None) => {
-            Target::Invalid(text(StatusCode::BAD_REQUEST, "missing header"))
+            return Target::Invalid(text(StatusCode::BAD_REQUEST, "missing header"));
         }
-        (Some(sandbox_id), Some(port)) => match port.parse::<u64>() {
-            Ok(port) => Target::Envd { sandbox_id, port },
-            Err(_) => Target::Invalid(text(StatusCode::BAD_REQUEST, "Invalid sandbox port")),
+        (Some(sandbox_id), Some(port)) => {
+            return match port.parse::<u64>() {
+                Ok(port) => Target::Envd { sandbox_id, port },
+                Err(_) => Target::Invalid(text(StatusCode::BAD_REQUEST, "Invalid sandbox port")),
+            };
+        }
+    }
+    if let Some((port, sandbox_id)) = get(header::HOST.as_str()).as_deref().and_then(host_route) {
+        return Target::Envd { sandbox_id, port };
+    }
+    if req.uri().path() == "/files" && crate::envd::has_signature(req.uri().query()) {
+        return signed_files_target(store, req);
+    }
+    Target::Control
+}
+
+/// `<port>-<sandbox id>.<domain>[:<listen port>]` → (port, sandbox id).
+fn host_route(host: &str) -> Option<(u64, String)> {
+    let label = host.split('.').next()?;
+    let (port, id) = label.split_once('-')?;
+    let port = port.parse::<u64>().ok()?;
+    // A bare `host:port` has no dot: never a sandbox host.
+    (host.contains('.') && is_valid_id(id)).then(|| (port, id.to_owned()))
+}
+
+/// The sandbox whose access token signed this header-less `/files` request, or envd's own
+/// 401 `invalid signature` when none did.
+fn signed_files_target(store: &Store, req: &Request) -> Target {
+    let query = req.uri().query();
+    let owner = store.all().into_iter().find(|rec| {
+        !rec.life().gone
+            && rec
+                .access_token
+                .as_deref()
+                .is_some_and(|token| crate::envd::signed_with(query, req.method(), token))
+    });
+    match owner {
+        Some(rec) => Target::Envd {
+            sandbox_id: rec.id.clone(),
+            port: u64::from(ENVD_PORT),
         },
+        None => Target::Invalid(crate::envd::json_error(
+            StatusCode::UNAUTHORIZED,
+            "invalid signature",
+        )),
     }
 }
 
@@ -146,7 +183,7 @@ pub(crate) async fn route_envd(
     };
     if state == SandboxState::Paused {
         if !can_resume {
-            return paused(sandbox_id);
+            return not_found(sandbox_id);
         }
         let timeout = AUTO_RESUME_TIMEOUT.min(store.max_timeout);
         if store.resume(&rec, timeout, None).await.is_err() {
@@ -163,14 +200,42 @@ pub(crate) async fn route_envd(
             return not_found(sandbox_id);
         }
         if life.state == SandboxState::Paused {
-            return paused(sandbox_id);
+            return not_found(sandbox_id);
         }
         life.router.clone()
     };
-    match router.oneshot(req).await {
+    let resp = match router.oneshot(req).await {
         Ok(resp) => resp,
         Err(never) => match never {},
-    }
+    };
+    cut_on_kill(resp, rec.cut.clone())
+}
+
+/// The body of `resp`, aborted with an error as soon as `cut` is cancelled: hyper then
+/// drops the connection without finishing the body (HTTP/1: no last chunk).
+fn cut_on_kill(resp: Response, cut: CancellationToken) -> Response {
+    let (parts, body) = resp.into_parts();
+    let stream = futures::stream::unfold(
+        (body.into_data_stream(), cut, false),
+        |(mut inner, cut, done)| async move {
+            if done {
+                return None;
+            }
+            tokio::select! {
+                biased;
+                () = cut.cancelled() => Some((
+                    Err(std::io::Error::other("sandbox killed: connection to it lost")),
+                    (inner, cut, true),
+                )),
+                next = inner.next() => match next {
+                    Some(Ok(chunk)) => Some((Ok(chunk), (inner, cut, false))),
+                    Some(Err(e)) => Some((Err(std::io::Error::other(e)), (inner, cut, true))),
+                    None => None,
+                },
+            }
+        },
+    );
+    Response::from_parts(parts, Body::from_stream(stream))
 }
 
 /// Pass the first `after_frames` Connect envelopes of a streaming response, then end the

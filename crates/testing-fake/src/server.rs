@@ -113,7 +113,7 @@ async fn dispatch(shared: Arc<Shared>, req: Request) -> Result<Response, ResetCo
             .await
             .unwrap_or_else(|never| match never {}));
     }
-    let target = proxy::target(req.headers());
+    let target = proxy::target(&shared.store, &req);
     let (surface, sandbox_id) = match &target {
         Target::Control => {
             let id = control_sandbox_id(&path);
@@ -309,7 +309,10 @@ impl Emulator {
                 loop {
                     tokio::select! {
                         () = stop.cancelled() => break,
-                        _ = tick.tick() => store.expire_due().await,
+                        _ = tick.tick() => {
+                            store.expire_due().await;
+                            store.sample_metrics();
+                        }
                     }
                 }
             })

@@ -59,14 +59,14 @@ async fn proxy_answers() {
     assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["port"], 8080);
-    // paused, no auto-resume → 409
+    // paused, no auto-resume → the proxy cannot route: 502, as for a missing sandbox
     env.post(&format!("/sandboxes/{id}/pause"), json!({})).await;
     let r = env.envd(Method::GET, "/health", &sbx).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(
         v,
-        json!({"sandboxId": id, "message":"The sandbox is paused","code":409,"canAutoResume":false})
+        json!({"sandboxId": id, "message":"The sandbox was not found","code":502})
     );
     // killed → 502
     env.delete(&format!("/sandboxes/{id}")).await;
@@ -81,7 +81,7 @@ async fn proxy_answers() {
     env.post(&format!("/sandboxes/{id}/pause"), json!({})).await;
     assert_eq!(env.state(id).await.as_deref(), Some("paused"));
     let r = env.envd(Method::GET, "/health", &sbx).send().await.unwrap();
-    assert_ne!(r.status(), StatusCode::CONFLICT);
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
     assert_eq!(env.state(id).await.as_deref(), Some("running"));
     env.emu.shutdown().await;
 }

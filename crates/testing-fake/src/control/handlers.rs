@@ -390,19 +390,36 @@ fn metric(rec: &SandboxRecord, at: OffsetDateTime) -> serde_json::Value {
     })
 }
 
-/// `GET /sandboxes/{id}/metrics`: one synthetic sample while running, none while paused.
+/// `GET /sandboxes/{id}/metrics?start=&end=` (unix seconds): the sandbox's samples (one at
+/// boot, then one every 5 s while it runs) within the range; `start` defaults to the
+/// sandbox's start, `end` to now. Values are synthetic, the timestamps real.
 pub(crate) async fn metrics(
     State(store): State<Arc<Store>>,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> ApiResult<Json<serde_json::Value>> {
     let rec = lookup(&store, &id)?;
-    if rec.life().state == SandboxState::Paused {
-        return Ok(Json(serde_json::json!([])));
+    let query = query.unwrap_or_default();
+    let mut start = rec.started_at.unix_timestamp();
+    let mut end = OffsetDateTime::now_utc().unix_timestamp();
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        let slot = match k.as_ref() {
+            "start" => &mut start,
+            "end" => &mut end,
+            _ => continue,
+        };
+        *slot = v.parse::<i64>().map_err(|_| {
+            ApiErr::validation(format!(
+                "parameter \"{k}\" in query has an error: value {v}: an invalid integer: invalid syntax"
+            ))
+        })?;
     }
-    Ok(Json(serde_json::json!([metric(
-        &rec,
-        OffsetDateTime::now_utc()
-    )])))
+    let samples: Vec<serde_json::Value> = rec
+        .samples_between(start, end)
+        .into_iter()
+        .map(|at| metric(&rec, at))
+        .collect();
+    Ok(Json(serde_json::Value::Array(samples)))
 }
 
 /// `GET /sandboxes/metrics?sandbox_ids=a,b`.

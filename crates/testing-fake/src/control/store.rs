@@ -50,6 +50,12 @@ pub(crate) struct SandboxRecord {
     net: Mutex<(Option<bool>, Option<NetworkConfig>)>,
     life: Mutex<Life>,
     op: tokio::sync::Mutex<()>,
+    /// Cancelled when the sandbox is killed: the proxy then cuts every response body still
+    /// streaming from it, as E2B's proxy loses its connections to a destroyed VM.
+    pub cut: tokio_util::sync::CancellationToken,
+    /// When metrics were sampled (one at boot, then every [`METRICS_INTERVAL`] while
+    /// running), oldest first; `GET /sandboxes/{id}/metrics` filters them by range.
+    samples: Mutex<Vec<OffsetDateTime>>,
 }
 
 impl SandboxRecord {
@@ -71,6 +77,36 @@ impl SandboxRecord {
         *self.net.lock().unwrap_or_else(PoisonError::into_inner) = (allow_internet_access, network);
     }
 
+    /// The metric sample times within `[start, end]` (unix seconds, both inclusive).
+    pub fn samples_between(&self, start: i64, end: i64) -> Vec<OffsetDateTime> {
+        self.samples
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|t| (start..=end).contains(&t.unix_timestamp()))
+            .copied()
+            .collect()
+    }
+
+    /// The newest metric sample time.
+    pub fn last_sample(&self) -> Option<OffsetDateTime> {
+        self.samples
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last()
+            .copied()
+    }
+
+    /// Record a sample taken at `at` (the series keeps the newest [`METRICS_KEPT`]).
+    fn push_sample(&self, at: OffsetDateTime) {
+        let mut s = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
+        s.push(at);
+        if s.len() > METRICS_KEPT {
+            let extra = s.len() - METRICS_KEPT;
+            s.drain(..extra);
+        }
+    }
+
     fn envd_config(&self) -> EnvdConfig {
         EnvdConfig {
             sandbox_id: self.id.clone(),
@@ -81,6 +117,11 @@ impl SandboxRecord {
         }
     }
 }
+
+/// How often a running sandbox's metrics are sampled (E2B's orchestrator: every 5 s).
+pub(crate) const METRICS_INTERVAL: Duration = Duration::from_secs(5);
+/// Most samples kept per sandbox (a day at [`METRICS_INTERVAL`]).
+const METRICS_KEPT: usize = 24 * 3600 / 5;
 
 /// What `create` needs after validation.
 pub(crate) struct CreateParams {
@@ -208,6 +249,8 @@ impl Store {
                 gone: false,
             }),
             op: tokio::sync::Mutex::new(()),
+            cut: tokio_util::sync::CancellationToken::new(),
+            samples: Mutex::new(vec![now]),
         });
         self.map().insert(id, rec.clone());
         tracing::info!(sandbox = %rec.id, template = %rec.template.alias, "sandbox created");
@@ -219,6 +262,8 @@ impl Store {
         let Some(rec) = self.map().remove(id) else {
             return false;
         };
+        // Streams are cut before any process dies, so no client sees a clean end event.
+        rec.cut.cancel();
         let _op = rec.op.lock().await;
         let envd = {
             let mut life = rec.life();
@@ -324,6 +369,25 @@ impl Store {
             life.end_at = end;
         }
         Ok(())
+    }
+
+    /// Sample the metrics of every running sandbox whose last sample is
+    /// [`METRICS_INTERVAL`] old.
+    pub fn sample_metrics(&self) {
+        let now = OffsetDateTime::now_utc();
+        for rec in self.all() {
+            let running = {
+                let life = rec.life();
+                !life.gone && life.state == SandboxState::Running
+            };
+            let due = rec.last_sample().is_none_or(|t| {
+                now - t
+                    >= time::Duration::try_from(METRICS_INTERVAL).unwrap_or(time::Duration::ZERO)
+            });
+            if running && due {
+                rec.push_sample(now);
+            }
+        }
     }
 
     /// Pause (autoPause) or kill every running sandbox whose end time has passed.

@@ -55,6 +55,42 @@ fn parse_query(q: Option<&str>) -> Params {
     p
 }
 
+/// True when `query` (the raw query of a header-less `GET`/`POST /files`) carries a
+/// signature that `token` made for this operation: such a request belongs to the sandbox
+/// holding `token`, whether or not the signature has expired (envd then says so).
+pub(crate) fn signed_with(query: Option<&str>, method: &axum::http::Method, token: &str) -> bool {
+    let operation = match *method {
+        axum::http::Method::GET => "read",
+        axum::http::Method::POST => "write",
+        _ => return false,
+    };
+    let p = parse_query(query);
+    let Some(sig) = p.signature.as_deref() else {
+        return false;
+    };
+    let Ok(exp) = p
+        .signature_expiration
+        .as_deref()
+        .map(str::parse::<i64>)
+        .transpose()
+    else {
+        return false;
+    };
+    let expected = super::auth::signature(
+        p.path.as_deref().unwrap_or(""),
+        operation,
+        p.username.as_deref().unwrap_or(""),
+        token,
+        exp,
+    );
+    super::auth::constant_time_eq(expected.as_bytes(), sig.as_bytes())
+}
+
+/// True when `query` has a `signature` parameter.
+pub(crate) fn has_signature(query: Option<&str>) -> bool {
+    parse_query(query).signature.is_some()
+}
+
 fn lookup_user(envd: &Envd, params: &Params) -> Result<TemplateUser, Response> {
     let name = params
         .username
@@ -836,14 +872,88 @@ fn body_stream(
     ))
 }
 
-/// `POST /files`.
+/// Most bytes of a refused upload's body read (and discarded) before answering, as Go's
+/// HTTP server does after a handler that did not read the body (`maxPostHandlerReadBytes`).
+const REFUSED_BODY_DRAIN: u64 = 256 << 10;
+/// Longest wait for that rest of the body.
+const REFUSED_BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A request body that the handler reads through [`SharedBody::body`] and that can still
+/// be drained after the handler gave up on it.
+struct SharedBody(Arc<std::sync::Mutex<axum::body::BodyDataStream>>);
+
+impl SharedBody {
+    fn new(body: Body) -> Self {
+        SharedBody(Arc::new(std::sync::Mutex::new(body.into_data_stream())))
+    }
+
+    /// The body for the handler (reads from the shared stream).
+    fn body(&self) -> Body {
+        Body::from_stream(SharedStream(self.0.clone()))
+    }
+
+    /// Read and discard the rest, up to [`REFUSED_BODY_DRAIN`] bytes; true when it ended.
+    async fn drain(&self) -> bool {
+        let mut rest = SharedStream(self.0.clone());
+        let mut read = 0u64;
+        let all = async {
+            while let Some(chunk) = rest.next().await {
+                let Ok(chunk) = chunk else { return false };
+                read += chunk.len() as u64;
+                if read > REFUSED_BODY_DRAIN {
+                    return false;
+                }
+            }
+            true
+        };
+        tokio::time::timeout(REFUSED_BODY_WAIT, all)
+            .await
+            .unwrap_or(false)
+    }
+}
+
+struct SharedStream(Arc<std::sync::Mutex<axum::body::BodyDataStream>>);
+
+impl Stream for SharedStream {
+    type Item = Result<Bytes, axum::Error>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        match self.0.lock() {
+            Ok(mut inner) => inner.poll_next_unpin(cx),
+            Err(_) => std::task::Poll::Ready(None),
+        }
+    }
+}
+
+/// `POST /files`. A refused upload still reads (a bounded part of) its body before the
+/// answer goes out, so the client sees the status instead of a broken pipe.
 pub(crate) async fn upload(
     State(envd): State<Arc<Envd>>,
     RawQuery(q): RawQuery,
     req: Request,
 ) -> Response {
     let (parts, body) = req.into_parts();
-    let headers = parts.headers;
+    let shared = SharedBody::new(body);
+    let mut resp = upload_body(envd, q, parts.headers, shared.body()).await;
+    if !resp.status().is_success() && !shared.drain().await {
+        // Too much left: answer and close, as Go does.
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    resp
+}
+
+async fn upload_body(
+    envd: Arc<Envd>,
+    q: Option<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let params = parse_query(q.as_deref());
     let raw_path = params.path.clone().unwrap_or_default();
     if let Err(r) = check_files_access(

@@ -24,6 +24,9 @@ mod process;
 mod pty;
 mod watch;
 
+pub(crate) use auth::json_error;
+pub(crate) use files::{has_signature, signed_with};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -419,10 +422,15 @@ fn descendants(roots: &[i32]) -> Vec<i32> {
     out
 }
 
+/// `GET /health`: 204, `Cache-Control: no-store`, and the empty `Content-Type` header
+/// envd's handler writes.
 async fn health() -> Response {
     (
         StatusCode::NO_CONTENT,
-        [(header::CACHE_CONTROL, "no-store")],
+        [
+            (header::CACHE_CONTROL, "no-store"),
+            (header::CONTENT_TYPE, ""),
+        ],
     )
         .into_response()
 }

@@ -32,7 +32,11 @@ use super::{Envd, SANDBOX_PATH, isolation, paths, pty};
 const STD_CHUNK: usize = 32 << 10;
 const PTY_CHUNK: usize = 16 << 10;
 const RETENTION: Duration = Duration::from_secs(30);
-const OOM_WRAPPER: &str = r#"echo 100 > /proc/$$/oom_score_adj && exec "${@}""#;
+/// envd 0.6.13's wrapper: raise the OOM score, then run the command through
+/// `/usr/bin/nice` (so a missing program is `nice`'s error, exit 127, like on E2B).
+const OOM_WRAPPER: &str = r#"echo 100 > /proc/$$/oom_score_adj && exec /usr/bin/nice -n 0 "${@}""#;
+/// envd's answer (`getProcess`) to a request whose process selector is absent or empty.
+const NO_SELECTOR: &str = "invalid input type *process.ProcessSelector";
 
 /// A live process.
 pub(crate) struct Proc {
@@ -280,6 +284,17 @@ pub(crate) async fn dispatch(
             }
         };
     }
+    let json_unary = http_method == Method::POST
+        && headers
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("application/json"));
+    if json_unary && SELECTOR_RPCS.contains(&method.as_str()) && lacks_selector(&body) {
+        return connect::unary(Err::<Empty, _>(RpcError::new(
+            Code::Unimplemented,
+            NO_SELECTOR,
+        )));
+    }
     match method.as_str() {
         "Start" => match connect::stream_request::<StartRequest>(&http_method, &headers, &body) {
             Ok((req, deadline)) => start(envd, user, req, &headers, deadline).await,
@@ -306,6 +321,25 @@ pub(crate) async fn dispatch(
         "Update" => unary!(UpdateRequest, |req| async { update(&envd, req) }),
         "CloseStdin" => unary!(CloseStdinRequest, |req| close_stdin(&envd, req)),
         _ => super::not_found().await,
+    }
+}
+
+/// The unary RPCs that address one process through a `ProcessSelector`.
+const SELECTOR_RPCS: [&str; 4] = ["SendInput", "SendSignal", "Update", "CloseStdin"];
+
+/// True for a JSON request body whose `process` selector names neither a pid nor a tag
+/// (envd answers 501 `unimplemented` before looking at anything else).
+fn lacks_selector(body: &Bytes) -> bool {
+    let Ok(serde_json::Value::Object(msg)) = serde_json::from_slice::<serde_json::Value>(body)
+    else {
+        return false;
+    };
+    match msg.get("process") {
+        Some(serde_json::Value::Object(sel)) => {
+            !sel.contains_key("pid") && !sel.contains_key("tag")
+        }
+        Some(serde_json::Value::Null) | None => true,
+        Some(_) => false,
     }
 }
 
