@@ -36,6 +36,7 @@ pub mod local;
 pub mod output;
 mod path;
 mod proc;
+pub mod sandbox;
 mod terminal;
 pub mod tree_script;
 
