@@ -244,7 +244,6 @@ pub struct FileStat {
 
 /// What a provider offers beyond the common contract; the conformance suite reads them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
 pub struct SandboxCapabilities {
     /// Parallel execs and file operations on one sandbox from several tasks and provider
     /// instances.

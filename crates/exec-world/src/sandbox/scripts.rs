@@ -9,7 +9,9 @@ pub const TAG_VAR: &str = "SANDBOX_EXEC_TAG";
 /// The value of [`TAG_VAR`] for an exec without a tag.
 pub const UNTAGGED: &str = "-";
 
-/// Local execs also carry `SANDBOX_EXEC_ID=<sandbox id>` (E2B: the VM is the boundary).
+/// Every exec also carries `SANDBOX_EXEC_ID=<sandbox id>`, so the script never touches
+/// another sandbox's commands where several share one process table (local, the
+/// emulator).
 pub const SANDBOX_ID_VAR: &str = "SANDBOX_EXEC_ID";
 
 /// The script. Arguments: `MODE TREE_SCRIPT SANDBOX_ID ALL TAG…`.
