@@ -6,17 +6,27 @@ use std::time::Duration;
 
 use e2b_core::Secret;
 use exec_world::sandbox::validate::hostname;
-use serde::Deserialize;
 
 /// Smallest `timeout_seconds`.
 pub const MIN_TIMEOUT_SECONDS: u64 = 60;
 /// Largest `timeout_seconds` (24 h, E2B's longest run).
 pub const MAX_TIMEOUT_SECONDS: u64 = 86_400;
 
+/// The keys of the JSON form.
+pub const KEYS: [&str; 7] = [
+    "api_key",
+    "template",
+    "api_url",
+    "domain",
+    "timeout_seconds",
+    "domain_allowlist",
+    "allow_open_egress",
+];
+
 /// A config value that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// The JSON did not parse or named an unknown key (serde's message names it).
+    /// The JSON did not parse, or named an unknown key (the message names it).
     #[error("sandbox-e2b config: {0}")]
     Parse(String),
     /// A value is out of its range or malformed.
@@ -63,18 +73,6 @@ pub struct SandboxConfig {
     pub sandbox_url: Option<String>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Raw {
-    api_key: String,
-    template: String,
-    api_url: Option<String>,
-    domain: Option<String>,
-    timeout_seconds: Option<u64>,
-    domain_allowlist: Option<bool>,
-    allow_open_egress: Option<bool>,
-}
-
 impl SandboxConfig {
     /// A config with the defaults.
     pub fn new(api_key: impl Into<Secret>, template: impl Into<String>) -> SandboxConfig {
@@ -90,21 +88,71 @@ impl SandboxConfig {
         }
     }
 
-    /// Parses and validates JSON (keys in snake_case).
+    /// Parses and validates JSON (keys in snake_case). An unknown key, a value of the
+    /// wrong type or out of range is an error naming the key.
     pub fn from_json(text: &str) -> Result<SandboxConfig, ConfigError> {
-        let raw: Raw = serde_json::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        let mut cfg = SandboxConfig::new(raw.api_key, raw.template);
-        cfg.api_url = raw.api_url;
-        if let Some(d) = raw.domain {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let serde_json::Value::Object(map) = value else {
+            return Err(ConfigError::Parse(
+                "the config must be a JSON object".into(),
+            ));
+        };
+        let string = |key: &'static str| -> Result<Option<String>, ConfigError> {
+            match map.get(key) {
+                None => Ok(None),
+                Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(ConfigError::Invalid {
+                    key,
+                    rule: "must be a string".into(),
+                }),
+            }
+        };
+        let boolean = |key: &'static str| -> Result<Option<bool>, ConfigError> {
+            match map.get(key) {
+                None => Ok(None),
+                Some(serde_json::Value::Bool(b)) => Ok(Some(*b)),
+                Some(_) => Err(ConfigError::Invalid {
+                    key,
+                    rule: "must be true or false".into(),
+                }),
+            }
+        };
+        for key in map.keys() {
+            if !KEYS.contains(&key.as_str()) {
+                return Err(ConfigError::Parse(format!(
+                    "unknown key `{}` (known keys: {})",
+                    key.chars().take(100).collect::<String>(),
+                    KEYS.join(", ")
+                )));
+            }
+        }
+        let required = |key: &'static str, v: Option<String>| {
+            v.ok_or(ConfigError::Invalid {
+                key,
+                rule: "is required".into(),
+            })
+        };
+        let mut cfg = SandboxConfig::new(
+            required("api_key", string("api_key")?)?,
+            required("template", string("template")?)?,
+        );
+        cfg.api_url = string("api_url")?;
+        if let Some(d) = string("domain")? {
             cfg.domain = d;
         }
-        if let Some(t) = raw.timeout_seconds {
-            cfg.timeout_seconds = t;
+        if let Some(t) = map.get("timeout_seconds") {
+            cfg.timeout_seconds = t.as_u64().ok_or_else(|| ConfigError::Invalid {
+                key: "timeout_seconds",
+                rule: format!(
+                    "must be a whole number of seconds between {MIN_TIMEOUT_SECONDS} and {MAX_TIMEOUT_SECONDS}"
+                ),
+            })?;
         }
-        if let Some(b) = raw.domain_allowlist {
+        if let Some(b) = boolean("domain_allowlist")? {
             cfg.domain_allowlist = b;
         }
-        if let Some(b) = raw.allow_open_egress {
+        if let Some(b) = boolean("allow_open_egress")? {
             cfg.allow_open_egress = b;
         }
         cfg.validate()?;
@@ -214,7 +262,18 @@ mod tests {
             ),
             (r#","domain":"localhost""#, "`domain`"),
             (r#","api_url":"ftp://x""#, "`api_url` must be an http"),
-            (r#","timeout_seconds":"1""#, "timeout_seconds"),
+            (
+                r#","timeout_seconds":"1""#,
+                "`timeout_seconds` must be a whole number",
+            ),
+            (
+                r#","timeout_seconds":-5"#,
+                "`timeout_seconds` must be a whole number",
+            ),
+            (
+                r#","domain_allowlist":"yes""#,
+                "`domain_allowlist` must be true or false",
+            ),
         ];
         for (extra, want) in cases {
             let e = parse(extra).expect_err(extra).to_string();
