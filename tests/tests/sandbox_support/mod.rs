@@ -49,3 +49,75 @@ pub async fn world() -> SandboxWorld {
     let b = provider(&env.emu);
     SandboxWorld::new(Arc::new(a), Arc::new(b), "e2b").with_guard(env)
 }
+
+/// An emulator, one provider on it, and a fresh sandbox named `name`.
+pub struct One {
+    pub env: Env,
+    pub p: E2bSandboxes,
+    pub h: exec_world::sandbox::SandboxHandle,
+}
+
+pub async fn one(name: &str) -> One {
+    use exec_world::sandbox::{CreateSpec, SandboxProvider as _};
+    let env = env().await;
+    let p = provider(&env.emu);
+    let h = p.create(CreateSpec::new(name)).await.expect("create");
+    One { env, p, h }
+}
+
+/// The sandbox's envd API as root (the test's own view, not the provider's).
+pub async fn root_api(env: &Env, id: &str) -> Arc<dyn e2b_core::EnvdApi> {
+    env.client
+        .connect(id, e2b_core::ConnectOptions::default())
+        .await
+        .expect("connect")
+        .into_api()
+}
+
+/// Runs `script` as root in the sandbox; stdout as text.
+pub async fn root_sh(env: &Env, id: &str, script: &str) -> String {
+    root_sh_args(env, id, script, &[]).await
+}
+
+/// Runs `script` with positional `args` as root in the sandbox; stdout as text.
+pub async fn root_sh_args(env: &Env, id: &str, script: &str, args: &[&str]) -> String {
+    let api = root_api(env, id).await;
+    let out = e2b_core::control_shell::ControlShell::new(api)
+        .run(script, args)
+        .await
+        .expect("root command");
+    assert_eq!(
+        out.exit_code,
+        0,
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout_text()
+}
+
+/// Host processes whose environment carries `SANDBOX_EXEC_ID=<id>` (every command the
+/// provider started in that sandbox), zombies excluded: the emulator's process table.
+pub fn host_processes_of(id: &str) -> Vec<u32> {
+    let want = format!("SANDBOX_EXEC_ID={id}");
+    let mut found = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+        if status
+            .lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z'))
+        {
+            continue;
+        }
+        let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
+        if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
