@@ -27,9 +27,7 @@ async fn writes_through_links_and_swapped_parents_are_refused() {
     let unique = format!("sandbox-e2b-probe-{}", std::process::id());
     let r = sh(
         &o,
-        &format!(
-            "ln -s /skills/root-file /workspace/lnk && ln -s /skills /workspace/dir && ln -s /etc /workspace/etc && echo ok"
-        ),
+        "ln -s /skills/root-file /workspace/lnk && ln -s /skills /workspace/dir && ln -s /etc /workspace/etc && echo ok",
     )
     .await;
     assert_eq!(r.stdout, "ok\n", "{r:?}");
