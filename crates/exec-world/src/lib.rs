@@ -38,6 +38,7 @@ pub mod output;
 mod path;
 mod proc;
 pub mod rooted;
+pub mod sandbox;
 mod terminal;
 pub mod tree_script;
 

@@ -1,2 +1,318 @@
-//! The conversation-sandbox provider (`sandbox@1`): one E2B sandbox per conversation,
-//! composed from `e2b-core`, `fs-e2b` and `subprocess-e2b`. Filled by a later issue.
+//! The conversation-sandbox provider (`sandbox@1`) on E2B: [`E2bSandboxes`], one E2B
+//! sandbox per conversation, implementing exec-world's
+//! [`SandboxProvider`](exec_world::sandbox::SandboxProvider) by composing `e2b-core`
+//! (client, control shell), and `subprocess-e2b` (the exec wrapper and tree kill).
+//!
+//! * [`SandboxConfig`]: the strict deployment config (JSON or built).
+//! * Lifecycle by name: `create` deletes every sandbox already carrying the name (listed
+//!   by metadata [`NAME_METADATA_KEY`], running and paused, every page), then creates one
+//!   with auto-pause and an envd access token, and the egress mapping (`none` → no
+//!   internet access; `allowlist` → `allowOut` = hosts and `denyOut` = `0.0.0.0/0`; `open`
+//!   → internet access, only with `allow_open_egress`).
+//! * A lease per sandbox (see `lease.rs`): an operation connects only when the end of
+//!   life it knows is too close, or when envd says the sandbox is paused or missing.
+//! * exec (`exec.rs`), files (`files.rs`), and `kill_all` / `kill_tagged` through
+//!   exec-world's in-world script as the sandbox user.
+//!
+//! ```no_run
+//! use exec_world::sandbox::{CreateSpec, ExecSpec, SandboxProvider};
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let cfg = sandbox_e2b::SandboxConfig::from_json(
+//!     r#"{"api_key": "e2b_…", "template": "capybara-sandbox"}"#,
+//! )?;
+//! let sandboxes = sandbox_e2b::E2bSandboxes::new(cfg)?;
+//! let h = sandboxes.create(CreateSpec::new("conv-42")).await?;
+//! sandboxes.write_file(&h, "/workspace/notes.txt", b"hello").await?;
+//! let out = sandboxes.exec(&h, ExecSpec::new("cat notes.txt")).await?;
+//! assert_eq!(out.stdout, "hello");
+//! let head = sandboxes.read_file(&h, "/workspace/notes.txt", 1024).await?;
+//! sandboxes.suspend(&h).await?;
+//! sandboxes.resume(&h).await?;
+//! sandboxes.destroy(&h).await?;
+//! # let _ = head; Ok(()) }
+//! ```
+
+mod config;
+mod errors;
+mod exec;
+mod files;
+mod lease;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use e2b_core::control_shell::ControlShell;
+use e2b_core::proto::control::SandboxState;
+use e2b_core::{Client, CreateOptions, ListQuery};
+use exec_world::sandbox::{
+    CreateSpec, Egress, ExecOutput, ExecSpec, FileContent, FileStat, ResumeOutcome,
+    SIGNAL_EXECS_SH, SandboxCapabilities, SandboxError, SandboxHandle, SandboxProvider, validate,
+};
+use exec_world::tree_script::KILL_TREE_SH;
+
+pub use config::{ConfigError, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, SandboxConfig};
+pub use files::UPLOAD_DIR;
+
+use crate::errors::{map_core, op_failed, script_failed};
+use crate::lease::{Leases, check_id};
+
+/// The metadata key carrying a sandbox's conversation name (the same key as the
+/// TypeScript plugin, so both find each other's sandboxes).
+pub const NAME_METADATA_KEY: &str = "capybara-sandbox-name";
+
+/// Default bound on stopping a command: the tree kill and the end of its output.
+pub const DEFAULT_STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// Conversation sandboxes on E2B. Cheap to clone; clones share leases.
+#[derive(Debug, Clone)]
+pub struct E2bSandboxes {
+    leases: Arc<Leases>,
+    stop_wait: Duration,
+}
+
+/// A failure to build the provider.
+#[derive(Debug, thiserror::Error)]
+pub enum NewError {
+    /// The config is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The HTTP client could not be built.
+    #[error("sandbox-e2b: cannot build the E2B client: {0}")]
+    Client(#[from] e2b_core::Error),
+}
+
+impl E2bSandboxes {
+    /// A provider for `cfg` (validated here).
+    pub fn new(cfg: SandboxConfig) -> Result<E2bSandboxes, NewError> {
+        cfg.validate()?;
+        let mut core = e2b_core::Config::new()
+            .api_key(cfg.api_key.clone())
+            .domain(cfg.domain.clone())
+            .api_url(cfg.api_url());
+        if let Some(u) = &cfg.sandbox_url {
+            core = core.sandbox_url(u.clone());
+        }
+        let client = Client::new(core)?;
+        Ok(E2bSandboxes {
+            leases: Arc::new(Leases::new(client, cfg)),
+            stop_wait: DEFAULT_STOP_WAIT,
+        })
+    }
+
+    /// How long a stop (tree kill and end of output) may take before the sandbox is
+    /// rebooted (default [`DEFAULT_STOP_WAIT`]).
+    pub fn stop_wait(mut self, wait: Duration) -> E2bSandboxes {
+        self.stop_wait = wait;
+        self
+    }
+
+    /// The config in use.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.leases.cfg
+    }
+
+    async fn signal_execs(
+        &self,
+        op: &'static str,
+        h: &SandboxHandle,
+        tags: Option<&[String]>,
+    ) -> Result<(), SandboxError> {
+        let all = if tags.is_none() { "1" } else { "0" };
+        // The sandbox id too: on a host without PID namespaces (the emulator) /proc shows
+        // other sandboxes' processes under the same uid.
+        let mut args: Vec<&str> = vec!["kill", KILL_TREE_SH, &h.id, all];
+        args.extend(tags.unwrap_or_default().iter().map(String::as_str));
+        let out = self
+            .leases
+            .with_envd(op, &h.id, None, files::FILE_OP_NEED, |a| {
+                let args = args.clone();
+                async move {
+                    ControlShell::new(a.api.clone())
+                        .user(lease::SANDBOX_USER)
+                        .max_output(64 * 1024)
+                        .run(SIGNAL_EXECS_SH, &args)
+                        .await
+                }
+            })
+            .await?;
+        if out.exit_code != 0 {
+            return Err(script_failed(op, "(commands)", &out.stderr));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SandboxProvider for E2bSandboxes {
+    async fn create(&self, spec: CreateSpec) -> Result<SandboxHandle, SandboxError> {
+        const OP: &str = "create";
+        validate::name(OP, &spec.name)?;
+        validate::limits(OP, &spec.limits)?;
+        let cfg = &self.leases.cfg;
+        let mut egress = spec.limits.egress.clone();
+        if egress == Egress::Open && !cfg.allow_open_egress {
+            return Err(SandboxError::invalid(
+                OP,
+                "egress \"open\"",
+                "it is refused because the sandbox-e2b setting allow_open_egress is false; \
+                 set allow_open_egress to true (trusted environments only) or use egress none or allowlist",
+            ));
+        }
+        if matches!(egress, Egress::Allowlist(_)) && !cfg.domain_allowlist {
+            tracing::warn!(
+                name = %spec.name,
+                "sandbox-e2b: domain allowlists are disabled for this deployment (domain_allowlist is false); egress allowlist degraded to none"
+            );
+            egress = Egress::None;
+        }
+        self.destroy_by_name(&spec.name).await?;
+        let mut opts = CreateOptions::new(cfg.template.clone())
+            .timeout(cfg.timeout())
+            .metadata(NAME_METADATA_KEY, spec.name.clone())
+            .auto_pause(true)
+            .secure(true);
+        opts = match egress {
+            Egress::Allowlist(hosts) if !hosts.is_empty() => opts
+                .allow_internet_access(true)
+                .allow_out(hosts)
+                .deny_out(vec!["0.0.0.0/0".to_owned()]),
+            Egress::Open => opts.allow_internet_access(true),
+            _ => opts.allow_internet_access(false),
+        };
+        let since = Instant::now();
+        let sb = self
+            .leases
+            .client
+            .create(&opts)
+            .await
+            .map_err(|e| op_failed(OP, None, e))?;
+        let id = sb.id().to_owned();
+        check_id(OP, &id)?;
+        self.leases.remember(OP, sb, since, cfg.timeout())?;
+        Ok(SandboxHandle::new(id))
+    }
+
+    async fn resume(&self, h: &SandboxHandle) -> Result<ResumeOutcome, SandboxError> {
+        match self
+            .leases
+            .connect("resume", &h.id, Duration::ZERO, None)
+            .await
+        {
+            Ok(_) => Ok(ResumeOutcome::Resumed),
+            Err(SandboxError::Gone { .. }) => Ok(ResumeOutcome::Gone),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn suspend(&self, h: &SandboxHandle) -> Result<(), SandboxError> {
+        const OP: &str = "suspend";
+        check_id(OP, &h.id)?;
+        self.leases.forget(&h.id);
+        match self
+            .leases
+            .client
+            .pause(&h.id, e2b_core::PauseOptions { memory: true })
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_sandbox_not_found() || e.is_conflict() => Ok(()),
+            Err(e) => Err(op_failed(OP, None, e)),
+        }
+    }
+
+    async fn destroy(&self, h: &SandboxHandle) -> Result<(), SandboxError> {
+        const OP: &str = "destroy";
+        check_id(OP, &h.id)?;
+        self.leases.forget(&h.id);
+        self.leases
+            .client
+            .kill(&h.id)
+            .await
+            .map(|_| ())
+            .map_err(|e| op_failed(OP, None, e))
+    }
+
+    async fn destroy_by_name(&self, name: &str) -> Result<(), SandboxError> {
+        const OP: &str = "destroy_by_name";
+        validate::name(OP, name)?;
+        let listed = self
+            .leases
+            .client
+            .list_all(
+                ListQuery::new()
+                    .metadata(NAME_METADATA_KEY, name)
+                    .states([SandboxState::Running, SandboxState::Paused])
+                    .limit(100),
+            )
+            .await
+            .map_err(|e| op_failed(OP, None, e))?;
+        for s in listed {
+            let named = s
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get(NAME_METADATA_KEY))
+                .is_some_and(|n| n == name);
+            if named {
+                check_id(OP, &s.sandbox_id)?;
+                self.leases.forget(&s.sandbox_id);
+                self.leases
+                    .client
+                    .kill(&s.sandbox_id)
+                    .await
+                    .map_err(|e| map_core(OP, &s.sandbox_id, None, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn kill_all(&self, h: &SandboxHandle) -> Result<(), SandboxError> {
+        self.signal_execs("kill_all", h, None).await
+    }
+
+    async fn kill_tagged(&self, h: &SandboxHandle, tags: &[String]) -> Result<(), SandboxError> {
+        for t in tags {
+            validate::tag("kill_tagged", t)?;
+        }
+        check_id("kill_tagged", &h.id)?;
+        if tags.is_empty() {
+            return Ok(());
+        }
+        self.signal_execs("kill_tagged", h, Some(tags)).await
+    }
+
+    async fn exec(&self, h: &SandboxHandle, spec: ExecSpec) -> Result<ExecOutput, SandboxError> {
+        exec::exec(&self.leases, &h.id, spec, self.stop_wait).await
+    }
+
+    async fn read_file(
+        &self,
+        h: &SandboxHandle,
+        path: &str,
+        max_bytes: u64,
+    ) -> Result<Option<FileContent>, SandboxError> {
+        files::read_file(&self.leases, &h.id, path, max_bytes).await
+    }
+
+    async fn write_file(
+        &self,
+        h: &SandboxHandle,
+        path: &str,
+        data: &[u8],
+    ) -> Result<(), SandboxError> {
+        files::write_file(&self.leases, &h.id, path, data).await
+    }
+
+    async fn stat(&self, h: &SandboxHandle, path: &str) -> Result<Option<FileStat>, SandboxError> {
+        files::stat(&self.leases, &h.id, path).await
+    }
+
+    fn capabilities(&self) -> SandboxCapabilities {
+        SandboxCapabilities {
+            concurrent_exec: true,
+            suspend_keeps_processes: true,
+            user_isolation: true,
+            egress_control: true,
+        }
+    }
+}

@@ -79,6 +79,15 @@ impl E2bSubprocess {
         self.rebuild()
     }
 
+    /// Runs processes as the user `info` describes (name, home, shell, `PATH`), known
+    /// in advance (e.g. from the template), so no lookup runs: a piped spawn is then
+    /// exactly one envd `Start`, even the first.
+    pub fn known_user(self, info: UserInfo) -> E2bSubprocess {
+        let p = self.user(info.name.clone());
+        p.world.preset_user(info);
+        p
+    }
+
     /// Bound on the bytes buffered on the host per output stream before the reader
     /// stops reading envd (back-pressure); default [`DEFAULT_OUTPUT_BUFFER`].
     pub fn output_buffer(mut self, bytes: usize) -> E2bSubprocess {

@@ -49,6 +49,11 @@ impl WorldShared {
         }
     }
 
+    /// Fills the user lookup with known facts (the template's); no-op once looked up.
+    pub(crate) fn preset_user(&self, info: UserInfo) {
+        let _ = self.info.set(info);
+    }
+
     /// The user lookup (first call: one or two control commands; then cached; a failed
     /// lookup is retried by the next call).
     pub(crate) async fn user_info(&self) -> Result<UserInfo, ProcError> {

@@ -21,6 +21,7 @@
 
 pub mod fs;
 pub mod proc;
+pub mod sandbox;
 pub mod terminal;
 
 use std::any::Any;

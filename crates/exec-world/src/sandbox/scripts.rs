@@ -1,0 +1,71 @@
+//! The in-world script that finds the processes `exec` started, by the variables every
+//! exec carries ([`TAG_VAR`], [`SANDBOX_ID_VAR`]), and kills, stops or continues them.
+//! Both providers run it (locally with `sh`, in E2B as the sandbox user through envd),
+//! so `kill_tagged` / `kill_all` from another provider instance find the commands.
+
+/// Every exec carries `SANDBOX_EXEC_TAG=<tag>` ([`UNTAGGED`] without a tag).
+pub const TAG_VAR: &str = "SANDBOX_EXEC_TAG";
+
+/// The value of [`TAG_VAR`] for an exec without a tag.
+pub const UNTAGGED: &str = "-";
+
+/// Every exec also carries `SANDBOX_EXEC_ID=<sandbox id>`, so the script never touches
+/// another sandbox's commands where several share one process table (local, the
+/// emulator).
+pub const SANDBOX_ID_VAR: &str = "SANDBOX_EXEC_ID";
+
+/// The script. Arguments: `MODE TREE_SCRIPT SANDBOX_ID ALL TAG…`.
+///
+/// A process matches when its environment has [`TAG_VAR`] (and, with a non-empty
+/// SANDBOX_ID, `SANDBOX_EXEC_ID=SANDBOX_ID`) and, unless ALL is `1`, its tag is one of
+/// TAG…. MODE `kill`: for each distinct spawn marker (`EXEC_WORLD_SPAWN`) among the
+/// matches, run exec-world's tree kill (`TREE_SCRIPT`, [`crate::tree_script`]) with that
+/// process as the leader: its group, session, descendants and every marker holder die.
+/// MODE `stop` / `cont`: SIGSTOP / SIGCONT every match. Exit 0 when done, 1 when a tree
+/// kill reported survivors.
+pub const SIGNAL_EXECS_SH: &str = r#"mode=$1; tree=$2; sid=$3; all=$4; shift 4
+want=" $* "; self=$$; rc=0; seen=" "; todo=""
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}
+  [ "$p" = "$self" ] && continue
+  env=$(tr '\0' '\n' < "$d/environ" 2>/dev/null) || continue
+  t=$(printf '%s\n' "$env" | sed -n 's/^SANDBOX_EXEC_TAG=//p' | head -n 1)
+  [ -n "$t" ] || continue
+  if [ -n "$sid" ]; then
+    s=$(printf '%s\n' "$env" | sed -n 's/^SANDBOX_EXEC_ID=//p' | head -n 1)
+    [ "$s" = "$sid" ] || continue
+  fi
+  if [ "$all" != 1 ]; then
+    case "$want" in *" $t "*) ;; *) continue ;; esac
+  fi
+  case $mode in
+    stop) kill -STOP "$p" 2>/dev/null; continue ;;
+    cont) kill -CONT "$p" 2>/dev/null; continue ;;
+  esac
+  m=$(printf '%s\n' "$env" | sed -n 's/^EXEC_WORLD_SPAWN=//p' | head -n 1)
+  case "$seen" in *" $m "*) continue ;; esac
+  [ -n "$m" ] && seen="$seen$m "
+  todo="$todo $p:$m"
+done
+for pm in $todo; do
+  sh -c "$tree" exec-world-kill-tree "${pm%%:*}" "${pm#*:}" 0 0 || rc=1
+done
+exit $rc
+"#;
+
+/// The argv (`sh -c SCRIPT …`) of [`SIGNAL_EXECS_SH`].
+pub fn signal_execs_args(mode: &str, sandbox_id: &str, tags: Option<&[String]>) -> Vec<String> {
+    let mut v = vec![
+        "-c".to_owned(),
+        SIGNAL_EXECS_SH.to_owned(),
+        "sandbox-signal-execs".to_owned(),
+        mode.to_owned(),
+        crate::tree_script::KILL_TREE_SH.to_owned(),
+        sandbox_id.to_owned(),
+        if tags.is_none() { "1" } else { "0" }.to_owned(),
+    ];
+    if let Some(t) = tags {
+        v.extend(t.iter().cloned());
+    }
+    v
+}

@@ -1,0 +1,110 @@
+//! exec: `timeout -s KILL <timeout + 5 s> /bin/bash -c COMMAND` as the sandbox user,
+//! started through subprocess-e2b (its `setsid` wrapper: own session and group, spawn
+//! marker, bounded output queues, tree kill), with exec-world's shared loop
+//! ([`run_capped`]) for the cap, the timeout and cancel. The in-sandbox `timeout` is the
+//! backstop when the host that started the command is gone. When the tree kill fails or
+//! the output does not end within the stop wait, the sandbox is rebooted.
+
+use std::time::Duration;
+
+use exec_world::sandbox::{
+    ExecOutput, ExecSpec, SANDBOX_ID_VAR, SandboxError, TAG_VAR, UNTAGGED, WORKSPACE, exit_code_of,
+    run_capped, utf8_cut, validate,
+};
+use exec_world::{Child, EnvBase, SpawnSpec, Subprocess as _, WorldPath};
+
+use crate::lease::{Attached, Leases, is_stale_proc};
+
+/// Extra life the sandbox gets beyond a command's timeout.
+pub(crate) const TIMEOUT_MARGIN: Duration = Duration::from_secs(120);
+/// The in-sandbox backstop fires this long after the command's timeout.
+pub(crate) const BACKSTOP_GRACE_SECS: u64 = 5;
+
+const OP: &str = "exec";
+
+fn spawn(a: &Attached, id: &str, spec: &ExecSpec, cwd: &WorldPath) -> Result<Child, SandboxError> {
+    let secs = spec.timeout.as_secs() + u64::from(spec.timeout.subsec_nanos() > 0);
+    let mut s = SpawnSpec::new("timeout")
+        .args([
+            "-s".to_owned(),
+            "KILL".to_owned(),
+            (secs + BACKSTOP_GRACE_SECS).to_string(),
+            "/bin/bash".to_owned(),
+            "-c".to_owned(),
+            spec.command.clone(),
+        ])
+        .env_base(EnvBase::Base)
+        .cwd(cwd.clone())
+        .env("HOME", WORKSPACE)
+        .env("LANG", "C.UTF-8");
+    for (k, v) in &spec.env {
+        s = s.env(k, v);
+    }
+    s = s
+        .env(TAG_VAR, spec.tag.as_deref().unwrap_or(UNTAGGED))
+        .env(SANDBOX_ID_VAR, id);
+    a.proc
+        .spawn(s)
+        .map_err(|e| SandboxError::from_source(OP, None, e))
+}
+
+pub(crate) async fn exec(
+    leases: &Leases,
+    id: &str,
+    spec: ExecSpec,
+    stop_wait: Duration,
+) -> Result<ExecOutput, SandboxError> {
+    if spec.cancel.is_cancelled() {
+        return Err(SandboxError::Cancelled { op: OP });
+    }
+    for k in spec.env.keys() {
+        validate::env_name(OP, k)?;
+    }
+    if let Some(t) = &spec.tag {
+        validate::tag(OP, t)?;
+    }
+    let cwd = spec.cwd.as_deref().unwrap_or(WORKSPACE);
+    validate::path(OP, cwd)?;
+    let cwd = WorldPath::new(cwd).map_err(|e| SandboxError::invalid(OP, "cwd", e.to_string()))?;
+    let need = spec.timeout.saturating_add(TIMEOUT_MARGIN);
+    let a = leases.attach(OP, id, need).await?;
+    let mut child = spawn(&a, id, &spec, &cwd)?;
+    if let Err(e) = child.started().await {
+        if !is_stale_proc(&e) {
+            return Err(start_error(id, e));
+        }
+        // Paused or deleted behind our lease (another replica): connect once, retry.
+        let a = leases.connect(OP, id, need, None).await?;
+        child = spawn(&a, id, &spec, &cwd)?;
+        child.started().await.map_err(|e| start_error(id, e))?;
+    }
+    let r = run_capped(
+        child,
+        spec.timeout,
+        &spec.cancel,
+        spec.max_output_bytes,
+        stop_wait,
+    )
+    .await
+    .map_err(|e| SandboxError::from_source(OP, None, e))?;
+    if r.stuck {
+        leases.reboot(id).await;
+    }
+    Ok(ExecOutput {
+        exit_code: r.status.as_ref().and_then(exit_code_of),
+        stdout: utf8_cut(&r.stdout, r.truncated),
+        stderr: utf8_cut(&r.stderr, r.truncated),
+        truncated: r.truncated,
+        timed_out: r.timed_out,
+    })
+}
+
+fn start_error(id: &str, e: exec_world::ProcError) -> SandboxError {
+    match e {
+        exec_world::ProcError::Gone { .. } => SandboxError::Gone {
+            op: OP,
+            id: id.to_owned(),
+        },
+        other => SandboxError::from_source(OP, None, other),
+    }
+}
