@@ -49,3 +49,8 @@ impl EmulatedSandbox {
         }
     }
 }
+
+/// The root README's "local or E2B" example, compiled as a doctest.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

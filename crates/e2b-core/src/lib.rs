@@ -31,3 +31,8 @@ pub use envd::{
 };
 pub use error::{Error, Surface};
 pub use sandbox::{EnvdApi, Sandbox, SandboxParts};
+
+/// The README's example, compiled as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -46,3 +46,8 @@ pub mod headers {
     /// Count of matching running sandboxes on `GET /v2/sandboxes`.
     pub const TOTAL_RUNNING: &str = "X-Total-Running";
 }
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

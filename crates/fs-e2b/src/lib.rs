@@ -34,3 +34,8 @@ mod write;
 pub use error::map_error;
 pub use fs::E2bFs;
 pub use options::E2bFsOptions;
+
+/// The README's example, compiled as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

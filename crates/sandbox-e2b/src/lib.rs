@@ -11,6 +11,8 @@
 //!   → internet access, only with `allow_open_egress`).
 //! * A lease per sandbox (see `lease.rs`): an operation connects only when the end of
 //!   life it knows is too close, or when envd says the sandbox is paused or missing.
+//! * [`E2bWorld`]: an `Fs` + `Subprocess` world in a sandbox in one call (owner, adapters,
+//!   keep-alive, shutdown), for consumers of the exec-world seams.
 //! * exec (`exec.rs`), files (`files.rs`), and `kill_all` / `kill_tagged` through
 //!   exec-world's in-world script as the sandbox user.
 //!
@@ -37,6 +39,7 @@ mod errors;
 mod exec;
 mod files;
 mod lease;
+mod world;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,6 +56,7 @@ use exec_world::tree_script::KILL_TREE_SH;
 
 pub use config::{ConfigError, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, SandboxConfig};
 pub use files::UPLOAD_DIR;
+pub use world::E2bWorld;
 
 use crate::errors::{map_core, op_failed, script_failed};
 use crate::lease::{Leases, check_id};

@@ -116,3 +116,8 @@ pub mod wrapper;
 pub use control::UserInfo;
 pub use errors::map_error;
 pub use subprocess::{DEFAULT_OUTPUT_BUFFER, E2bSubprocess};
+
+/// The README's example, compiled as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
