@@ -299,3 +299,59 @@ async fn a_frozen_envd_ends_wait_with_an_error_and_drop_still_kills() {
         "survivors of drop after a frozen envd"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spawn_errors_name_the_operation_and_the_cause_once() {
+    let env = env().await;
+    let p = proc_of(&env).await;
+    // An HTTP status from envd's Start: kept, said once.
+    env.emu.faults().add(
+        FaultRule::new(FaultAction::json(
+            503,
+            serde_json::json!({"code": "unavailable", "message": "envd is overloaded"}),
+        ))
+        .surface(FakeSurface::Envd)
+        .path_prefix("/process.Process/Start")
+        .times(1),
+    );
+    let child = p.spawn(SpawnSpec::new("true")).expect("spawn");
+    let e = within("wait", 60, child.wait())
+        .await
+        .expect_err("503")
+        .to_string();
+    eprintln!("503: {e}");
+    assert_eq!(e.matches("transport error").count(), 1, "{e}");
+    assert_eq!(e.matches("starting true in ").count(), 1, "{e}");
+    assert!(e.contains("503") && e.contains("envd is overloaded"), "{e}");
+
+    // One argument over the kernel's limit: refused before anything is sent.
+    let big = "x".repeat(200 << 10);
+    let r = p.spawn(SpawnSpec::new("echo").arg(&big));
+    let e = match r {
+        Err(e) => e,
+        Ok(c) => within("wait", 60, c.wait()).await.expect_err("E2BIG"),
+    };
+    assert!(matches!(e, ProcError::InvalidSpec { .. }), "{e:?}");
+    let e = e.to_string();
+    assert!(e.contains("argument 1") && e.contains("E2BIG"), "{e}");
+
+    // Many arguments under the per-argument limit but over the total: the kernel's cause
+    // reaches the caller whole.
+    let args: Vec<String> = (0..40).map(|_| "y".repeat(100 << 10)).collect();
+    let child = p.spawn(SpawnSpec::new("echo").args(args)).expect("spawn");
+    let e = within("wait", 60, child.wait())
+        .await
+        .expect_err("E2BIG")
+        .to_string();
+    eprintln!("E2BIG: {e}");
+    assert!(
+        e.to_lowercase().contains("argument list too long"),
+        "the cause survives: {e}"
+    );
+    assert_eq!(e.matches("starting echo in ").count(), 1, "{e}");
+    assert!(
+        e.len() < 2000,
+        "the argv is not echoed back: {} bytes",
+        e.len()
+    );
+}
