@@ -81,6 +81,23 @@ done"#,
         .collect()
 }
 
+/// Starts [`TREE`] through `p`, its members' pids going to `file`.
+fn spawn_tree(p: &E2bSubprocess, file: &str) -> exec_world::Child {
+    p.spawn(SpawnSpec::new("sh").arg("-c").arg(TREE).arg("sh").arg(file))
+        .expect("spawn the tree")
+}
+
+/// The tree in `file` started (at least its 4 members) and none of it is alive now.
+async fn assert_no_survivors(p: &E2bSubprocess, file: &str) {
+    let pids = tree_pids(p, file).await;
+    assert!(pids.len() >= 4, "the tree started: {pids:?}");
+    assert_eq!(
+        alive(p, &pids).await,
+        Vec::<u32>::new(),
+        "survivors of {pids:?}"
+    );
+}
+
 /// Waits for `ready` on `out`.
 async fn until_ready(out: &mut exec_world::OutputStream) {
     let mut seen = Vec::new();
@@ -107,25 +124,11 @@ async fn a_cut_stream_kills_the_tree_before_wait_reports() {
             .path_prefix("/process.Process/Start")
             .times(1),
     );
-    let child = p
-        .spawn(
-            SpawnSpec::new("sh")
-                .arg("-c")
-                .arg(TREE)
-                .arg("sh")
-                .arg(&file),
-        )
-        .expect("spawn");
+    let child = spawn_tree(&p, &file);
     let r = within("wait after a cut", 120, child.wait()).await;
     assert!(matches!(r, Err(ProcError::Transport { .. })), "{r:?}");
-    let pids = tree_pids(&p, &file).await;
-    assert!(pids.len() >= 4, "the tree started: {pids:?}");
     // No wait, no polling: the kill ran before `wait` reported the loss.
-    assert_eq!(
-        alive(&p, &pids).await,
-        Vec::<u32>::new(),
-        "survivors of {pids:?}"
-    );
+    assert_no_survivors(&p, &file).await;
     drop(child);
 }
 
@@ -135,28 +138,14 @@ async fn a_process_deadline_kills_the_tree() {
     let p = proc_of(&env).await;
     let file = format!("{}/pids-deadline", p.cwd());
     let timed = p.clone().process_timeout(Some(Duration::from_secs(3)));
-    let mut child = timed
-        .spawn(
-            SpawnSpec::new("sh")
-                .arg("-c")
-                .arg(TREE)
-                .arg("sh")
-                .arg(&file),
-        )
-        .expect("spawn");
+    let mut child = spawn_tree(&timed, &file);
     let mut out = child.take_stdout().expect("stdout");
     until_ready(&mut out).await;
     // envd ends the stream with deadline_exceeded and no end event, having killed at
     // most its own child: the adapter must end the rest.
     let r = within("wait past the deadline", 120, child.wait()).await;
     assert!(r.is_err(), "no end event, so no exit status: {r:?}");
-    let pids = tree_pids(&p, &file).await;
-    assert!(pids.len() >= 4, "{pids:?}");
-    assert_eq!(
-        alive(&p, &pids).await,
-        Vec::<u32>::new(),
-        "survivors of {pids:?}"
-    );
+    assert_no_survivors(&p, &file).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -180,13 +169,7 @@ async fn bash_tool_terminates_when_its_stream_is_lost() {
     )
     .await;
     assert!(r.is_err(), "a lost stream is an error: {r:?}");
-    let pids = tree_pids(&p, &file).await;
-    assert!(pids.len() >= 4, "{pids:?}");
-    assert_eq!(
-        alive(&p, &pids).await,
-        Vec::<u32>::new(),
-        "survivors of {pids:?}"
-    );
+    assert_no_survivors(&p, &file).await;
 }
 
 /// A TCP proxy in front of the emulator that can freeze: while frozen it forwards no
@@ -263,15 +246,7 @@ async fn a_frozen_envd_ends_wait_with_an_error_and_drop_still_kills() {
         .await
         .expect("adapter through the proxy");
     let file = format!("{}/pids-frozen", p.cwd());
-    let mut child = p
-        .spawn(
-            SpawnSpec::new("sh")
-                .arg("-c")
-                .arg(TREE)
-                .arg("sh")
-                .arg(&file),
-        )
-        .expect("spawn");
+    let mut child = spawn_tree(&p, &file);
     let mut out = child.take_stdout().expect("stdout");
     until_ready(&mut out).await;
     proxy.freeze(true);
