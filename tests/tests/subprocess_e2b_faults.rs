@@ -330,3 +330,25 @@ async fn spawn_errors_name_the_operation_and_the_cause_once() {
         e.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminal_past_its_deadline_leaves_nothing_running() {
+    let env = env().await;
+    let p = proc_of(&env).await;
+    let file = format!("{}/pids-terminal", p.cwd());
+    let timed = p.clone().process_timeout(Some(Duration::from_secs(4)));
+    let mut t = timed
+        .spawn_terminal(
+            exec_world::TerminalSpec::new("sh")
+                .arg("-c")
+                .arg(TREE)
+                .arg("sh")
+                .arg(file.clone()),
+        )
+        .expect("terminal");
+    let mut out = t.take_output().expect("output");
+    until_ready(&mut out).await;
+    let r = within("terminal wait past the deadline", 120, t.wait()).await;
+    assert!(r.is_err(), "no end event, so no exit status: {r:?}");
+    assert_no_survivors(&p, &file).await;
+}
