@@ -196,4 +196,64 @@ for v in {vals}; do exec_world_scrubbed PLAIN "$v" && echo 1 || echo 0; done"#,
             .collect();
         assert_eq!(got, want, "sh and Rust disagree on {names:?} {values:?}");
     }
+
+    mod props {
+        //! The Rust test and the sh function on generated names and values (bounded: 64
+        //! cases, one `sh` each).
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn piece(parts: &'static [&'static str]) -> impl Strategy<Value = String> {
+            proptest::collection::vec(proptest::sample::select(parts), 0..6)
+                .prop_map(|v| v.concat())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            #[test]
+            fn rust_and_sh_decide_alike(
+                names in proptest::collection::vec(
+                    piece(&["A", "b", "_", "1", "KEY", "key", "PAT", "_pat", "AUTH", "_Auth",
+                            "PASSWD", "Token", "CREDENTIAL", "SECRET", "E2BX_", "EXEC_WORLD_"]),
+                    1..6,
+                ),
+                values in proptest::collection::vec(
+                    piece(&["x", "://", ":", "@", "/", "u", "p", "h", " ", "?", "#"]),
+                    1..6,
+                ),
+            ) {
+                let names: Vec<String> = names.into_iter().filter(|n| !n.is_empty()).collect();
+                let script = format!(
+                    r#"{SH_SCRUB_FN}
+n=$1; shift
+i=0
+for a in "$@"; do
+  if [ "$i" -lt "$n" ]; then exec_world_scrubbed "$a" plain && echo 1 || echo 0
+  else exec_world_scrubbed PLAIN "$a" && echo 1 || echo 0; fi
+  i=$((i + 1))
+done"#
+                );
+                let out = std::process::Command::new("sh")
+                    .arg("-c")
+                    .arg(&script)
+                    .arg("sh")
+                    .arg(names.len().to_string())
+                    .args(&names)
+                    .args(&values)
+                    .output()
+                    .expect("sh runs");
+                let got: Vec<bool> = String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .map(|l| l == "1")
+                    .collect();
+                let want: Vec<bool> = names
+                    .iter()
+                    .map(|n| is_scrubbed_name(n))
+                    .chain(values.iter().map(|v| is_url_with_password(v)))
+                    .collect();
+                prop_assert_eq!(got, want, "names {:?} values {:?}", names, values);
+            }
+        }
+    }
 }
