@@ -81,6 +81,23 @@ done"#,
         .collect()
 }
 
+/// Starts [`TREE`] through `p`, its members' pids going to `file`.
+fn spawn_tree(p: &E2bSubprocess, file: &str) -> exec_world::Child {
+    p.spawn(SpawnSpec::new("sh").arg("-c").arg(TREE).arg("sh").arg(file))
+        .expect("spawn the tree")
+}
+
+/// The tree in `file` started (at least its 4 members) and none of it is alive now.
+async fn assert_no_survivors(p: &E2bSubprocess, file: &str) {
+    let pids = tree_pids(p, file).await;
+    assert!(pids.len() >= 4, "the tree started: {pids:?}");
+    assert_eq!(
+        alive(p, &pids).await,
+        Vec::<u32>::new(),
+        "survivors of {pids:?}"
+    );
+}
+
 /// Waits for `ready` on `out`.
 async fn until_ready(out: &mut exec_world::OutputStream) {
     let mut seen = Vec::new();
@@ -107,25 +124,11 @@ async fn a_cut_stream_kills_the_tree_before_wait_reports() {
             .path_prefix("/process.Process/Start")
             .times(1),
     );
-    let child = p
-        .spawn(
-            SpawnSpec::new("sh")
-                .arg("-c")
-                .arg(TREE)
-                .arg("sh")
-                .arg(&file),
-        )
-        .expect("spawn");
+    let child = spawn_tree(&p, &file);
     let r = within("wait after a cut", 120, child.wait()).await;
     assert!(matches!(r, Err(ProcError::Transport { .. })), "{r:?}");
-    let pids = tree_pids(&p, &file).await;
-    assert!(pids.len() >= 4, "the tree started: {pids:?}");
     // No wait, no polling: the kill ran before `wait` reported the loss.
-    assert_eq!(
-        alive(&p, &pids).await,
-        Vec::<u32>::new(),
-        "survivors of {pids:?}"
-    );
+    assert_no_survivors(&p, &file).await;
     drop(child);
 }
 
@@ -135,28 +138,14 @@ async fn a_process_deadline_kills_the_tree() {
     let p = proc_of(&env).await;
     let file = format!("{}/pids-deadline", p.cwd());
     let timed = p.clone().process_timeout(Some(Duration::from_secs(3)));
-    let mut child = timed
-        .spawn(
-            SpawnSpec::new("sh")
-                .arg("-c")
-                .arg(TREE)
-                .arg("sh")
-                .arg(&file),
-        )
-        .expect("spawn");
+    let mut child = spawn_tree(&timed, &file);
     let mut out = child.take_stdout().expect("stdout");
     until_ready(&mut out).await;
     // envd ends the stream with deadline_exceeded and no end event, having killed at
     // most its own child: the adapter must end the rest.
     let r = within("wait past the deadline", 120, child.wait()).await;
     assert!(r.is_err(), "no end event, so no exit status: {r:?}");
-    let pids = tree_pids(&p, &file).await;
-    assert!(pids.len() >= 4, "{pids:?}");
-    assert_eq!(
-        alive(&p, &pids).await,
-        Vec::<u32>::new(),
-        "survivors of {pids:?}"
-    );
+    assert_no_survivors(&p, &file).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -180,13 +169,7 @@ async fn bash_tool_terminates_when_its_stream_is_lost() {
     )
     .await;
     assert!(r.is_err(), "a lost stream is an error: {r:?}");
-    let pids = tree_pids(&p, &file).await;
-    assert!(pids.len() >= 4, "{pids:?}");
-    assert_eq!(
-        alive(&p, &pids).await,
-        Vec::<u32>::new(),
-        "survivors of {pids:?}"
-    );
+    assert_no_survivors(&p, &file).await;
 }
 
 /// A TCP proxy in front of the emulator that can freeze: while frozen it forwards no
@@ -263,15 +246,7 @@ async fn a_frozen_envd_ends_wait_with_an_error_and_drop_still_kills() {
         .await
         .expect("adapter through the proxy");
     let file = format!("{}/pids-frozen", p.cwd());
-    let mut child = p
-        .spawn(
-            SpawnSpec::new("sh")
-                .arg("-c")
-                .arg(TREE)
-                .arg("sh")
-                .arg(&file),
-        )
-        .expect("spawn");
+    let mut child = spawn_tree(&p, &file);
     let mut out = child.take_stdout().expect("stdout");
     until_ready(&mut out).await;
     proxy.freeze(true);
@@ -298,4 +273,82 @@ async fn a_frozen_envd_ends_wait_with_an_error_and_drop_still_kills() {
         Vec::<u32>::new(),
         "survivors of drop after a frozen envd"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spawn_errors_name_the_operation_and_the_cause_once() {
+    let env = env().await;
+    let p = proc_of(&env).await;
+    // An HTTP status from envd's Start: kept, said once.
+    env.emu.faults().add(
+        FaultRule::new(FaultAction::json(
+            503,
+            serde_json::json!({"code": "unavailable", "message": "envd is overloaded"}),
+        ))
+        .surface(FakeSurface::Envd)
+        .path_prefix("/process.Process/Start")
+        .times(1),
+    );
+    let child = p.spawn(SpawnSpec::new("true")).expect("spawn");
+    let e = within("wait", 60, child.wait())
+        .await
+        .expect_err("503")
+        .to_string();
+    eprintln!("503: {e}");
+    assert_eq!(e.matches("transport error").count(), 1, "{e}");
+    assert_eq!(e.matches("starting true in ").count(), 1, "{e}");
+    assert!(e.contains("503") && e.contains("envd is overloaded"), "{e}");
+
+    // One argument over the kernel's limit: refused before anything is sent.
+    let big = "x".repeat(200 << 10);
+    let r = p.spawn(SpawnSpec::new("echo").arg(&big));
+    let e = match r {
+        Err(e) => e,
+        Ok(c) => within("wait", 60, c.wait()).await.expect_err("E2BIG"),
+    };
+    assert!(matches!(e, ProcError::InvalidSpec { .. }), "{e:?}");
+    let e = e.to_string();
+    assert!(e.contains("argument 1") && e.contains("E2BIG"), "{e}");
+
+    // Many arguments under the per-argument limit but over the total: the kernel's cause
+    // reaches the caller whole.
+    let args: Vec<String> = (0..40).map(|_| "y".repeat(100 << 10)).collect();
+    let child = p.spawn(SpawnSpec::new("echo").args(args)).expect("spawn");
+    let e = within("wait", 60, child.wait())
+        .await
+        .expect_err("E2BIG")
+        .to_string();
+    eprintln!("E2BIG: {e}");
+    assert!(
+        e.to_lowercase().contains("argument list too long"),
+        "the cause survives: {e}"
+    );
+    assert_eq!(e.matches("starting echo in ").count(), 1, "{e}");
+    assert!(
+        e.len() < 2000,
+        "the argv is not echoed back: {} bytes",
+        e.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminal_past_its_deadline_leaves_nothing_running() {
+    let env = env().await;
+    let p = proc_of(&env).await;
+    let file = format!("{}/pids-terminal", p.cwd());
+    let timed = p.clone().process_timeout(Some(Duration::from_secs(4)));
+    let mut t = timed
+        .spawn_terminal(
+            exec_world::TerminalSpec::new("sh")
+                .arg("-c")
+                .arg(TREE)
+                .arg("sh")
+                .arg(file.clone()),
+        )
+        .expect("terminal");
+    let mut out = t.take_output().expect("output");
+    until_ready(&mut out).await;
+    let r = within("terminal wait past the deadline", 120, t.wait()).await;
+    assert!(r.is_err(), "no end event, so no exit status: {r:?}");
+    assert_no_survivors(&p, &file).await;
 }

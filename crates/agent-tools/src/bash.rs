@@ -375,7 +375,7 @@ impl BashTool {
             // reporting, bounded so a dead world cannot hold the tool.
             match tokio::time::timeout(req.grace + KILL_BOUND, child.terminate(req.grace)).await {
                 Ok(Ok(_)) => {}
-                Ok(Err(t)) => tracing::warn!(error = %t, "bash tool: terminate after a lost wait"),
+                Ok(Err(t)) => tracing::debug!(error = %t, "bash tool: terminate after a lost wait"),
                 Err(_) => tracing::warn!("bash tool: terminate after a lost wait timed out"),
             }
             return Err(e.into());

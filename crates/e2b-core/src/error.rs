@@ -355,7 +355,7 @@ impl Error {
     ) -> Error {
         Error::Envd {
             code: body.code,
-            message: snippet(body.message.as_bytes(), secrets),
+            message: message_snippet(&body.message, secrets),
             status,
         }
     }
@@ -457,9 +457,53 @@ pub fn snippet(body: &[u8], secrets: &[&Secret]) -> String {
     text
 }
 
+/// A Connect error message of at most about [`BODY_SNIPPET_LIMIT`] bytes with every
+/// secret replaced: a longer one keeps its head *and its tail* (`head … tail`), since Go
+/// wraps errors as `context: cause` and the cause comes last (envd's `error starting
+/// process '<whole command line>': … argument list too long`).
+pub fn message_snippet(message: &str, secrets: &[&Secret]) -> String {
+    let mut text = message.to_owned();
+    for s in secrets {
+        if !s.expose().is_empty() {
+            text = text.replace(s.expose(), "<redacted>");
+        }
+    }
+    if text.len() <= BODY_SNIPPET_LIMIT {
+        return text;
+    }
+    let mut head = BODY_SNIPPET_LIMIT / 3;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - (BODY_SNIPPET_LIMIT - BODY_SNIPPET_LIMIT / 3);
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{} … {}", &text[..head], &text[tail..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_connect_messages_keep_their_cause() {
+        let secret = Secret::new("tok-0123456789");
+        let msg = format!(
+            "error starting process 'sh -c {} tok-0123456789': fork/exec /usr/bin/setsid: argument list too long",
+            "é".repeat(2000)
+        );
+        let m = message_snippet(&msg, &[&secret]);
+        assert!(m.starts_with("error starting process"), "{m}");
+        assert!(m.ends_with("argument list too long"), "{m}");
+        assert!(
+            m.contains(" … ") && m.len() <= BODY_SNIPPET_LIMIT + 8,
+            "{}",
+            m.len()
+        );
+        assert!(!m.contains("tok-01"), "{m}");
+        assert_eq!(message_snippet("short", &[]), "short");
+    }
 
     fn ctl(status: u16, body: &str) -> Error {
         Error::from_response(Surface::Control, status, None, body.as_bytes(), &[])

@@ -168,32 +168,74 @@ mod tests {
             "a,b postgres://u:p@h/db",
         ];
         assert!(SH_SCRUB_FN.contains(SH_SCRUB_NAME));
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+        let (sh, rust) = decisions(&names, &values);
+        assert_eq!(sh, rust, "sh and Rust disagree on {names:?} {values:?}");
+    }
+
+    /// The sh function's and the Rust test's decisions on `names` then `values`.
+    fn decisions(names: &[String], values: &[String]) -> (Vec<bool>, Vec<bool>) {
         let script = format!(
             r#"{SH_SCRUB_FN}
-for n in "$@"; do exec_world_scrubbed "$n" plain && echo 1 || echo 0; done
-for v in {vals}; do exec_world_scrubbed PLAIN "$v" && echo 1 || echo 0; done"#,
-            vals = values
-                .iter()
-                .map(|v| format!("'{v}'"))
-                .collect::<Vec<_>>()
-                .join(" ")
+n=$1; shift
+i=0
+for a in "$@"; do
+  if [ "$i" -lt "$n" ]; then exec_world_scrubbed "$a" plain && echo 1 || echo 0
+  else exec_world_scrubbed PLAIN "$a" && echo 1 || echo 0; fi
+  i=$((i + 1))
+done"#
         );
         let out = std::process::Command::new("sh")
             .arg("-c")
             .arg(&script)
             .arg("sh")
+            .arg(names.len().to_string())
             .args(names)
+            .args(values)
             .output()
             .expect("sh runs");
-        let got: Vec<bool> = String::from_utf8_lossy(&out.stdout)
+        let sh = String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(|l| l == "1")
             .collect();
-        let want: Vec<bool> = names
+        let rust = names
             .iter()
             .map(|n| is_scrubbed_name(n))
             .chain(values.iter().map(|v| is_url_with_password(v)))
             .collect();
-        assert_eq!(got, want, "sh and Rust disagree on {names:?} {values:?}");
+        (sh, rust)
+    }
+
+    mod props {
+        //! The Rust test and the sh function on generated names and values (bounded: 64
+        //! cases, one `sh` each).
+        use proptest::prelude::*;
+
+        fn piece(parts: &'static [&'static str]) -> impl Strategy<Value = String> {
+            proptest::collection::vec(proptest::sample::select(parts), 0..6)
+                .prop_map(|v| v.concat())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            #[test]
+            fn rust_and_sh_decide_alike(
+                names in proptest::collection::vec(
+                    piece(&["A", "b", "_", "1", "KEY", "key", "PAT", "_pat", "AUTH", "_Auth",
+                            "PASSWD", "Token", "CREDENTIAL", "SECRET", "E2BX_", "EXEC_WORLD_"]),
+                    1..6,
+                ),
+                values in proptest::collection::vec(
+                    piece(&["x", "://", ":", "@", "/", "u", "p", "h", " ", "?", "#"]),
+                    1..6,
+                ),
+            ) {
+                let names: Vec<String> = names.into_iter().filter(|n| !n.is_empty()).collect();
+                let (sh, rust) = super::decisions(&names, &values);
+                prop_assert_eq!(sh, rust, "names {:?} values {:?}", names, values);
+            }
+        }
     }
 }

@@ -73,8 +73,8 @@
 //! envd's SendSignal SIGKILL goes to the leader as the last resort. Then it waits for
 //! envd's `end` and returns the leader's status. Terminal `signal` sends
 //! `kill -s NAME -- -TPGID` to the terminal's foreground process group (`tpgid` from
-//! `/proc/PID/stat`). A pipe child dropped after its end kills nothing more; a terminal
-//! dropped always runs the session kill.
+//! `/proc/PID/stat`). A pipe child dropped after its observed exit kills nothing more; a
+//! terminal dropped always runs the session kill.
 //!
 //! # Request cost (envd; no control-plane requests)
 //!
@@ -99,7 +99,14 @@
 //! transport, protocol, 429 and 5xx → `Transport`, envd `invalid_argument` at start (a
 //! missing cwd) → `InvalidSpec`, 401/403 and envd `permission_denied` →
 //! `PermissionDenied`, the rest → `Other`. A broken event stream ends `wait()` with
-//! `Transport` (no reconnect: output while disconnected would be lost anyway).
+//! `Transport` (no reconnect: output while disconnected would be lost anyway), silence
+//! past e2b-core's stream idle timeout (envd sends keepalives) with `Timeout`. Every
+//! message names the operation (`starting PROGRAM in CWD`) and the cause once.
+//!
+//! Any end of the stream that is not the process's observed exit (a cut, a reset, envd's
+//! `deadline_exceeded` of a process timeout, the idle timeout, a start whose answer was
+//! lost) runs the tree kill (1 `Start`, through a new request) *before* `started()` /
+//! `wait()` report it; if that kill cannot finish, dropping the child runs it again.
 
 mod child;
 mod control;

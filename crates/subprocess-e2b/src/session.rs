@@ -266,8 +266,12 @@ impl Session {
                     });
                 }
             }
-        } else {
-            tree?;
+        } else if !tree? {
+            // Marker only (no leader known) and the script reported survivors.
+            return Err(ProcError::other(format!(
+                "terminating the processes of spawn {}: some survived the tree kill",
+                self.marker
+            )));
         }
         self.reaped.store(true, Ordering::SeqCst);
         // Nothing of the tree is alive: what is still queued upstream is bounded, so

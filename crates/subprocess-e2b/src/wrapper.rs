@@ -310,4 +310,77 @@ mod tests {
         assert!(e.contains("argument 2") && e.contains("E2BIG"), "{e}");
         assert!(validate("echo", &["x".repeat(MAX_ARG_BYTES)], &BTreeMap::new()).is_ok());
     }
+
+    mod props {
+        //! Property tests of the shell quoting (bounded: 48 cases each, one `sh` per case).
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// Any text without NUL: quotes, `$`, backslashes, newlines, globs, non-ASCII.
+        fn word() -> impl Strategy<Value = String> {
+            let tricky = prop_oneof![
+                Just('\''),
+                Just('"'),
+                Just('$'),
+                Just('\\'),
+                Just('`'),
+                Just('\n'),
+                Just('*'),
+                Just(' '),
+                Just('-'),
+                Just('é'),
+                any::<char>().prop_filter("no NUL", |c| *c != '\0'),
+            ];
+            proptest::collection::vec(tricky, 0..24).prop_map(|v| v.into_iter().collect())
+        }
+
+        /// What `sh` makes of `script` with `args`: its stdout.
+        fn sh(script: &str, args: &[&str]) -> Vec<u8> {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .arg("sh")
+                .args(args)
+                .output()
+                .expect("sh runs")
+                .stdout
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(48))]
+
+            /// A quoted word is exactly one word with exactly the original bytes.
+            #[test]
+            fn quote_is_one_exact_word(w in word()) {
+                let script = format!("set -- {}; printf '%s\\0' \"$#\" \"$1\"", quote(&w));
+                prop_assert_eq!(sh(&script, &[]), format!("1\0{w}\0").into_bytes());
+            }
+
+            /// The terminal spec file restores exactly the positional arguments.
+            #[test]
+            fn spec_file_restores_the_arguments(
+                program in word().prop_filter("non-empty", |w| !w.is_empty()),
+                args in proptest::collection::vec(word(), 0..4),
+                value in word(),
+            ) {
+                let w = WrapArgs {
+                    base: EnvBase::Inherit,
+                    terminal: true,
+                    home: "/home/user".into(),
+                    shell: "/bin/sh".into(),
+                    env: [("V".to_string(), value)].into(),
+                    marker: "m-1".into(),
+                    program,
+                    args,
+                };
+                let want: Vec<u8> = w
+                    .positional()
+                    .iter()
+                    .flat_map(|a| a.bytes().chain([0]))
+                    .collect();
+                let got = sh(r#"eval "$1"; printf '%s\0' "$@""#, &[&w.spec_file()]);
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
 }
