@@ -69,28 +69,43 @@ pub(crate) fn check_id(op: &'static str, id: &str) -> Result<(), SandboxError> {
     }
 }
 
-/// envd's answer for a sandbox that is paused (409 from the proxy) or missing (502).
+/// The edge proxy's text for a paused sandbox (HTTP 409 in front of envd).
+const PAUSED_TEXT: &str = "sandbox is paused";
+
+/// envd's answer for a sandbox that is paused (the proxy's 409 `The sandbox is paused`,
+/// which e2b-core reports as an envd 409) or missing (the proxy's 502).
 pub(crate) fn is_stale(e: &Error) -> bool {
-    matches!(
-        e,
+    match e {
         Error::SandboxNotFound {
             surface: Surface::Envd,
             ..
-        } | Error::Conflict {
+        }
+        | Error::Conflict {
             surface: Surface::Envd,
             ..
-        }
-    )
+        } => true,
+        Error::Envd {
+            status: Some(409),
+            message,
+            ..
+        } => message.contains(PAUSED_TEXT),
+        _ => false,
+    }
 }
 
-/// The same for an exec start that failed (subprocess-e2b maps the e2b error).
+/// The same for an exec start that failed (subprocess-e2b keeps only the text of the
+/// e2b-core error it mapped).
 pub(crate) fn is_stale_proc(e: &ProcError) -> bool {
     match e {
         ProcError::Gone { .. } => true,
-        ProcError::Other {
-            source: Some(s), ..
+        ProcError::Other { context, source } => {
+            context.contains(PAUSED_TEXT)
+                || source
+                    .as_ref()
+                    .and_then(|s| s.downcast_ref::<Error>())
+                    .is_some_and(is_stale)
         }
-        | ProcError::Transport { source: s, .. } => s.downcast_ref::<Error>().is_some_and(is_stale),
+        ProcError::Transport { source, .. } => source.downcast_ref::<Error>().is_some_and(is_stale),
         _ => false,
     }
 }
