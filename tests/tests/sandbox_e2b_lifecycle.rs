@@ -412,3 +412,34 @@ async fn request_budget_on_a_fresh_lease() {
     );
     check("stat", 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_command_outlives_a_proxy_that_drops_idle_streams() {
+    let env = env().await;
+    let idle_cut = || {
+        FaultRule::new(FaultAction::CutIdle(Duration::from_secs(2)))
+            .surface(Surface::Envd)
+            .path_prefix("/process.Process/Start")
+    };
+    let cmd = || ExecSpec::new("sleep 5; echo done").timeout(Duration::from_secs(60));
+    // envd pings every second: the stream is never idle for 2 s
+    let mut cfg = config(&env.emu);
+    cfg.keepalive_interval = Some(Duration::from_secs(1));
+    let pinged = E2bSandboxes::new(cfg).expect("provider");
+    let h = pinged
+        .create(CreateSpec::new("silent"))
+        .await
+        .expect("create");
+    let id = env.emu.faults().add(idle_cut());
+    let r = pinged.exec(&h, cmd()).await.expect("exec");
+    assert_eq!(
+        (r.exit_code, r.stdout.as_str()),
+        (Some(0), "done\n"),
+        "{r:?}"
+    );
+    // the fault is real: with envd's default 50 s pings the same command is cut
+    let unpinged = provider(&env.emu);
+    let e = unpinged.exec(&h, cmd()).await;
+    assert!(e.is_err(), "{e:?}");
+    env.emu.faults().remove(id);
+}

@@ -71,6 +71,10 @@ pub struct SandboxConfig {
     /// Test and self-hosting hook, not in JSON: one URL for every sandbox's envd
     /// (routed by the `E2b-Sandbox-Id` header), e.g. the emulator's.
     pub sandbox_url: Option<String>,
+    /// Not in JSON: the keep-alive interval asked of envd on command streams (envd's
+    /// `Keepalive-Ping-Interval`); `None` = e2b-core's default (50 s), under the idle
+    /// timeout of proxies between here and the sandbox.
+    pub keepalive_interval: Option<Duration>,
 }
 
 impl SandboxConfig {
@@ -85,6 +89,7 @@ impl SandboxConfig {
             domain_allowlist: true,
             allow_open_egress: false,
             sandbox_url: None,
+            keepalive_interval: None,
         }
     }
 

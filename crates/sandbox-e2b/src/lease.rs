@@ -21,6 +21,9 @@ pub(crate) const SANDBOX_USER: &str = "sandbox";
 /// Tries of a connect that meets a 409 (a resume in flight), and the wait between them.
 const CONFLICT_TRIES: u32 = 5;
 const CONFLICT_WAIT: Duration = Duration::from_millis(500);
+/// Host-side queue per output stream of a command (read eagerly; output past the cap
+/// is dropped as it arrives).
+const OUTPUT_BUFFER: usize = 64 * 1024;
 
 /// A usable sandbox: its envd API and the exec adapter on it.
 #[derive(Clone, Debug)]
@@ -153,6 +156,7 @@ impl Leases {
         let api = sb.into_api();
         let proc = E2bSubprocess::new(api.clone(), WorldPath::root())
             .process_timeout(None)
+            .output_buffer(OUTPUT_BUFFER)
             .known_user(sandbox_user());
         let attached = Attached { api, proc };
         self.lock().insert(
