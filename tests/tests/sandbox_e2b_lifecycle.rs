@@ -443,3 +443,36 @@ async fn a_silent_command_outlives_a_proxy_that_drops_idle_streams() {
     assert!(e.is_err(), "{e:?}");
     env.emu.faults().remove(id);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exec_runs_under_an_in_sandbox_backstop_in_its_own_session() {
+    let o = one("backstop").await;
+    let r = o
+        .p
+        .exec(
+            &o.h,
+            ExecSpec::new(
+                "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; \
+                 read -r st < /proc/$PPID/stat; set -- ${st##*) }; [ \"$3\" = \"$PPID\" ] && [ \"$4\" = \"$PPID\" ] && echo leader",
+            )
+            .timeout(Duration::from_millis(1500)),
+        )
+        .await
+        .expect("exec");
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("timeout -s KILL 7 /bin/bash -c "),
+        "timeout rounded up + 5 s: {r:?}"
+    );
+    assert_eq!(
+        lines.get(1),
+        Some(&"leader"),
+        "the backstop leads its own session: {r:?}"
+    );
+    // signals we did not send: 128 + n
+    let r =
+        o.p.exec(&o.h, ExecSpec::new("kill -SEGV $$"))
+            .await
+            .expect("exec");
+    assert_eq!(r.exit_code, Some(139), "{r:?}");
+}
