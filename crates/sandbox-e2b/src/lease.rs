@@ -183,7 +183,9 @@ impl Leases {
     ) -> Result<Attached, SandboxError> {
         check_id(op, id)?;
         if let Some(l) = self.lock().get(id)
-            && l.until > Instant::now() + need
+            && Instant::now()
+                .checked_add(need)
+                .is_some_and(|t| l.until > t)
         {
             return Ok(l.attached.clone());
         }

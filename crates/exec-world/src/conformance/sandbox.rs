@@ -132,6 +132,11 @@ pub async fn sb_exec_basics(w: &SandboxWorld) {
         .expect_err("bad env name");
     assert!(matches!(e, SandboxError::Invalid { .. }), "{e}");
     assert!(e.to_string().contains("BAD-NAME"), "{e}");
+    let r = p
+        .exec(&h, ExecSpec::new("echo ok").timeout(Duration::MAX))
+        .await
+        .expect("an unbounded timeout");
+    assert_eq!(r.stdout, "ok\n");
     let r = sh(p, &h, "kill -TERM $$").await;
     assert_eq!(
         r.exit_code,
