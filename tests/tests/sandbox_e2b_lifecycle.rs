@@ -476,3 +476,64 @@ async fn exec_runs_under_an_in_sandbox_backstop_in_its_own_session() {
             .expect("exec");
     assert_eq!(r.exit_code, Some(139), "{r:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reboot_when_the_kill_cannot_run() {
+    let env = env().await;
+    let p = provider(&env.emu).stop_wait(Duration::from_secs(2));
+    let h = p.create(CreateSpec::new("no-kill")).await.expect("create");
+    let run = p.exec(
+        &h,
+        ExecSpec::new("touch started; sleep 300").timeout(Duration::from_secs(3)),
+    );
+    let sabotage = async {
+        let watcher = provider(&env.emu);
+        for _ in 0..600 {
+            if watcher
+                .stat(&h, "/workspace/started")
+                .await
+                .expect("stat")
+                .is_some()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // from now on envd refuses to start the kill script or send a signal
+        let busy = || FaultAction::json(503, json!({"code": 503, "message": "busy"}));
+        let a = env.emu.faults().add(
+            FaultRule::new(busy())
+                .surface(Surface::Envd)
+                .path_prefix("/process.Process/Start"),
+        );
+        let b = env.emu.faults().add(
+            FaultRule::new(busy())
+                .surface(Surface::Envd)
+                .path_prefix("/process.Process/SendSignal"),
+        );
+        (a, b)
+    };
+    env.emu.counters().reset();
+    let (r, (a, b)) = tokio::join!(run, sabotage);
+    env.emu.faults().remove(a);
+    env.emu.faults().remove(b);
+    let r = r.expect("exec returns as usual");
+    assert!(r.timed_out && r.exit_code.is_none(), "{r:?}");
+    let snap = env.emu.counters().snapshot();
+    assert_eq!(
+        snap.get_on(Surface::Control, "POST /sandboxes/{sandboxID}/pause"),
+        1
+    );
+    assert_eq!(
+        host_processes_of(&h.id),
+        Vec::<u32>::new(),
+        "the cold boot ended the command"
+    );
+    assert_eq!(
+        p.exec(&h, ExecSpec::new("echo ok"))
+            .await
+            .expect("exec")
+            .stdout,
+        "ok\n"
+    );
+}
