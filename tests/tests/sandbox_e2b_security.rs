@@ -207,5 +207,15 @@ async fn the_api_key_never_reaches_the_sandbox() {
     )
     .await;
     assert_eq!(all, "");
-    assert!(!format!("{:?}", o.p).contains(&key));
+    let token = o
+        .env
+        .client
+        .get(&o.h.id)
+        .await
+        .expect("detail")
+        .envd_access_token
+        .expect("secure sandbox");
+    let debug = format!("{:?}", o.p);
+    assert!(debug.contains(&o.h.id), "the lease is in Debug");
+    assert!(!debug.contains(&key) && !debug.contains(&token), "{debug}");
 }
