@@ -172,6 +172,7 @@ async fn reads_and_stats_resolve_as_the_sandbox_user() {
         o.p.read_file(&o.h, "/workspace/k", 10).await.expect("read"),
         None
     );
+    assert_eq!(sh(&o, "id -un; id -u").await.stdout, "sandbox\n1000\n");
     let st = o.p.stat(&o.h, "/workspace/root-only").await.expect("stat");
     assert_eq!(st.map(|s| (s.size, s.is_dir)), Some((6, false)));
 }
@@ -206,5 +207,15 @@ async fn the_api_key_never_reaches_the_sandbox() {
     )
     .await;
     assert_eq!(all, "");
-    assert!(!format!("{:?}", o.p).contains(&key));
+    let token = o
+        .env
+        .client
+        .get(&o.h.id)
+        .await
+        .expect("detail")
+        .envd_access_token
+        .expect("secure sandbox");
+    let debug = format!("{:?}", o.p);
+    assert!(debug.contains(&o.h.id), "the lease is in Debug");
+    assert!(!debug.contains(&key) && !debug.contains(&token), "{debug}");
 }

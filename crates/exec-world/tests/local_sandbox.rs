@@ -14,3 +14,60 @@ async fn world() -> SandboxWorld {
 }
 
 exec_world::sandbox_conformance_tests!(world);
+
+/// Local-only: file operations refuse links that lead out of the sandbox directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_links_out_of_the_sandbox_are_refused() {
+    use exec_world::sandbox::{CreateSpec, ExecSpec, SandboxError, SandboxProvider as _};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let outside = tempfile::tempdir().expect("outside dir");
+    std::fs::write(outside.path().join("secret"), b"s").expect("outside file");
+    let p = LocalSandboxes::new(dir.path()).expect("provider");
+    let h = p.create(CreateSpec::new("links")).await.expect("create");
+    let o = outside.path().display();
+    let r = p
+        .exec(
+            &h,
+            ExecSpec::new(format!(
+                "ln -s {o} out && ln -s {o}/secret s && ln -s sub inner && mkdir sub"
+            )),
+        )
+        .await
+        .expect("exec");
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    for (what, res) in [
+        (
+            "write via dir link",
+            p.write_file(&h, "/workspace/out/new", b"x").await.err(),
+        ),
+        (
+            "write via file link",
+            p.write_file(&h, "/workspace/s", b"x").await.err(),
+        ),
+        (
+            "read via file link",
+            p.read_file(&h, "/workspace/s", 10).await.err(),
+        ),
+        (
+            "stat via dir link",
+            p.stat(&h, "/workspace/out/secret").await.err(),
+        ),
+    ] {
+        assert!(
+            matches!(res, Some(SandboxError::PermissionDenied { .. })),
+            "{what}: {res:?}"
+        );
+    }
+    assert!(!outside.path().join("new").exists());
+    assert_eq!(
+        std::fs::read(outside.path().join("secret")).expect("read"),
+        b"s"
+    );
+    // links inside the sandbox are fine
+    p.write_file(&h, "/workspace/inner/f", b"in")
+        .await
+        .expect("write via inner link");
+    let c = p.read_file(&h, "/workspace/sub/f", 10).await.expect("read");
+    assert_eq!(c.map(|c| c.data), Some(b"in".to_vec()));
+    p.destroy(&h).await.expect("destroy");
+}

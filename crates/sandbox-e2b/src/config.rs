@@ -12,6 +12,14 @@ pub const MIN_TIMEOUT_SECONDS: u64 = 60;
 /// Largest `timeout_seconds` (24 h, E2B's longest run).
 pub const MAX_TIMEOUT_SECONDS: u64 = 86_400;
 
+impl TryFrom<serde_json::Value> for SandboxConfig {
+    type Error = ConfigError;
+
+    fn try_from(value: serde_json::Value) -> Result<Self, Self::Error> {
+        SandboxConfig::from_value(value)
+    }
+}
+
 /// The keys of the JSON form.
 pub const KEYS: [&str; 7] = [
     "api_key",
@@ -51,7 +59,8 @@ pub enum ConfigError {
 ///     .expect_err("unknown key");
 /// assert!(err.to_string().contains("colour"));
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(try_from = "serde_json::Value")]
 pub struct SandboxConfig {
     /// The E2B API key (secret: `Debug` prints `<redacted>`).
     pub api_key: Secret,
@@ -71,6 +80,10 @@ pub struct SandboxConfig {
     /// Test and self-hosting hook, not in JSON: one URL for every sandbox's envd
     /// (routed by the `E2b-Sandbox-Id` header), e.g. the emulator's.
     pub sandbox_url: Option<String>,
+    /// Not in JSON: the keep-alive interval asked of envd on command streams (envd's
+    /// `Keepalive-Ping-Interval`); `None` = e2b-core's default (50 s), under the idle
+    /// timeout of proxies between here and the sandbox.
+    pub keepalive_interval: Option<Duration>,
 }
 
 impl SandboxConfig {
@@ -85,6 +98,7 @@ impl SandboxConfig {
             domain_allowlist: true,
             allow_open_egress: false,
             sandbox_url: None,
+            keepalive_interval: None,
         }
     }
 
@@ -93,6 +107,12 @@ impl SandboxConfig {
     pub fn from_json(text: &str) -> Result<SandboxConfig, ConfigError> {
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        SandboxConfig::from_value(value)
+    }
+
+    /// Validates an already parsed JSON value (what `Deserialize` uses, so the config
+    /// can sit inside a larger serde config).
+    pub fn from_value(value: serde_json::Value) -> Result<SandboxConfig, ConfigError> {
         let serde_json::Value::Object(map) = value else {
             return Err(ConfigError::Parse(
                 "the config must be a JSON object".into(),
@@ -286,6 +306,25 @@ mod tests {
         assert!(e.to_string().contains("`api_key` is required"), "{e}");
         let e = SandboxConfig::from_json(r#"{"api_key":"k"}"#).expect_err("no template");
         assert!(e.to_string().contains("template"), "{e}");
+    }
+
+    #[test]
+    fn deserializes_inside_a_larger_config() {
+        #[derive(serde::Deserialize)]
+        struct Outer {
+            #[serde(rename = "sandbox-e2b")]
+            sandbox: SandboxConfig,
+        }
+        let o: Outer = serde_json::from_str(r#"{"sandbox-e2b":{"api_key":"k","template":"t"}}"#)
+            .expect("valid");
+        assert_eq!(o.sandbox.template, "t");
+        let e = serde_json::from_str::<Outer>(
+            r#"{"sandbox-e2b":{"api_key":"k","template":"t","x":1}}"#,
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(e.contains("unknown key `x`"), "{e}");
     }
 
     #[test]

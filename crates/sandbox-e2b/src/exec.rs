@@ -23,12 +23,15 @@ pub(crate) const BACKSTOP_GRACE_SECS: u64 = 5;
 const OP: &str = "exec";
 
 fn spawn(a: &Attached, id: &str, spec: &ExecSpec, cwd: &WorldPath) -> Result<Child, SandboxError> {
-    let secs = spec.timeout.as_secs() + u64::from(spec.timeout.subsec_nanos() > 0);
+    let secs = spec
+        .timeout
+        .as_secs()
+        .saturating_add(u64::from(spec.timeout.subsec_nanos() > 0));
     let mut s = SpawnSpec::new("timeout")
         .args([
             "-s".to_owned(),
             "KILL".to_owned(),
-            (secs + BACKSTOP_GRACE_SECS).to_string(),
+            secs.saturating_add(BACKSTOP_GRACE_SECS).to_string(),
             "/bin/bash".to_owned(),
             "-c".to_owned(),
             spec.command.clone(),

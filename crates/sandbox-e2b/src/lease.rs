@@ -21,6 +21,9 @@ pub(crate) const SANDBOX_USER: &str = "sandbox";
 /// Tries of a connect that meets a 409 (a resume in flight), and the wait between them.
 const CONFLICT_TRIES: u32 = 5;
 const CONFLICT_WAIT: Duration = Duration::from_millis(500);
+/// Host-side queue per output stream of a command (read eagerly; output past the cap
+/// is dropped as it arrives).
+const OUTPUT_BUFFER: usize = 64 * 1024;
 
 /// A usable sandbox: its envd API and the exec adapter on it.
 #[derive(Clone, Debug)]
@@ -69,28 +72,43 @@ pub(crate) fn check_id(op: &'static str, id: &str) -> Result<(), SandboxError> {
     }
 }
 
-/// envd's answer for a sandbox that is paused (409 from the proxy) or missing (502).
+/// The edge proxy's text for a paused sandbox (HTTP 409 in front of envd).
+const PAUSED_TEXT: &str = "sandbox is paused";
+
+/// envd's answer for a sandbox that is paused (the proxy's 409 `The sandbox is paused`,
+/// which e2b-core reports as an envd 409) or missing (the proxy's 502).
 pub(crate) fn is_stale(e: &Error) -> bool {
-    matches!(
-        e,
+    match e {
         Error::SandboxNotFound {
             surface: Surface::Envd,
             ..
-        } | Error::Conflict {
+        }
+        | Error::Conflict {
             surface: Surface::Envd,
             ..
-        }
-    )
+        } => true,
+        Error::Envd {
+            status: Some(409),
+            message,
+            ..
+        } => message.contains(PAUSED_TEXT),
+        _ => false,
+    }
 }
 
-/// The same for an exec start that failed (subprocess-e2b maps the e2b error).
+/// The same for an exec start that failed (subprocess-e2b keeps only the text of the
+/// e2b-core error it mapped).
 pub(crate) fn is_stale_proc(e: &ProcError) -> bool {
     match e {
         ProcError::Gone { .. } => true,
-        ProcError::Other {
-            source: Some(s), ..
+        ProcError::Other { context, source } => {
+            context.contains(PAUSED_TEXT)
+                || source
+                    .as_ref()
+                    .and_then(|s| s.downcast_ref::<Error>())
+                    .is_some_and(is_stale)
         }
-        | ProcError::Transport { source: s, .. } => s.downcast_ref::<Error>().is_some_and(is_stale),
+        ProcError::Transport { source, .. } => source.downcast_ref::<Error>().is_some_and(is_stale),
         _ => false,
     }
 }
@@ -138,6 +156,7 @@ impl Leases {
         let api = sb.into_api();
         let proc = E2bSubprocess::new(api.clone(), WorldPath::root())
             .process_timeout(None)
+            .output_buffer(OUTPUT_BUFFER)
             .known_user(sandbox_user());
         let attached = Attached { api, proc };
         self.lock().insert(
@@ -164,7 +183,9 @@ impl Leases {
     ) -> Result<Attached, SandboxError> {
         check_id(op, id)?;
         if let Some(l) = self.lock().get(id)
-            && l.until > Instant::now() + need
+            && Instant::now()
+                .checked_add(need)
+                .is_some_and(|t| l.until > t)
         {
             return Ok(l.attached.clone());
         }

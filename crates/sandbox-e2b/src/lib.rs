@@ -97,6 +97,9 @@ impl E2bSandboxes {
         if let Some(u) = &cfg.sandbox_url {
             core = core.sandbox_url(u.clone());
         }
+        if let Some(k) = cfg.keepalive_interval {
+            core = core.keepalive_interval(k);
+        }
         let client = Client::new(core)?;
         Ok(E2bSandboxes {
             leases: Arc::new(Leases::new(client, cfg)),

@@ -9,16 +9,19 @@
 //! * [`FaultAction::Reset`]: drop the connection without any response;
 //! * [`FaultAction::CutStream`]: handle normally, but pass only the first N envelopes of a
 //!   streaming response and end the body without an end-of-stream frame;
-//! * [`FaultAction::DropAccessToken`]: remove `X-Access-Token` before envd sees the request.
+//! * [`FaultAction::DropAccessToken`]: remove `X-Access-Token` before envd sees the request;
+//! * [`FaultAction::CutIdle`]: handle normally, but end a streaming response (no
+//!   end-of-stream frame) once no byte has passed for a while, like a proxy that drops
+//!   idle connections (envd's keepalive pings are what keeps a silent stream alive).
 //!
 //! When several rules match one request they all fire: delays first, then the token drop,
-//! then the first of the terminal actions (status, reset, cut stream).
+//! then the first of the terminal actions (status, reset, cut stream, cut idle).
 //!
 //! Over HTTP (`POST /_emulator/faults`) a rule is JSON:
 //! `{"surface":"envd","method":"POST","pathPrefix":"/process.Process/Start","sandboxId":null,
 //! "times":1,"action":{"kind":"cutStream","afterFrames":1}}`; other action kinds are
 //! `{"kind":"status","status":503,"body":"…","contentType":"…"}`, `{"kind":"delay","ms":500}`,
-//! `{"kind":"reset"}` and `{"kind":"dropAccessToken"}`.
+//! `{"kind":"reset"}`, `{"kind":"dropAccessToken"}` and `{"kind":"cutIdle","ms":3000}`.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -51,6 +54,9 @@ pub enum FaultAction {
     },
     /// Remove `X-Access-Token` from the request before envd sees it.
     DropAccessToken,
+    /// End a streaming response without an end-of-stream frame once nothing has passed
+    /// for this long (an idle-dropping proxy).
+    CutIdle(Duration),
 }
 
 impl FaultAction {
@@ -302,6 +308,11 @@ pub enum FaultActionWire {
     },
     /// See [`FaultAction::DropAccessToken`].
     DropAccessToken,
+    /// See [`FaultAction::CutIdle`].
+    CutIdle {
+        /// Milliseconds of silence before the cut.
+        ms: u64,
+    },
 }
 
 fn default_content_type() -> String {
@@ -324,6 +335,7 @@ impl From<FaultRuleWire> for FaultRule {
             FaultActionWire::Reset => FaultAction::Reset,
             FaultActionWire::CutStream { after_frames } => FaultAction::CutStream { after_frames },
             FaultActionWire::DropAccessToken => FaultAction::DropAccessToken,
+            FaultActionWire::CutIdle { ms } => FaultAction::CutIdle(Duration::from_millis(ms)),
         };
         FaultRule {
             surface: w.surface,
@@ -356,6 +368,9 @@ impl From<&FaultRule> for FaultRuleWire {
                 after_frames: *after_frames,
             },
             FaultAction::DropAccessToken => FaultActionWire::DropAccessToken,
+            FaultAction::CutIdle(d) => FaultActionWire::CutIdle {
+                ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+            },
         };
         FaultRuleWire {
             surface: r.surface,

@@ -14,7 +14,8 @@
 //! the connection aborts), as the real proxy loses its connection to a destroyed VM; a
 //! `/health` probe then answers 502.
 //!
-//! Also: [`cut_stream`], the body wrapper of the `CutStream` fault.
+//! Also: [`cut_stream`] and [`cut_idle`], the body wrappers of the `CutStream` and
+//! `CutIdle` faults.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -238,15 +239,37 @@ fn cut_on_kill(resp: Response, cut: CancellationToken) -> Response {
     Response::from_parts(parts, Body::from_stream(stream))
 }
 
+/// True for a Connect streaming response (`application/connect+…`).
+fn is_connect_stream(resp: &Response) -> bool {
+    resp.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/connect+"))
+}
+
+/// Pass a streaming response's bytes as they come, but end the body (with no
+/// end-of-stream frame) once nothing has arrived for `idle`: a proxy that drops idle
+/// streams. Non-streaming responses pass unchanged.
+pub(crate) fn cut_idle(resp: Response, idle: std::time::Duration) -> Response {
+    if !is_connect_stream(&resp) {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let stream = futures::stream::unfold(body.into_data_stream(), move |mut inner| async move {
+        match tokio::time::timeout(idle, inner.next()).await {
+            Ok(Some(Ok(chunk))) => Some((Ok::<_, std::io::Error>(chunk), inner)),
+            // the end, a broken body, or silence for `idle`: stop here
+            _ => None,
+        }
+    });
+    Response::from_parts(parts, axum::body::Body::from_stream(stream))
+}
+
 /// Pass the first `after_frames` Connect envelopes of a streaming response, then end the
 /// body without an end-of-stream frame. Non-streaming responses pass unchanged.
 pub(crate) fn cut_stream(resp: Response, after_frames: usize) -> Response {
-    let streaming = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.starts_with("application/connect+"));
-    if !streaming {
+    if !is_connect_stream(&resp) {
         return resp;
     }
     let (mut parts, body) = resp.into_parts();

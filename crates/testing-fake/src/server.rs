@@ -141,6 +141,7 @@ async fn dispatch(shared: Arc<Shared>, req: Request) -> Result<Response, ResetCo
         tokio::time::sleep(*d).await;
     }
     let mut cut = None;
+    let mut cut_idle = None;
     match fired.terminal {
         Some(FaultAction::Status {
             status,
@@ -158,6 +159,7 @@ async fn dispatch(shared: Arc<Shared>, req: Request) -> Result<Response, ResetCo
         }
         Some(FaultAction::Reset) => return Err(ResetConnection),
         Some(FaultAction::CutStream { after_frames }) => cut = Some(after_frames),
+        Some(FaultAction::CutIdle(idle)) => cut_idle = Some(idle),
         _ => {}
     }
     let mut req = req;
@@ -176,9 +178,10 @@ async fn dispatch(shared: Arc<Shared>, req: Request) -> Result<Response, ResetCo
             proxy::route_envd(&shared.store, &sandbox_id, port, req).await
         }
     };
-    Ok(match cut {
-        Some(n) => proxy::cut_stream(resp, n),
-        None => resp,
+    Ok(match (cut, cut_idle) {
+        (Some(n), _) => proxy::cut_stream(resp, n),
+        (None, Some(idle)) => proxy::cut_idle(resp, idle),
+        (None, None) => resp,
     })
 }
 

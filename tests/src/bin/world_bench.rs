@@ -4,7 +4,8 @@
 //!
 //! It prints, each with a baseline measured in the same run:
 //! * spawn-to-exit of `true`: p50/p99 through bare `tokio::process`, `LocalSubprocess`, raw envd `Start`
-//!   (e2b-core, no adapter) and through `E2bSubprocess`; ratio E2B adapter / local;
+//!   (e2b-core, no adapter), through `E2bSubprocess`, and `sandbox-e2b`'s exec on the
+//!   conversation template; ratio E2B adapter / local and provider / adapter;
 //! * a 256 MiB write then read: `LocalFs`, raw HTTP `POST/GET /files` with reqwest, and
 //!   `E2bFs`; throughput, ratio fs-e2b / raw HTTP, and the peak host memory (VmHWM, reset
 //!   before each transfer) of this process.
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use e2b_core::{Client, Config, CreateOptions, EnvdApi, StartProcess};
+use exec_world::sandbox::SandboxProvider as _;
 use exec_world::{
     ByteStream, Fs, LocalFs, LocalSubprocess, SpawnSpec, Subprocess, WorldPath, WriteOptions,
 };
@@ -289,7 +291,28 @@ async fn run(iterations: u64, size_mib: u64) -> Result<(), AnyError> {
         Ok(())
     })
     .await?;
+    let sandboxes = {
+        let mut c = sandbox_e2b::SandboxConfig::new(var("E2B_API_KEY")?, "conversation");
+        c.api_url = Some(var("E2B_API_URL")?);
+        c.sandbox_url = Some(var("E2B_SANDBOX_URL")?);
+        sandbox_e2b::E2bSandboxes::new(c)?
+    };
+    let conv = sandboxes
+        .create(exec_world::sandbox::CreateSpec::new("world-bench"))
+        .await?;
+    let provider = time_n("sandbox-e2b exec", iterations, || async {
+        sandboxes
+            .exec(&conv, exec_world::sandbox::ExecSpec::new("true"))
+            .await?;
+        Ok(())
+    })
+    .await?;
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+    println!(
+        "  ratio sandbox-e2b exec / subprocess-e2b: p50 {:.1}x, p99 {:.1}x (bash -c + timeout backstop + tag env)",
+        ratio(provider.p50, adapter.p50),
+        ratio(provider.p99, adapter.p99)
+    );
     println!(
         "  ratio subprocess-e2b / local: p50 {:.1}x, p99 {:.1}x (target <= 3x); subprocess-e2b / raw envd: p50 {:.1}x",
         ratio(adapter.p50, local.p50),

@@ -132,6 +132,11 @@ pub async fn sb_exec_basics(w: &SandboxWorld) {
         .expect_err("bad env name");
     assert!(matches!(e, SandboxError::Invalid { .. }), "{e}");
     assert!(e.to_string().contains("BAD-NAME"), "{e}");
+    let r = p
+        .exec(&h, ExecSpec::new("echo ok").timeout(Duration::MAX))
+        .await
+        .expect("an unbounded timeout");
+    assert_eq!(r.stdout, "ok\n");
     let r = sh(p, &h, "kill -TERM $$").await;
     assert_eq!(
         r.exit_code,
@@ -257,9 +262,11 @@ pub async fn sb_cancel(w: &SandboxWorld) {
     let token = CancellationToken::new();
     let run = p.exec(
         &h,
-        ExecSpec::new("echo $$ > pid; sleep 300 & echo $! >> pid; touch started; wait")
-            .timeout(Duration::from_secs(120))
-            .cancel(token.clone()),
+        ExecSpec::new(
+            "echo before; echo $$ > pid; sleep 300 & echo $! >> pid; touch started; wait",
+        )
+        .timeout(Duration::from_secs(120))
+        .cancel(token.clone()),
     );
     let trigger = async {
         wait_for(p, &h, "/workspace/started").await;
@@ -268,6 +275,7 @@ pub async fn sb_cancel(w: &SandboxWorld) {
     let (r, ()) = tokio::join!(run, trigger);
     let r = r.expect("cancelled exec returns a result");
     assert_eq!((r.exit_code, r.timed_out), (None, false), "{r:?}");
+    assert_eq!(r.stdout, "before\n", "the output so far");
     assert_eq!(alive(p, &h, "pid").await, "", "survivors after cancel");
     let e = p
         .exec(&h, ExecSpec::new("touch ran").cancel(token))

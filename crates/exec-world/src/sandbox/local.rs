@@ -12,6 +12,8 @@
 //! any instance. There is **no isolation**: commands see the whole machine and egress is
 //! not restricted (capabilities `user_isolation` and `egress_control` are false). A
 //! command that clears its environment before backgrounding escapes suspend and kill_all.
+//! File operations refuse a path that existing links lead out of the sandbox directory
+//! (a guard against mistakes, not against a command racing the check).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -75,7 +77,8 @@ impl LocalSandboxes {
         }
     }
 
-    /// A sandbox path on the host (the path is validated first).
+    /// A sandbox path on the host (the path is validated first), refused when links
+    /// already there lead it out of the sandbox directory (see [`contained`]).
     fn host_path(
         &self,
         op: &'static str,
@@ -84,7 +87,9 @@ impl LocalSandboxes {
     ) -> Result<PathBuf, SandboxError> {
         validate::path(op, path)?;
         let dir = self.live(op, h)?;
-        Ok(dir.join(path.trim_start_matches('/')))
+        let p = dir.join(path.trim_start_matches('/'));
+        contained(op, path, &dir, &p)?;
+        Ok(p)
     }
 
     async fn signal(
@@ -143,6 +148,30 @@ impl LocalSandboxes {
         }
         Ok(ids)
     }
+}
+
+/// Refuses `p` when its deepest existing ancestor (itself included) resolves outside
+/// `dir`: a link a command planted cannot send a file operation out of the sandbox.
+/// (Same user, no isolation: this guards mistakes, not an adversary racing the check.)
+fn contained(op: &'static str, path: &str, dir: &Path, p: &Path) -> Result<(), SandboxError> {
+    let root = dir
+        .canonicalize()
+        .map_err(|e| io_err(op, &dir.display().to_string(), e))?;
+    let mut probe = Some(p);
+    while let Some(q) = probe {
+        match q.canonicalize() {
+            Ok(real) if real.starts_with(&root) => return Ok(()),
+            Ok(_) => {
+                return Err(SandboxError::PermissionDenied {
+                    op,
+                    path: path.to_owned(),
+                    detail: "a link leads out of the sandbox".into(),
+                });
+            }
+            Err(_) => probe = q.parent(),
+        }
+    }
+    Ok(())
 }
 
 fn remove_tree(op: &'static str, dir: &Path) -> Result<(), SandboxError> {
@@ -320,6 +349,7 @@ impl SandboxProvider for LocalSandboxes {
             tokio::fs::create_dir_all(parent)
                 .await
                 .map_err(|e| io_err("write_file", path, e))?;
+            contained("write_file", path, &self.dir_of(h), &p)?;
         }
         tokio::fs::write(&p, data)
             .await
