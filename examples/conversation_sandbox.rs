@@ -13,7 +13,10 @@ async fn conversation(p: &dyn SandboxProvider, name: &str) -> Result<String, San
     p.write_file(&h, "/workspace/plan.md", b"1. write a test\n")
         .await?;
     let out = p
-        .exec(&h, ExecSpec::new("echo '2. make it pass' >> plan.md && wc -l < plan.md"))
+        .exec(
+            &h,
+            ExecSpec::new("echo '2. make it pass' >> plan.md && wc -l < plan.md"),
+        )
         .await?;
     p.suspend(&h).await?;
     p.resume(&h).await?; // files are kept across hibernation

@@ -15,10 +15,16 @@ async fn consumer(
     proc: Arc<dyn Subprocess>,
 ) -> Result<String, Box<dyn std::error::Error>> {
     let note = WorldPath::new("note-from-example.txt")?;
-    fs.write(&note, bytes_stream("written through Fs"), Default::default())
-        .await?;
+    fs.write(
+        &note,
+        bytes_stream("written through Fs"),
+        Default::default(),
+    )
+    .await?;
     let out = BashTool::new(proc)
-        .run(BashRequest::new("cat note-from-example.txt; rm note-from-example.txt"))
+        .run(BashRequest::new(
+            "cat note-from-example.txt; rm note-from-example.txt",
+        ))
         .await?;
     Ok(out.stdout.text)
 }
