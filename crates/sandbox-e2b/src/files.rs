@@ -23,7 +23,10 @@ const STDERR_ROOM: usize = 64 * 1024;
 /// Where uploads wait (root-only).
 pub const UPLOAD_DIR: &str = "/opt/capybara/upload";
 
-const READ_SH: &str = r#"[ -e "$1" ] || exit 3; [ -d "$1" ] && exit 4; exec head -c "$2" -- "$1""#;
+/// Exit 3: missing; 4: a directory; 5: not a regular file (a FIFO or socket the user
+/// planted would block the reader, a device is not a file's content).
+const READ_SH: &str = r#"[ -e "$1" ] || exit 3; [ -d "$1" ] && exit 4; [ -f "$1" ] || exit 5
+exec head -c "$2" -- "$1""#;
 const STAT_SH: &str = r#"[ -e "$1" ] || exit 3; s=$(stat -L -c %s -- "$1") || exit 1
 if [ -d "$1" ]; then echo "d $s"; else echo "f $s"; fi"#;
 const USER_WRITE_SH: &str = r#"s=1
@@ -59,6 +62,13 @@ pub(crate) async fn read_file(
     match out.exit_code {
         0 => {}
         3 | 4 => return Ok(None),
+        5 => {
+            return Err(SandboxError::failed(
+                OP,
+                Some(path),
+                "not a regular file (a FIFO, socket or device is never read)",
+            ));
+        }
         _ => return Err(script_failed(OP, path, &out.stderr)),
     }
     let mut data = out.stdout;

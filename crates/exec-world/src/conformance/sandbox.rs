@@ -230,6 +230,27 @@ pub async fn sb_files(w: &SandboxWorld) {
     p.destroy(&h).await.expect("destroy");
 }
 
+/// A FIFO the agent planted is refused by `read_file`, never read: a reader would block
+/// on the pipe.
+pub async fn sb_read_refuses_fifos(w: &SandboxWorld) {
+    let p = &*w.provider;
+    let h = w.create("fifo").await;
+    let out = p
+        .exec(&h, ExecSpec::new("mkfifo pipe && echo ok"))
+        .await
+        .expect("exec");
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+    for path in ["/workspace/pipe"] {
+        let read = tokio::time::timeout(Duration::from_secs(60), p.read_file(&h, path, 16))
+            .await
+            .unwrap_or_else(|_| panic!("read_file {path} must not block"));
+        let e = read.expect_err("not a regular file");
+        assert!(e.to_string().contains(path), "{e}");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
+    p.destroy(&h).await.expect("destroy");
+}
+
 /// A timeout kills the whole tree (nohup'd and setsid'd children too) and returns the
 /// output so far with no exit code.
 pub async fn sb_timeout_kills_tree(w: &SandboxWorld) {
@@ -502,6 +523,7 @@ macro_rules! __sandbox_test_names {
         $crate::$cb! { $($pre)* [
             sb_exec_basics,
             sb_files,
+            sb_read_refuses_fifos,
             sb_timeout_kills_tree,
             sb_cancel,
             sb_output_cap,

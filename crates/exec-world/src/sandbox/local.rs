@@ -13,8 +13,10 @@
 //! not restricted (capabilities `user_isolation` and `egress_control` are false). A
 //! command that clears its environment before backgrounding escapes suspend and kill_all.
 //! File operations refuse a path that existing links lead out of the sandbox directory
-//! (a guard against mistakes, not against a command racing the check).
+//! (a guard against mistakes, not against a command racing the check), and `read_file`
+//! refuses anything but a regular file (a planted FIFO would block the reader).
 
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -312,7 +314,13 @@ impl SandboxProvider for LocalSandboxes {
     ) -> Result<Option<FileContent>, SandboxError> {
         use tokio::io::AsyncReadExt as _;
         let p = self.host_path("read_file", h, path)?;
-        let f = match tokio::fs::File::open(&p).await {
+        // O_NONBLOCK: opening a FIFO the agent planted must not wait for a writer.
+        let f = match tokio::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&p)
+            .await
+        {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_err("read_file", path, e)),
@@ -323,6 +331,13 @@ impl SandboxProvider for LocalSandboxes {
             .map_err(|e| io_err("read_file", path, e))?;
         if meta.is_dir() {
             return Ok(None);
+        }
+        if !meta.is_file() {
+            return Err(SandboxError::failed(
+                "read_file",
+                Some(path),
+                "not a regular file (a FIFO, socket or device is never read)",
+            ));
         }
         let mut data = Vec::new();
         f.take(max_bytes.saturating_add(1))
