@@ -234,6 +234,7 @@ impl Sandbox {
             stream_idle_timeout: cfg.stream_idle_timeout,
             transfer_idle_timeout: cfg.transfer_idle_timeout,
             cfg: cfg.clone(),
+            retry: crate::retry::RetryPolicy::default(),
         };
         Sandbox {
             inner: Arc::new(Inner {

@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::proto::control::{
     ConnectSandbox, PauseSandbox, RefreshSandbox, Sandbox as WireSandbox, SandboxDetail, SetTimeout,
 };
+use crate::retry::Idempotence;
 use crate::sandbox::Sandbox;
 
 /// Options of [`Client::pause`].
@@ -61,7 +62,7 @@ impl Client {
     /// `GET /sandboxes/{id}`. A missing sandbox is [`Error::SandboxNotFound`].
     pub async fn get(&self, sandbox_id: &str) -> Result<SandboxDetail, Error> {
         let resp = self
-            .send::<()>(
+            .send_idempotent::<()>(
                 Method::GET,
                 &format!("/sandboxes/{}", seg(sandbox_id)),
                 &[],
@@ -74,7 +75,7 @@ impl Client {
     /// `DELETE /sandboxes/{id}`: `true` when killed, `false` when it did not exist.
     pub async fn kill(&self, sandbox_id: &str) -> Result<bool, Error> {
         match self
-            .send::<()>(
+            .send_idempotent::<()>(
                 Method::DELETE,
                 &format!("/sandboxes/{}", seg(sandbox_id)),
                 &[],
@@ -94,7 +95,7 @@ impl Client {
         let body = SetTimeout {
             timeout: secs_ceil(timeout),
         };
-        self.send(
+        self.send_idempotent(
             Method::POST,
             &format!("/sandboxes/{}/timeout", seg(sandbox_id)),
             &[],
@@ -110,7 +111,7 @@ impl Client {
         let body = RefreshSandbox {
             duration: duration.map(secs_ceil),
         };
-        self.send(
+        self.send_idempotent(
             Method::POST,
             &format!("/sandboxes/{}/refreshes", seg(sandbox_id)),
             &[],
@@ -128,7 +129,8 @@ impl Client {
             memory: Some(opts.memory),
             require_healthy_guest: None,
         };
-        self.send(
+        self.send_retrying(
+            Idempotence::NotIfAmbiguous,
             Method::POST,
             &format!("/sandboxes/{}/pause", seg(sandbox_id)),
             &[],
@@ -158,15 +160,17 @@ impl Client {
         };
         let v1 = format!("/sandboxes/{}/connect", seg(sandbox_id));
         let resp = if self.v1_only() {
-            self.send(Method::POST, &v1, &[], Some(&body)).await
+            self.send_idempotent(Method::POST, &v1, &[], Some(&body))
+                .await
         } else {
             match self
-                .send(Method::POST, &format!("/v2{v1}"), &[], Some(&body))
+                .send_idempotent(Method::POST, &format!("/v2{v1}"), &[], Some(&body))
                 .await
             {
                 Err(Error::EndpointNotFound { .. }) => {
                     self.set_v1_only();
-                    self.send(Method::POST, &v1, &[], Some(&body)).await
+                    self.send_idempotent(Method::POST, &v1, &[], Some(&body))
+                        .await
                 }
                 other => other,
             }
