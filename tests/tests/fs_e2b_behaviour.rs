@@ -472,3 +472,68 @@ async fn a_killed_sandbox_is_gone() {
         other => panic!("expected Gone, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_paths_are_typed_errors_naming_operation_path_and_cause_once() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    // A name longer than NAME_MAX: InvalidPath on read, read_stream and write alike.
+    let long = dir.join(&"n".repeat(300)).expect("path");
+    let check = |what: &str, r: Result<(), FsError>| match r {
+        Err(e @ FsError::InvalidPath { .. }) => {
+            let msg = e.to_string();
+            assert_eq!(msg.matches(long.as_str()).count(), 1, "{msg}");
+            assert_eq!(msg.matches("File name too long").count(), 1, "{msg}");
+            assert!(msg.contains(&format!("{what}: ")), "{msg}");
+        }
+        other => panic!("{what}: expected InvalidPath, got {other:?}"),
+    };
+    check("read", env.fs.read(&long, 10).await.map(drop));
+    check("read_stream", env.fs.read_stream(&long).await.map(drop));
+    check(
+        "write",
+        env.fs
+            .write(&long, bytes_stream(&b"x"[..]), WriteOptions::default())
+            .await
+            .map(drop),
+    );
+    // `dir/` names a directory: never written as the file `dir`.
+    let slash = wp(&format!("{}/newfile/", dir.as_str()));
+    match env
+        .fs
+        .write(&slash, bytes_stream(&b"x"[..]), WriteOptions::default())
+        .await
+    {
+        Err(FsError::InvalidPath { path, reason }) => {
+            assert_eq!(path, slash.as_str());
+            assert!(reason.starts_with("write: "), "{reason}");
+        }
+        other => panic!("expected InvalidPath, got {other:?}"),
+    }
+    assert!(matches!(
+        env.fs
+            .create_if_absent(&slash, Bytes::from_static(b"x"))
+            .await,
+        Err(FsError::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        env.fs.lstat(&dir.join("newfile").expect("path")).await,
+        Err(FsError::NotFound { .. })
+    ));
+    // Reading a directory is IsADirectory; a FIFO is refused without being opened.
+    assert!(matches!(
+        env.fs.read(&dir, 10).await,
+        Err(FsError::IsADirectory { .. })
+    ));
+    let fifo = dir.join("fifo").expect("path");
+    assert_eq!(
+        sh_as_user(&env, r#"mkfifo "$1""#, &[fifo.as_str()]).await,
+        0
+    );
+    match env.fs.read(&fifo, 10).await {
+        Err(e @ FsError::Other { .. }) => {
+            assert!(e.to_string().contains("not a regular file"), "{e}")
+        }
+        other => panic!("expected not a regular file, got {other:?}"),
+    }
+}

@@ -158,12 +158,14 @@ pub(crate) fn classify(out: &CtlOutput, path: &WorldPath, what: &str) -> FsError
         || last.ends_with("Read-only file system")
     {
         FsError::PermissionDenied { path }
-    } else if last.ends_with("Too many levels of symbolic links")
-        || last.ends_with("File name too long")
+    } else if let Some(cause) = ["Too many levels of symbolic links", "File name too long"]
+        .into_iter()
+        .find(|c| last.ends_with(c))
     {
+        // The tool's line repeats the path; the error names it once, with the operation.
         FsError::InvalidPath {
             path: path.to_string(),
-            reason: last.to_string(),
+            reason: format!("{what}: {cause}"),
         }
     } else if last.contains("cannot overwrite directory") {
         FsError::IsADirectory { path }
@@ -215,5 +217,14 @@ mod tests {
             FsError::PermissionDenied { .. }
         ));
         assert!(matches!(k(out(2, "odd")), FsError::Other { .. }));
+        match k(out(1, "find: '/a/b': File name too long")) {
+            FsError::InvalidPath { path, reason } => {
+                assert_eq!(
+                    (path.as_str(), reason.as_str()),
+                    ("/a/b", "test: File name too long")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

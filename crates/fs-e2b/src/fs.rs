@@ -90,6 +90,20 @@ impl E2bFs {
         self.shared.user()
     }
 
+    /// `p` resolved for an operation on a file's content: a path that ends in `/` (or
+    /// in `.` or `..`) names a directory, so it is refused before any normalization
+    /// could turn `dir/` into the file `dir`.
+    fn resolve_file(&self, p: &WorldPath, what: &str) -> Result<WorldPath, FsError> {
+        let s = p.as_str();
+        if s.ends_with('/') || s == "." || s == ".." || s.ends_with("/.") || s.ends_with("/..") {
+            return Err(FsError::InvalidPath {
+                path: s.to_owned(),
+                reason: format!("{what}: the path names a directory, not a file"),
+            });
+        }
+        Ok(self.resolve(p))
+    }
+
     /// One record of `abs` (stat or lstat script).
     async fn stat_with(
         &self,
@@ -169,12 +183,12 @@ impl Fs for E2bFs {
     }
 
     async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, FsError> {
-        let abs = self.resolve(p);
+        let abs = self.resolve_file(p, "read")?;
         crate::read::read_bounded(&self.shared, &abs, max_bytes).await
     }
 
     async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, FsError> {
-        let abs = self.resolve(p);
+        let abs = self.resolve_file(p, "read_stream")?;
         crate::read::read_stream(&self.shared, &abs).await
     }
 
@@ -184,12 +198,12 @@ impl Fs for E2bFs {
         data: ByteStream,
         opts: WriteOptions,
     ) -> Result<Version, FsError> {
-        let abs = self.resolve(p);
+        let abs = self.resolve_file(p, "write")?;
         crate::write::write(&self.shared, &abs, data, opts).await
     }
 
     async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, FsError> {
-        let abs = self.resolve(p);
+        let abs = self.resolve_file(p, "create_if_absent")?;
         crate::write::create_if_absent(&self.shared, &abs, data).await
     }
 
