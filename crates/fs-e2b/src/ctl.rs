@@ -143,7 +143,8 @@ pub(crate) fn classify(out: &CtlOutput, path: &WorldPath, what: &str) -> FsError
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .trim_end();
-    if last.ends_with("No such file or directory") {
+    // dash reports a failed redirection as `cannot open PATH: No such file`.
+    if last.ends_with("No such file or directory") || last.ends_with(": No such file") {
         FsError::NotFound { path }
     } else if last.ends_with("File exists") {
         FsError::AlreadyExists { path }
@@ -206,6 +207,10 @@ mod tests {
         ));
         assert!(matches!(
             k(out(1, "find: '/a/x': No such file or directory\n")),
+            FsError::NotFound { .. }
+        ));
+        assert!(matches!(
+            k(out(2, "sh: 3: cannot open /a/b: No such file")),
             FsError::NotFound { .. }
         ));
         assert!(matches!(

@@ -82,18 +82,20 @@ cat -- "$s/err" >&2
 rm -rf -- "$s"
 exit 1"#;
 
-/// Reads `$1` as the acting user: the kind is checked first (a directory is 67, a dangling
-/// link 64, anything but a regular file 69, so a FIFO is never opened), then the file is
-/// opened once on fd 3 and everything after concerns that open file: its kind again, its
-/// size (more than the limit `$2`: exit 68 before a byte is sent), then one line with the
-/// size and the content (at most `$2 + 1` bytes when `$2` is set, so a file that grew is
-/// still cut just past the limit).
-pub(crate) const READ: &str = r#"k=$(find -L "$1" -maxdepth 0 -printf %y) || exit 1
-case $k in f) ;; d) exit 67;; l) exit 64;; *) exit 69;; esac
+/// Reads `$1` as the acting user. Shell tests first (no process): a directory is 67, a
+/// dangling link 64, anything that exists but is not a regular file 69 (so a FIFO is
+/// never opened); then the file is opened once on fd 3 and everything after concerns that
+/// open file: its kind again and its size (one `stat`; more than the limit `$2`: exit 68
+/// before a byte is sent), then one line with the size and the content (at most `$2 + 1`
+/// bytes when `$2` is set, so a file that grew is still cut just past the limit).
+pub(crate) const READ: &str = r#"if [ -d "$1" ]; then exit 67; fi
+if [ ! -e "$1" ] && [ -L "$1" ]; then exit 64; fi
+if [ -e "$1" ] && [ ! -f "$1" ]; then exit 69; fi
 exec 3<"$1" || exit 1
-set -- "$2" $(find -L "/proc/$$/fd/3" -maxdepth 0 -printf '%y %s')
-[ "$2" = f ] || exit 69
-if [ -n "$1" ] && [ "$3" -gt "$1" ]; then exit 68; fi
-printf '%s\n' "$3"
-if [ -n "$1" ]; then exec head -c "$(($1 + 1))" <&3; fi
+s=$(stat -L -c %F:%s "/proc/$$/fd/3") || exit 1
+case $s in "regular file:"*|"regular empty file:"*) ;; directory:*) exit 67;; *) exit 69;; esac
+s=${s##*:}
+if [ -n "$2" ] && [ "$s" -gt "$2" ]; then exit 68; fi
+printf '%s\n' "$s"
+if [ -n "$2" ]; then exec head -c "$(($2 + 1))" <&3; fi
 exec cat <&3"#;
