@@ -537,3 +537,70 @@ async fn bad_paths_are_typed_errors_naming_operation_path_and_cause_once() {
         other => panic!("expected not a regular file, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_never_let_root_follow_a_path_the_user_controls() {
+    let env = env().await;
+    sh(&env, "umask 077; printf SECRET > /tmp/root-only", &[]).await;
+    let dir = scratch(&env.fs).await;
+    let f = dir.join("t.txt").expect("path");
+    // While writes run, the user plants a link to the root-only file at `data` in every
+    // staging directory it can see (where envd's root upload used to land).
+    let planter = env
+        .api
+        .start_process(
+            StartProcess::new("/bin/sh")
+                .args([
+                    "-c",
+                    r#"cd "$1" || exit 1
+while :; do for s in .e2b-stage-*; do [ -d "$s" ] && ln -s /tmp/root-only "$s/data" 2>/dev/null; done; done"#,
+                    "sh",
+                    dir.as_str(),
+                ])
+                .timeout(Duration::from_secs(60)),
+        )
+        .await
+        .expect("start planter");
+    for i in 0..15u8 {
+        let _ = env
+            .fs
+            .write(&f, bytes_stream(vec![b'a' + i; 8]), WriteOptions::default())
+            .await;
+    }
+    env.api
+        .send_signal(
+            e2b_core::proto::process::ProcessSelector::Pid(planter.pid()),
+            e2b_core::proto::process::Signal::Sigkill,
+        )
+        .await
+        .expect("kill planter");
+    // The root-only file is untouched: same owner, mode and content.
+    assert_eq!(
+        sh(
+            &env,
+            "stat -c '%U %a' /tmp/root-only; cat /tmp/root-only",
+            &[]
+        )
+        .await,
+        "root 600\nSECRET"
+    );
+    // Uploads land in root's private directory: 0711, not listable or writable by the user.
+    let up = sh(&env, "stat -c '%U %a' /tmp/.e2b-upload-*", &[]).await;
+    assert!(up.lines().all(|l| l == "root 711"), "{up}");
+    assert_ne!(
+        sh_as_user(&env, "ls /tmp/.e2b-upload-* >/dev/null 2>&1", &[]).await,
+        0
+    );
+    // Writes still work and leave no upload behind.
+    env.fs
+        .write(&f, bytes_stream(&b"final"[..]), WriteOptions::default())
+        .await
+        .expect("write");
+    assert_eq!(&env.fs.read(&f, 10).await.expect("read")[..], b"final");
+    assert_eq!(
+        sh(&env, "find /tmp/.e2b-upload-* -mindepth 1 | wc -l", &[])
+            .await
+            .trim(),
+        "0"
+    );
+}

@@ -31,6 +31,10 @@ pub(crate) struct Shared {
     pub background_cleanup: bool,
     /// Lifetime of each control command.
     pub command_timeout: std::time::Duration,
+    /// Control commands as root (only to make the upload directory).
+    pub root_ctl: Ctl,
+    /// Root's private upload directory, once made (see [`crate::scripts::UPLOAD_DIR`]).
+    pub upload_dir: std::sync::Mutex<Option<WorldPath>>,
 }
 
 impl Shared {
@@ -67,6 +71,7 @@ impl E2bFs {
             });
         }
         let ctl = Ctl::new(api.clone(), opts.user.clone(), opts.command_timeout);
+        let root_ctl = Ctl::new(api.clone(), Some("root".into()), opts.command_timeout);
         Ok(E2bFs {
             shared: Arc::new(Shared {
                 api,
@@ -75,6 +80,8 @@ impl E2bFs {
                 staging_prefix: opts.staging_prefix,
                 background_cleanup: opts.background_cleanup,
                 command_timeout: opts.command_timeout,
+                root_ctl,
+                upload_dir: std::sync::Mutex::new(None),
             }),
             cwd: cwd.normalize(),
         })
