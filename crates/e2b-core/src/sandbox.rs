@@ -194,7 +194,8 @@ impl Sandbox {
             client.http().clone(),
             parts,
             resumed,
-        ))
+        )
+        .with_retry_policy(*client.retry_policy()))
     }
 
     /// A handle for a sandbox known by its parts, without any control-plane call (bring
@@ -338,6 +339,22 @@ impl Sandbox {
                 }
             }
             other => other,
+        }
+    }
+
+    /// This handle with another retry policy for its idempotent envd calls (a handle from
+    /// a [`Client`] inherits the client's); [`RetryPolicy::none`](crate::retry::RetryPolicy::none)
+    /// makes every call once.
+    pub fn with_retry_policy(&self, retry: crate::retry::RetryPolicy) -> Sandbox {
+        let mut conn = self.inner.conn.clone();
+        conn.retry = retry;
+        Sandbox {
+            inner: Arc::new(Inner {
+                conn,
+                domain: self.inner.domain.clone(),
+                template_id: self.inner.template_id.clone(),
+                resumed: self.inner.resumed,
+            }),
         }
     }
 
