@@ -604,3 +604,42 @@ while :; do for s in .e2b-stage-*; do [ -d "$s" ] && ln -s /tmp/root-only "$s/da
         "0"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_read_stream_leaves_no_reader_running() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    let f = dir.join("sparse-big").expect("path");
+    // 1 TiB that takes no disk: no reader gets through it while the test runs.
+    assert_eq!(
+        sh_as_user(&env, r#"truncate -s 1T "$1""#, &[f.as_str()]).await,
+        0
+    );
+    let mut s = env.fs.read_stream(&f).await.expect("read_stream");
+    let first = s.next().await.expect("a chunk").expect("bytes");
+    assert!(!first.is_empty());
+    // Processes holding the file open (the reader has exec'd `cat`, so its command line
+    // does not name the file).
+    let script =
+        r#"for p in /proc/[0-9]*; do ls -l "$p/fd" 2>/dev/null; done | grep -c -- "$1"; true"#;
+    let args = [f.as_str()];
+    let running = || sh(&env, script, &args);
+    assert_ne!(
+        running().await.trim(),
+        "0",
+        "the reader runs while streamed"
+    );
+    drop(s);
+    let mut left = String::new();
+    for _ in 0..100 {
+        left = running().await.trim().to_string();
+        if left == "0" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        left, "0",
+        "the reader was killed when its stream was dropped"
+    );
+}

@@ -189,13 +189,10 @@ impl Sandbox {
             domain: wire.domain.clone(),
             template_id: Some(wire.template_id.clone()),
         };
-        Ok(Self::build(
-            client.config(),
-            client.http().clone(),
-            parts,
-            resumed,
+        Ok(
+            Self::build(client.config(), client.http().clone(), parts, resumed)
+                .with_retry_policy(*client.retry_policy()),
         )
-        .with_retry_policy(*client.retry_policy()))
     }
 
     /// A handle for a sandbox known by its parts, without any control-plane call (bring
