@@ -59,7 +59,8 @@ impl ConnectOptions {
 }
 
 impl Client {
-    /// `GET /sandboxes/{id}`. A missing sandbox is [`Error::SandboxNotFound`].
+    /// `GET /sandboxes/{id}`. A missing sandbox is [`Error::SandboxNotFound`]. Retried
+    /// as [`crate::retry`] says.
     pub async fn get(&self, sandbox_id: &str) -> Result<SandboxDetail, Error> {
         let resp = self
             .send_idempotent::<()>(
@@ -73,6 +74,8 @@ impl Client {
     }
 
     /// `DELETE /sandboxes/{id}`: `true` when killed, `false` when it did not exist.
+    /// Retried after a reset or 502/503/504 (killing twice is harmless); when the answer
+    /// of an attempt that did kill was lost, the retry finds nothing and says `false`.
     pub async fn kill(&self, sandbox_id: &str) -> Result<bool, Error> {
         match self
             .send_idempotent::<()>(
@@ -123,7 +126,8 @@ impl Client {
 
     /// `POST /sandboxes/{id}/pause`. Pausing an already paused sandbox is
     /// [`Error::Conflict`] (check with [`Error::is_conflict`] for idempotence); a missing
-    /// one is [`Error::SandboxNotFound`].
+    /// one is [`Error::SandboxNotFound`]. Retried only after 429/503 (a repeated pause
+    /// after a lost answer would be a conflict).
     pub async fn pause(&self, sandbox_id: &str, opts: PauseOptions) -> Result<(), Error> {
         let body = PauseSandbox {
             memory: Some(opts.memory),
