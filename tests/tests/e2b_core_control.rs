@@ -16,7 +16,9 @@ use testing_fake::{FaultAction, FaultRule, Surface as FakeSurface};
 #[tokio::test]
 async fn lifecycle_create_get_timeout_refresh_pause_connect_kill() {
     let emu = emulator().await;
-    let c = client(&emu);
+    // Without retries: each injected fault below maps to one error (retries are proven
+    // in tests/tests/e2b_core_retry.rs).
+    let c = client(&emu).with_retry_policy(e2b_core::retry::RetryPolicy::none());
     let sb = c
         .create(
             &CreateOptions::new("base")
@@ -393,7 +395,9 @@ async fn wrong_key_is_401_and_never_printed() {
 #[tokio::test]
 async fn rate_limit_conflict_server_error_reset_and_timeout() {
     let emu = emulator().await;
-    let c = client(&emu);
+    // Single faults and how each maps: without retries (they are proven in
+    // tests/tests/e2b_core_retry.rs).
+    let c = client(&emu).with_retry_policy(e2b_core::retry::RetryPolicy::none());
     let sb = sandbox(&c).await;
     let on_get = |action: FaultAction| {
         FaultRule::new(action)

@@ -472,3 +472,174 @@ async fn a_killed_sandbox_is_gone() {
         other => panic!("expected Gone, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_paths_are_typed_errors_naming_operation_path_and_cause_once() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    // A name longer than NAME_MAX: InvalidPath on read, read_stream and write alike.
+    let long = dir.join(&"n".repeat(300)).expect("path");
+    let check = |what: &str, r: Result<(), FsError>| match r {
+        Err(e @ FsError::InvalidPath { .. }) => {
+            let msg = e.to_string();
+            assert_eq!(msg.matches(long.as_str()).count(), 1, "{msg}");
+            assert_eq!(msg.matches("File name too long").count(), 1, "{msg}");
+            assert!(msg.contains(&format!("{what}: ")), "{msg}");
+        }
+        other => panic!("{what}: expected InvalidPath, got {other:?}"),
+    };
+    check("read", env.fs.read(&long, 10).await.map(drop));
+    check("read_stream", env.fs.read_stream(&long).await.map(drop));
+    check(
+        "write",
+        env.fs
+            .write(&long, bytes_stream(&b"x"[..]), WriteOptions::default())
+            .await
+            .map(drop),
+    );
+    // `dir/` names a directory: never written as the file `dir`.
+    let slash = wp(&format!("{}/newfile/", dir.as_str()));
+    match env
+        .fs
+        .write(&slash, bytes_stream(&b"x"[..]), WriteOptions::default())
+        .await
+    {
+        Err(FsError::InvalidPath { path, reason }) => {
+            assert_eq!(path, slash.as_str());
+            assert!(reason.starts_with("write: "), "{reason}");
+        }
+        other => panic!("expected InvalidPath, got {other:?}"),
+    }
+    assert!(matches!(
+        env.fs
+            .create_if_absent(&slash, Bytes::from_static(b"x"))
+            .await,
+        Err(FsError::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        env.fs.lstat(&dir.join("newfile").expect("path")).await,
+        Err(FsError::NotFound { .. })
+    ));
+    // Reading a directory is IsADirectory; a FIFO is refused without being opened.
+    assert!(matches!(
+        env.fs.read(&dir, 10).await,
+        Err(FsError::IsADirectory { .. })
+    ));
+    let fifo = dir.join("fifo").expect("path");
+    assert_eq!(
+        sh_as_user(&env, r#"mkfifo "$1""#, &[fifo.as_str()]).await,
+        0
+    );
+    match env.fs.read(&fifo, 10).await {
+        Err(e @ FsError::Other { .. }) => {
+            assert!(e.to_string().contains("not a regular file"), "{e}")
+        }
+        other => panic!("expected not a regular file, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_never_let_root_follow_a_path_the_user_controls() {
+    let env = env().await;
+    sh(&env, "umask 077; printf SECRET > /tmp/root-only", &[]).await;
+    let dir = scratch(&env.fs).await;
+    let f = dir.join("t.txt").expect("path");
+    // While writes run, the user plants a link to the root-only file at `data` in every
+    // staging directory it can see (where envd's root upload used to land).
+    let planter = env
+        .api
+        .start_process(
+            StartProcess::new("/bin/sh")
+                .args([
+                    "-c",
+                    r#"cd "$1" || exit 1
+while :; do for s in .e2b-stage-*; do [ -d "$s" ] && ln -s /tmp/root-only "$s/data" 2>/dev/null; done; done"#,
+                    "sh",
+                    dir.as_str(),
+                ])
+                .timeout(Duration::from_secs(60)),
+        )
+        .await
+        .expect("start planter");
+    for i in 0..15u8 {
+        let _ = env
+            .fs
+            .write(&f, bytes_stream(vec![b'a' + i; 8]), WriteOptions::default())
+            .await;
+    }
+    env.api
+        .send_signal(
+            e2b_core::proto::process::ProcessSelector::Pid(planter.pid()),
+            e2b_core::proto::process::Signal::Sigkill,
+        )
+        .await
+        .expect("kill planter");
+    // The root-only file is untouched: same owner, mode and content.
+    assert_eq!(
+        sh(
+            &env,
+            "stat -c '%U %a' /tmp/root-only; cat /tmp/root-only",
+            &[]
+        )
+        .await,
+        "root 600\nSECRET"
+    );
+    // Uploads land in root's private directory: 0711, not listable or writable by the user.
+    let up = sh(&env, "stat -c '%U %a' /tmp/.e2b-upload-*", &[]).await;
+    assert!(up.lines().all(|l| l == "root 711"), "{up}");
+    assert_ne!(
+        sh_as_user(&env, "ls /tmp/.e2b-upload-* >/dev/null 2>&1", &[]).await,
+        0
+    );
+    // Writes still work and leave no upload behind.
+    env.fs
+        .write(&f, bytes_stream(&b"final"[..]), WriteOptions::default())
+        .await
+        .expect("write");
+    assert_eq!(&env.fs.read(&f, 10).await.expect("read")[..], b"final");
+    assert_eq!(
+        sh(&env, "find /tmp/.e2b-upload-* -mindepth 1 | wc -l", &[])
+            .await
+            .trim(),
+        "0"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_read_stream_leaves_no_reader_running() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    let f = dir.join("sparse-big").expect("path");
+    // 1 TiB that takes no disk: no reader gets through it while the test runs.
+    assert_eq!(
+        sh_as_user(&env, r#"truncate -s 1T "$1""#, &[f.as_str()]).await,
+        0
+    );
+    let mut s = env.fs.read_stream(&f).await.expect("read_stream");
+    let first = s.next().await.expect("a chunk").expect("bytes");
+    assert!(!first.is_empty());
+    // Processes holding the file open (the reader has exec'd `cat`, so its command line
+    // does not name the file).
+    let script =
+        r#"for p in /proc/[0-9]*; do ls -l "$p/fd" 2>/dev/null; done | grep -c -- "$1"; true"#;
+    let args = [f.as_str()];
+    let running = || sh(&env, script, &args);
+    assert_ne!(
+        running().await.trim(),
+        "0",
+        "the reader runs while streamed"
+    );
+    drop(s);
+    let mut left = String::new();
+    for _ in 0..100 {
+        left = running().await.trim().to_string();
+        if left == "0" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        left, "0",
+        "the reader was killed when its stream was dropped"
+    );
+}

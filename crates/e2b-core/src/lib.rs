@@ -8,6 +8,7 @@
 //! * [`Sandbox`]: a connected, cloneable handle; [`EnvdApi`] is the object-safe trait of its
 //!   envd operations that adapters accept.
 //! * [`Error`]: one typed error enum.
+//! * [`retry`]: which failures are retried, how often and after how long.
 //! * [`lifecycle`]: the sandbox lifecycle owner, its shared handle, bring-your-own
 //!   sandboxes, reconnect by name and opt-in keep-alive.
 
@@ -18,11 +19,13 @@ pub mod envd;
 pub mod error;
 mod http;
 pub mod lifecycle;
+pub mod retry;
 pub use e2b_proto as proto;
 pub mod sandbox;
 
 pub use api::{
-    Client, ConnectOptions, CreateOptions, ListPage, ListQuery, PauseOptions, SandboxStream,
+    CREATE_TOKEN_KEY, Client, ConnectOptions, CreateOptions, ListPage, ListQuery, PauseOptions,
+    SandboxStream,
 };
 pub use config::{Config, Secret};
 pub use envd::{

@@ -189,12 +189,10 @@ impl Sandbox {
             domain: wire.domain.clone(),
             template_id: Some(wire.template_id.clone()),
         };
-        Ok(Self::build(
-            client.config(),
-            client.http().clone(),
-            parts,
-            resumed,
-        ))
+        Ok(
+            Self::build(client.config(), client.http().clone(), parts, resumed)
+                .with_retry_policy(*client.retry_policy()),
+        )
     }
 
     /// A handle for a sandbox known by its parts, without any control-plane call (bring
@@ -234,6 +232,7 @@ impl Sandbox {
             stream_idle_timeout: cfg.stream_idle_timeout,
             transfer_idle_timeout: cfg.transfer_idle_timeout,
             cfg: cfg.clone(),
+            retry: crate::retry::RetryPolicy::default(),
         };
         Sandbox {
             inner: Arc::new(Inner {
@@ -337,6 +336,22 @@ impl Sandbox {
                 }
             }
             other => other,
+        }
+    }
+
+    /// This handle with another retry policy for its idempotent envd calls (a handle from
+    /// a [`Client`] inherits the client's); [`RetryPolicy::none`](crate::retry::RetryPolicy::none)
+    /// makes every call once.
+    pub fn with_retry_policy(&self, retry: crate::retry::RetryPolicy) -> Sandbox {
+        let mut conn = self.inner.conn.clone();
+        conn.retry = retry;
+        Sandbox {
+            inner: Arc::new(Inner {
+                conn,
+                domain: self.inner.domain.clone(),
+                template_id: self.inner.template_id.clone(),
+                resumed: self.inner.resumed,
+            }),
         }
     }
 

@@ -227,3 +227,91 @@ mod tests {
         assert_eq!(d.next_frame(), Err(EnvelopeError::Compressed));
     }
 }
+
+/// Property tests of the decoder (bounded: 128 cases each, a few hundred bytes).
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Frames: flags 0 (data) or 2 (end of stream), payloads of 0–300 bytes.
+    fn frames() -> impl Strategy<Value = Vec<(u8, Vec<u8>)>> {
+        prop::collection::vec(
+            (
+                prop::sample::select(vec![0u8, FLAG_END_STREAM]),
+                prop::collection::vec(any::<u8>(), 0..300),
+            ),
+            0..8,
+        )
+    }
+
+    fn wire(frames: &[(u8, Vec<u8>)]) -> Vec<u8> {
+        frames
+            .iter()
+            .flat_map(|(f, p)| encode(*f, p).to_vec())
+            .collect()
+    }
+
+    /// Decodes `bytes` fed in chunks cut at `cuts` (positions taken modulo the length).
+    fn decode(bytes: &[u8], cuts: &[usize]) -> (Vec<Frame>, Result<(), EnvelopeError>) {
+        let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+        points.push(0);
+        points.push(bytes.len());
+        points.sort_unstable();
+        let mut d = FrameDecoder::new(1024);
+        let mut out = Vec::new();
+        for w in points.windows(2) {
+            d.push(&bytes[w[0]..w[1]]);
+            while let Ok(Some(f)) = d.next_frame() {
+                out.push(f);
+            }
+        }
+        (out, d.finish())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// However the transport splits the bytes, the frames come out whole and in order.
+        #[test]
+        fn any_split_yields_the_frames(fs in frames(), cuts in prop::collection::vec(any::<usize>(), 0..12)) {
+            let bytes = wire(&fs);
+            let (got, fin) = decode(&bytes, &cuts);
+            prop_assert!(fin.is_ok());
+            let got: Vec<(u8, Vec<u8>)> = got.into_iter().map(|f| (f.flags, f.payload.to_vec())).collect();
+            prop_assert_eq!(got, fs);
+        }
+
+        /// A stream cut inside a frame is Truncated, after a prefix of the frames.
+        #[test]
+        fn a_cut_inside_a_frame_is_truncated(fs in frames(), at in any::<usize>()) {
+            let bytes = wire(&fs);
+            prop_assume!(!bytes.is_empty());
+            let at = at % bytes.len();
+            let mut bounds = vec![0usize];
+            for (_, p) in &fs {
+                let last = *bounds.last().unwrap_or(&0);
+                bounds.push(last + PREFIX_LEN + p.len());
+            }
+            let (got, fin) = decode(&bytes[..at], &[]);
+            let whole = bounds.iter().filter(|b| **b <= at).count() - 1;
+            prop_assert_eq!(got.len(), whole);
+            prop_assert_eq!(fin.is_err(), !bounds.contains(&at));
+        }
+
+        /// Arbitrary bytes never panic the decoder; every frame respects the limit and a
+        /// compressed or oversized prefix is an error, never a frame.
+        #[test]
+        fn arbitrary_bytes_are_frames_or_errors(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
+            let mut d = FrameDecoder::new(256);
+            d.push(&bytes);
+            let mut consumed = 0usize;
+            while let Ok(Some(f)) = d.next_frame() {
+                prop_assert!(f.payload.len() <= 256);
+                prop_assert_eq!(f.flags & FLAG_COMPRESSED, 0);
+                consumed += PREFIX_LEN + f.payload.len();
+            }
+            prop_assert_eq!(consumed + d.buffered(), bytes.len());
+        }
+    }
+}

@@ -351,3 +351,93 @@ mod tests {
         assert!(root.contains(&aab) && !ab.contains(&a));
     }
 }
+
+/// Property tests of path validation and normalization (bounded: 256 cases each).
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Paths made of tricky components: empty (`//`), `.`, `..`, names with spaces or
+    /// percent signs, optionally absolute and with a trailing `/`.
+    fn path_text() -> impl Strategy<Value = String> {
+        (
+            any::<bool>(),
+            prop::collection::vec(
+                prop::sample::select(vec!["", ".", "..", "a", "b c", "%2F", "é", "..."]),
+                1..8,
+            ),
+            any::<bool>(),
+        )
+            .prop_map(|(abs, parts, trailing)| {
+                let mut s = if abs { "/".to_string() } else { String::new() };
+                s.push_str(&parts.join("/"));
+                if trailing {
+                    s.push('/');
+                }
+                s
+            })
+            .prop_filter("non-empty", |s| !s.is_empty())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Validation: empty and NUL are refused, anything else is kept as written.
+        #[test]
+        fn validation(s in prop::collection::vec(any::<char>(), 0..20)) {
+            let s: String = s.into_iter().collect();
+            match WorldPath::new(s.clone()) {
+                Ok(p) => {
+                    prop_assert!(!s.is_empty() && !s.contains('\0'));
+                    prop_assert_eq!(p.as_str(), s.as_str());
+                }
+                Err(FsError::InvalidPath { path, .. }) => {
+                    prop_assert!(s.is_empty() || s.contains('\0'));
+                    prop_assert_eq!(path, s);
+                }
+                Err(e) => prop_assert!(false, "unexpected {e:?}"),
+            }
+        }
+
+        /// Normalizing is idempotent and leaves no empty, `.` or (absolute) `..` component.
+        #[test]
+        fn normalize_is_idempotent_and_clean(s in path_text()) {
+            let p = WorldPath::new(s).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let n = p.normalize();
+            prop_assert_eq!(n.normalize(), n.clone());
+            prop_assert_eq!(n.is_absolute(), p.is_absolute());
+            if n.as_str() != "/" && n.as_str() != "." {
+                prop_assert!(!n.as_str().ends_with('/'));
+                let comps: Vec<&str> = n.as_str().split('/').skip(usize::from(n.is_absolute())).collect();
+                prop_assert!(comps.iter().all(|c| !c.is_empty() && *c != "."));
+                if n.is_absolute() {
+                    prop_assert!(comps.iter().all(|c| *c != ".."));
+                }
+            }
+        }
+
+        /// Resolving against any cwd gives an absolute normalized path that an absolute
+        /// path ignores the cwd for, and that never climbs above `/`.
+        #[test]
+        fn resolve_is_absolute_and_normalized(s in path_text(), cwd in path_text()) {
+            let p = WorldPath::new(s).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let c = WorldPath::new(cwd).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let r = p.resolve(&c);
+            prop_assert!(r.is_absolute());
+            prop_assert_eq!(r.normalize(), r.clone());
+            if p.is_absolute() {
+                prop_assert_eq!(r, p.normalize());
+            }
+        }
+
+        /// The parent of `dir/name` is `dir` (normalized), and its file name is `name`.
+        #[test]
+        fn join_parent_and_file_name_agree(s in path_text(), name in prop::sample::select(vec!["x", "b c", "é", "..."])) {
+            let dir = WorldPath::new(s).map_err(|e| TestCaseError::fail(e.to_string()))?.resolve(&WorldPath::root());
+            let child = dir.join(name).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(child.parent(), Some(dir.clone()));
+            prop_assert_eq!(child.file_name(), Some(name.to_string()));
+        }
+    }
+}

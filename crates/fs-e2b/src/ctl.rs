@@ -143,7 +143,8 @@ pub(crate) fn classify(out: &CtlOutput, path: &WorldPath, what: &str) -> FsError
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .trim_end();
-    if last.ends_with("No such file or directory") {
+    // dash reports a failed redirection as `cannot open PATH: No such file`.
+    if last.ends_with("No such file or directory") || last.ends_with(": No such file") {
         FsError::NotFound { path }
     } else if last.ends_with("File exists") {
         FsError::AlreadyExists { path }
@@ -158,12 +159,14 @@ pub(crate) fn classify(out: &CtlOutput, path: &WorldPath, what: &str) -> FsError
         || last.ends_with("Read-only file system")
     {
         FsError::PermissionDenied { path }
-    } else if last.ends_with("Too many levels of symbolic links")
-        || last.ends_with("File name too long")
+    } else if let Some(cause) = ["Too many levels of symbolic links", "File name too long"]
+        .into_iter()
+        .find(|c| last.ends_with(c))
     {
+        // The tool's line repeats the path; the error names it once, with the operation.
         FsError::InvalidPath {
             path: path.to_string(),
-            reason: last.to_string(),
+            reason: format!("{what}: {cause}"),
         }
     } else if last.contains("cannot overwrite directory") {
         FsError::IsADirectory { path }
@@ -207,6 +210,10 @@ mod tests {
             FsError::NotFound { .. }
         ));
         assert!(matches!(
+            k(out(2, "sh: 3: cannot open /a/b: No such file")),
+            FsError::NotFound { .. }
+        ));
+        assert!(matches!(
             k(out(1, "mkdir: cannot create directory '/a/b': File exists")),
             FsError::AlreadyExists { .. }
         ));
@@ -215,5 +222,14 @@ mod tests {
             FsError::PermissionDenied { .. }
         ));
         assert!(matches!(k(out(2, "odd")), FsError::Other { .. }));
+        match k(out(1, "find: '/a/b': File name too long")) {
+            FsError::InvalidPath { path, reason } => {
+                assert_eq!(
+                    (path.as_str(), reason.as_str()),
+                    ("/a/b", "test: File name too long")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

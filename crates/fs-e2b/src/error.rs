@@ -21,8 +21,18 @@ pub fn map_error(err: Error, path: &WorldPath, what: &str) -> FsError {
     let context = format!("{what} {path}: {err}");
     match &err {
         Error::SandboxNotFound { .. } => FsError::Gone { context },
-        Error::Timeout { .. } => FsError::Timeout { context },
-        Error::Transport { .. } | Error::Protocol { .. } => FsError::Transport {
+        // The kind's own words ("timed out", "transport error") are said once, by FsError.
+        Error::Timeout {
+            what: waited,
+            after,
+        } => FsError::Timeout {
+            context: format!("{what} {path}: {waited} after {after:?}"),
+        },
+        Error::Transport { surface, message } => FsError::Transport {
+            context: format!("{what} {path}: {surface}: {message}"),
+            source: Box::new(err),
+        },
+        Error::Protocol { .. } => FsError::Transport {
             context,
             source: Box::new(err),
         },
@@ -122,5 +132,18 @@ mod tests {
             m(envd(Code::Internal, "boom")),
             FsError::Other { .. }
         ));
+        // Operation, path and cause once each; the kind's words once.
+        let shown = m(Error::Transport {
+            surface: Surface::Envd,
+            message: "connection reset".into(),
+        })
+        .to_string();
+        assert_eq!(shown, "transport error: test /x: envd: connection reset");
+        let shown = m(Error::Timeout {
+            what: "download handshake",
+            after: Duration::from_secs(3),
+        })
+        .to_string();
+        assert_eq!(shown, "timed out: test /x: download handshake after 3s");
     }
 }

@@ -31,6 +31,10 @@ pub(crate) struct Shared {
     pub background_cleanup: bool,
     /// Lifetime of each control command.
     pub command_timeout: std::time::Duration,
+    /// Control commands as root (only to make the upload directory).
+    pub root_ctl: Ctl,
+    /// Root's private upload directory, once made (see [`crate::scripts::UPLOAD_DIR`]).
+    pub upload_dir: std::sync::Mutex<Option<WorldPath>>,
 }
 
 impl Shared {
@@ -67,6 +71,7 @@ impl E2bFs {
             });
         }
         let ctl = Ctl::new(api.clone(), opts.user.clone(), opts.command_timeout);
+        let root_ctl = Ctl::new(api.clone(), Some("root".into()), opts.command_timeout);
         Ok(E2bFs {
             shared: Arc::new(Shared {
                 api,
@@ -75,6 +80,8 @@ impl E2bFs {
                 staging_prefix: opts.staging_prefix,
                 background_cleanup: opts.background_cleanup,
                 command_timeout: opts.command_timeout,
+                root_ctl,
+                upload_dir: std::sync::Mutex::new(None),
             }),
             cwd: cwd.normalize(),
         })
@@ -88,6 +95,20 @@ impl E2bFs {
     /// The acting user (`None`: the sandbox's default user).
     pub fn user(&self) -> Option<&str> {
         self.shared.user()
+    }
+
+    /// `p` resolved for an operation on a file's content: a path that ends in `/` (or
+    /// in `.` or `..`) names a directory, so it is refused before any normalization
+    /// could turn `dir/` into the file `dir`.
+    fn resolve_file(&self, p: &WorldPath, what: &str) -> Result<WorldPath, FsError> {
+        let s = p.as_str();
+        if s.ends_with('/') || s == "." || s == ".." || s.ends_with("/.") || s.ends_with("/..") {
+            return Err(FsError::InvalidPath {
+                path: s.to_owned(),
+                reason: format!("{what}: the path names a directory, not a file"),
+            });
+        }
+        Ok(self.resolve(p))
     }
 
     /// One record of `abs` (stat or lstat script).
@@ -169,12 +190,12 @@ impl Fs for E2bFs {
     }
 
     async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, FsError> {
-        let abs = self.resolve(p);
+        let abs = self.resolve_file(p, "read")?;
         crate::read::read_bounded(&self.shared, &abs, max_bytes).await
     }
 
     async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, FsError> {
-        let abs = self.resolve(p);
+        let abs = self.resolve_file(p, "read_stream")?;
         crate::read::read_stream(&self.shared, &abs).await
     }
 
@@ -184,12 +205,12 @@ impl Fs for E2bFs {
         data: ByteStream,
         opts: WriteOptions,
     ) -> Result<Version, FsError> {
-        let abs = self.resolve(p);
+        let abs = self.resolve_file(p, "write")?;
         crate::write::write(&self.shared, &abs, data, opts).await
     }
 
     async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, FsError> {
-        let abs = self.resolve(p);
+        let abs = self.resolve_file(p, "create_if_absent")?;
         crate::write::create_if_absent(&self.shared, &abs, data).await
     }
 

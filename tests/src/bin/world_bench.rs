@@ -10,6 +10,10 @@
 //!   `E2bFs`; throughput, ratio fs-e2b / raw HTTP, and the peak host memory (VmHWM, reset
 //!   before each transfer) of this process.
 //!
+//! * read cost: `E2bFs::read` of 1 KiB and 1 MiB (p50/p99) and `read_stream` of the
+//!   large file, against the way reads worked before they honoured the acting user
+//!   (envd `Stat` + `GET /files`, which envd serves as root) on the same files.
+//!
 //! The emulator runs in a child process (this binary re-executed with `--serve-emulator`),
 //! so the memory figures are the client's alone. Figures, not assertions: the machine is
 //! shared and noisy.
@@ -413,9 +417,93 @@ async fn run(iterations: u64, size_mib: u64) -> Result<(), AnyError> {
         ft.peak_mib
     );
 
+    read_cost(&api, &e2b_fs, &e2b_path, size_mib).await?;
+
     let _ = client.kill(sandbox.id()).await;
     let mut child = emu.child;
     drop(child.stdin.take());
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    Ok(())
+}
+
+/// The reads of before (envd `Stat` for the size, then `GET /files` as root): the
+/// baseline of [`read_cost`].
+async fn read_as_root(api: &Arc<dyn EnvdApi>, path: &WorldPath) -> Result<Vec<u8>, AnyError> {
+    api.stat(path.as_str(), None).await?;
+    let mut h = Sha256::new();
+    let mut s = api.download(path.as_str(), None).await?;
+    while let Some(b) = s.next().await {
+        h.update(&b?);
+    }
+    Ok(h.finalize().to_vec())
+}
+
+/// Small reads (p50/p99) and one large read, through fs-e2b's reader process (as the
+/// acting user) and the root `GET /files` baseline, on the same files.
+async fn read_cost(
+    api: &Arc<dyn EnvdApi>,
+    e2b_fs: &fs_e2b::E2bFs,
+    large: &WorldPath,
+    size_mib: u64,
+) -> Result<(), AnyError> {
+    println!(
+        "\nread cost: fs-e2b reader process (as the user) vs before (envd Stat + GET /files as root)"
+    );
+    for (label, bytes) in [("1 KiB", 1024usize), ("1 MiB", 1 << 20)] {
+        let p = WorldPath::new(format!("/home/user/read-{bytes}.bin"))?;
+        e2b_fs
+            .write(
+                &p,
+                exec_world::bytes_stream(vec![0x5a; bytes]),
+                WriteOptions::default(),
+            )
+            .await?;
+        println!("  {label}");
+        let before = time_n("before: Stat + GET /files", 30, || async {
+            read_as_root(api, &p).await?;
+            Ok(())
+        })
+        .await?;
+        let after = time_n("after: fs-e2b read", 30, || async {
+            let b = e2b_fs.read(&p, 1 << 30).await?;
+            if b.len() != bytes {
+                return Err("short read".into());
+            }
+            Ok(())
+        })
+        .await?;
+        println!(
+            "  ratio after / before: p50 {:.2}x, p99 {:.2}x",
+            after.p50.as_secs_f64() / before.p50.as_secs_f64().max(1e-9),
+            after.p99.as_secs_f64() / before.p99.as_secs_f64().max(1e-9)
+        );
+    }
+    println!("  {size_mib} MiB read (sha256 of each compared)");
+    let mib = size_mib as f64;
+    reset_peak_rss();
+    let t = Instant::now();
+    let want = read_as_root(api, large).await?;
+    let before = t.elapsed().as_secs_f64();
+    let before_rss = peak_rss_mib();
+    reset_peak_rss();
+    let t = Instant::now();
+    let got = hash_stream(e2b_fs.read_stream(large).await?).await?;
+    let after = t.elapsed().as_secs_f64();
+    let after_rss = peak_rss_mib();
+    if got != want {
+        return Err("large read: hashes differ".into());
+    }
+    println!(
+        "  before: Stat + GET /files   {:>8.1} MiB/s ({before:.2} s)   peak host RSS {before_rss:>6.1} MiB",
+        mib / before.max(1e-9)
+    );
+    println!(
+        "  after: fs-e2b read_stream   {:>8.1} MiB/s ({after:.2} s)   peak host RSS {after_rss:>6.1} MiB",
+        mib / after.max(1e-9)
+    );
+    println!(
+        "  ratio after / before (time): {:.2}x",
+        after / before.max(1e-9)
+    );
     Ok(())
 }

@@ -3,7 +3,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::Client;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{Client, ConnectOptions, ListQuery};
+use crate::proto::control::SandboxState;
+use crate::retry::{Failure, Idempotence, classify};
+
+/// Metadata key of the random token every create carries, so that a create whose answer
+/// was lost is found (by listing) instead of repeated.
+pub const CREATE_TOKEN_KEY: &str = "e2b_core_create_token";
 use crate::config::DEFAULT_SANDBOX_TIMEOUT;
 use crate::error::Error;
 use crate::proto::control::{AutoResume, NetworkConfig, NewSandbox, Sandbox as WireSandbox};
@@ -150,7 +158,69 @@ impl Client {
     }
 
     /// Create a sandbox and return the control plane's answer as is.
+    ///
+    /// Never duplicated by a retry: the body carries a random
+    /// [`CREATE_TOKEN_KEY`] metadata pair; a refusal that did nothing (429, 503) is
+    /// retried as is, and after a failure that may have created the sandbox (connection
+    /// reset, 502, 504) the sandboxes are first listed by that pair: one that exists is
+    /// connected to and returned instead of creating another. A timeout is not retried
+    /// (the request may still be running).
     pub async fn create_raw(&self, body: &NewSandbox) -> Result<WireSandbox, Error> {
+        let token = crate::control_shell::random_suffix();
+        let mut body = body.clone();
+        body.metadata
+            .get_or_insert_with(BTreeMap::new)
+            .insert(CREATE_TOKEN_KEY.to_owned(), token.clone());
+        let maybe_created = AtomicBool::new(false);
+        let body = &body;
+        let (token, maybe_created) = (&token, &maybe_created);
+        self.retry_policy()
+            .run("create", Idempotence::Idempotent, |_| async move {
+                if maybe_created.load(Ordering::SeqCst)
+                    && let Some(found) = self.created_by(token, body).await?
+                {
+                    return Ok(found);
+                }
+                match self.create_once(body).await {
+                    Err(e) => {
+                        if classify(&e) == Failure::Ambiguous {
+                            maybe_created.store(true, Ordering::SeqCst);
+                        }
+                        Err(e)
+                    }
+                    ok => ok,
+                }
+            })
+            .await
+    }
+
+    /// The sandbox an earlier attempt with `token` created, connected, if there is one.
+    async fn created_by(
+        &self,
+        token: &str,
+        body: &NewSandbox,
+    ) -> Result<Option<WireSandbox>, Error> {
+        let query = ListQuery::new()
+            .metadata(CREATE_TOKEN_KEY, token)
+            .states([SandboxState::Running, SandboxState::Paused])
+            .limit(1);
+        let page = self.list_page(&query, None).await?;
+        let Some(found) = page.sandboxes.first() else {
+            return Ok(None);
+        };
+        tracing::debug!(sandbox = %found.sandbox_id, "create: an earlier attempt did create the sandbox");
+        let timeout = Duration::from_secs(u64::try_from(body.timeout.unwrap_or(0)).unwrap_or(0));
+        let opts = if timeout.is_zero() {
+            ConnectOptions::default()
+        } else {
+            ConnectOptions::with_timeout(timeout)
+        };
+        let (wire, _) = self.connect_raw(&found.sandbox_id, opts).await?;
+        Ok(Some(wire))
+    }
+
+    /// One create request (v2, or v1 where v2 is missing).
+    async fn create_once(&self, body: &NewSandbox) -> Result<WireSandbox, Error> {
         let post = |path: &'static str| async move {
             self.send(reqwest::Method::POST, path, &[], Some(body))
                 .await

@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::proto::control::{
     ConnectSandbox, PauseSandbox, RefreshSandbox, Sandbox as WireSandbox, SandboxDetail, SetTimeout,
 };
+use crate::retry::Idempotence;
 use crate::sandbox::Sandbox;
 
 /// Options of [`Client::pause`].
@@ -58,10 +59,11 @@ impl ConnectOptions {
 }
 
 impl Client {
-    /// `GET /sandboxes/{id}`. A missing sandbox is [`Error::SandboxNotFound`].
+    /// `GET /sandboxes/{id}`. A missing sandbox is [`Error::SandboxNotFound`]. Retried
+    /// as [`crate::retry`] says.
     pub async fn get(&self, sandbox_id: &str) -> Result<SandboxDetail, Error> {
         let resp = self
-            .send::<()>(
+            .send_idempotent::<()>(
                 Method::GET,
                 &format!("/sandboxes/{}", seg(sandbox_id)),
                 &[],
@@ -72,9 +74,11 @@ impl Client {
     }
 
     /// `DELETE /sandboxes/{id}`: `true` when killed, `false` when it did not exist.
+    /// Retried after a reset or 502/503/504 (killing twice is harmless); when the answer
+    /// of an attempt that did kill was lost, the retry finds nothing and says `false`.
     pub async fn kill(&self, sandbox_id: &str) -> Result<bool, Error> {
         match self
-            .send::<()>(
+            .send_idempotent::<()>(
                 Method::DELETE,
                 &format!("/sandboxes/{}", seg(sandbox_id)),
                 &[],
@@ -94,7 +98,7 @@ impl Client {
         let body = SetTimeout {
             timeout: secs_ceil(timeout),
         };
-        self.send(
+        self.send_idempotent(
             Method::POST,
             &format!("/sandboxes/{}/timeout", seg(sandbox_id)),
             &[],
@@ -110,7 +114,7 @@ impl Client {
         let body = RefreshSandbox {
             duration: duration.map(secs_ceil),
         };
-        self.send(
+        self.send_idempotent(
             Method::POST,
             &format!("/sandboxes/{}/refreshes", seg(sandbox_id)),
             &[],
@@ -122,13 +126,15 @@ impl Client {
 
     /// `POST /sandboxes/{id}/pause`. Pausing an already paused sandbox is
     /// [`Error::Conflict`] (check with [`Error::is_conflict`] for idempotence); a missing
-    /// one is [`Error::SandboxNotFound`].
+    /// one is [`Error::SandboxNotFound`]. Retried only after 429/503 (a repeated pause
+    /// after a lost answer would be a conflict).
     pub async fn pause(&self, sandbox_id: &str, opts: PauseOptions) -> Result<(), Error> {
         let body = PauseSandbox {
             memory: Some(opts.memory),
             require_healthy_guest: None,
         };
-        self.send(
+        self.send_retrying(
+            Idempotence::NotIfAmbiguous,
             Method::POST,
             &format!("/sandboxes/{}/pause", seg(sandbox_id)),
             &[],
@@ -158,15 +164,17 @@ impl Client {
         };
         let v1 = format!("/sandboxes/{}/connect", seg(sandbox_id));
         let resp = if self.v1_only() {
-            self.send(Method::POST, &v1, &[], Some(&body)).await
+            self.send_idempotent(Method::POST, &v1, &[], Some(&body))
+                .await
         } else {
             match self
-                .send(Method::POST, &format!("/v2{v1}"), &[], Some(&body))
+                .send_idempotent(Method::POST, &format!("/v2{v1}"), &[], Some(&body))
                 .await
             {
                 Err(Error::EndpointNotFound { .. }) => {
                     self.set_v1_only();
-                    self.send(Method::POST, &v1, &[], Some(&body)).await
+                    self.send_idempotent(Method::POST, &v1, &[], Some(&body))
+                        .await
                 }
                 other => other,
             }

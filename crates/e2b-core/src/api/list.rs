@@ -132,7 +132,7 @@ impl Client {
     ) -> Result<ListPage, Error> {
         let params = query.to_params(next_token);
         let resp = self
-            .send::<()>(reqwest::Method::GET, "/v2/sandboxes", &params, None)
+            .send_idempotent::<()>(reqwest::Method::GET, "/v2/sandboxes", &params, None)
             .await?;
         let header = |name: &str| {
             resp.headers()

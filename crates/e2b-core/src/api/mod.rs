@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub use create::CreateOptions;
+pub use create::{CREATE_TOKEN_KEY, CreateOptions};
 pub use lifecycle::{ConnectOptions, PauseOptions};
 pub use list::{ListPage, ListQuery, SandboxStream};
 
@@ -24,6 +24,7 @@ use crate::config::{Config, Secret};
 use crate::error::{Error, Surface};
 use crate::http;
 use crate::proto::headers;
+use crate::retry::{Idempotence, RetryPolicy};
 
 /// A control-plane client. Cheap to clone (shares one connection pool).
 ///
@@ -49,6 +50,8 @@ struct Inner {
     api_key: Secret,
     /// Set once v2 create/connect answered with a bare 404.
     v1_only: AtomicBool,
+    /// Retries of idempotent calls (and of create after a metadata check).
+    retry: RetryPolicy,
 }
 
 impl Client {
@@ -68,8 +71,29 @@ impl Client {
                 api_url,
                 api_key,
                 v1_only: AtomicBool::new(false),
+                retry: RetryPolicy::default(),
             }),
         })
+    }
+
+    /// This client with another retry policy (same configuration and connection pool);
+    /// [`RetryPolicy::none`] makes every call once.
+    pub fn with_retry_policy(&self, retry: RetryPolicy) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                cfg: self.inner.cfg.clone(),
+                http: self.inner.http.clone(),
+                api_url: self.inner.api_url.clone(),
+                api_key: self.inner.api_key.clone(),
+                v1_only: AtomicBool::new(self.v1_only()),
+                retry,
+            }),
+        }
+    }
+
+    /// The retry policy in use.
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.inner.retry
     }
 
     /// [`Client::new`] with [`Config::from_env`].
@@ -140,6 +164,35 @@ impl Client {
         } else {
             Err(http::error_from(Surface::Control, resp, timeout, &[&self.inner.api_key]).await)
         }
+    }
+
+    /// [`Client::send`] with retries as `idempotence` allows (see [`crate::retry`]).
+    pub(crate) async fn send_retrying<B: Serialize + ?Sized>(
+        &self,
+        idempotence: Idempotence,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&B>,
+    ) -> Result<reqwest::Response, Error> {
+        self.inner
+            .retry
+            .run(path, idempotence, |_| {
+                self.send(method.clone(), path, query, body)
+            })
+            .await
+    }
+
+    /// [`Client::send_retrying`] of an idempotent call.
+    pub(crate) async fn send_idempotent<B: Serialize + ?Sized>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&B>,
+    ) -> Result<reqwest::Response, Error> {
+        self.send_retrying(Idempotence::Idempotent, method, path, query, body)
+            .await
     }
 
     /// Read a JSON body of a successful answer.

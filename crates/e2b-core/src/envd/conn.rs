@@ -13,6 +13,7 @@ use crate::error::{Error, Surface};
 use crate::http;
 use crate::proto::connect::ConnectErrorBody;
 use crate::proto::{ENVD_PORT, envelope, headers};
+use crate::retry::{Idempotence, RetryPolicy};
 
 /// Content type of unary Connect JSON.
 pub(crate) const CT_JSON: &str = "application/json";
@@ -32,6 +33,8 @@ pub(crate) struct EnvdConn {
     pub(crate) stream_idle_timeout: Option<Duration>,
     pub(crate) transfer_idle_timeout: Option<Duration>,
     pub(crate) cfg: Config,
+    /// Retries of idempotent calls (unary reads, the download handshake).
+    pub(crate) retry: RetryPolicy,
 }
 
 /// `Authorization: Basic base64("<user>:")`.
@@ -159,6 +162,21 @@ impl EnvdConn {
     /// The request of a server-streaming call: one enveloped message, streaming content
     /// type, `Keepalive-Ping-Interval` (lowered under the idle timeout) and
     /// `Connect-Timeout-Ms` when a deadline is given.
+    /// [`EnvdConn::unary`] for a call that can be repeated safely (reads, `Remove`):
+    /// retried by the connection's [`RetryPolicy`].
+    pub(crate) async fn unary_idempotent<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
+        &self,
+        path: &str,
+        req: &Req,
+        user: Option<&str>,
+    ) -> Result<Resp, Error> {
+        self.retry
+            .run(path, Idempotence::Idempotent, |_| {
+                self.unary(path, req, user)
+            })
+            .await
+    }
+
     pub(crate) fn stream_request<Req: Serialize + ?Sized>(
         &self,
         path: &str,
@@ -265,6 +283,7 @@ pub(crate) mod tests {
             stream_idle_timeout: None,
             transfer_idle_timeout: None,
             cfg,
+            retry: RetryPolicy::default(),
         }
     }
 

@@ -18,6 +18,7 @@ use crate::config::Secret;
 use crate::error::{Error, Surface};
 use crate::http;
 use crate::proto::filesystem::WriteInfo;
+use crate::retry::Idempotence;
 
 /// A stream of bytes from the caller (upload source) or for the caller.
 pub type ByteStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send>>;
@@ -347,28 +348,38 @@ impl EnvdConn {
             .ok_or_else(|| Error::protocol(Surface::Envd, "upload answer lists no written file"))
     }
 
-    /// `GET /files?path=…`, the body as a stream.
+    /// `GET /files?path=…`, the body as a stream (the handshake retried on 429/502/503/504
+    /// and connection resets; a body cut midway is an error item, not retried).
     pub(crate) async fn download(&self, path: &str, user: Option<&str>) -> Result<Download, Error> {
-        let send = self
-            .request(reqwest::Method::GET, "/files")
-            .query(&self.files_query(path, user))
-            .send();
-        let resp = tokio::time::timeout(self.request_timeout, send)
-            .await
-            .map_err(|_| Error::Timeout {
-                what: "download handshake",
-                after: self.request_timeout,
-            })?
-            .map_err(|e| Error::from_reqwest(Surface::Envd, e, "download", self.request_timeout))?;
-        if !resp.status().is_success() {
-            return Err(http::error_from(
-                Surface::Envd,
-                resp,
-                self.request_timeout,
-                &self.secrets(),
-            )
-            .await);
-        }
+        // The handshake is an idempotent read: retried by the connection's policy.
+        let resp = self
+            .retry
+            .run("download", Idempotence::Idempotent, |_| async {
+                let send = self
+                    .request(reqwest::Method::GET, "/files")
+                    .query(&self.files_query(path, user))
+                    .send();
+                let resp = tokio::time::timeout(self.request_timeout, send)
+                    .await
+                    .map_err(|_| Error::Timeout {
+                        what: "download handshake",
+                        after: self.request_timeout,
+                    })?
+                    .map_err(|e| {
+                        Error::from_reqwest(Surface::Envd, e, "download", self.request_timeout)
+                    })?;
+                if !resp.status().is_success() {
+                    return Err(http::error_from(
+                        Surface::Envd,
+                        resp,
+                        self.request_timeout,
+                        &self.secrets(),
+                    )
+                    .await);
+                }
+                Ok(resp)
+            })
+            .await?;
         let len = resp.content_length();
         let idle = self.transfer_idle_timeout;
         let body = Box::pin(resp.bytes_stream());

@@ -34,7 +34,7 @@ pub struct WatchOptions {
 impl EnvdConn {
     pub(crate) async fn stat(&self, path: &str, user: Option<&str>) -> Result<EntryInfo, Error> {
         let r: EntryResponse = self
-            .unary(
+            .unary_idempotent(
                 paths::STAT,
                 &PathRequest { path: path.into() },
                 self.effective_user(user),
@@ -54,7 +54,7 @@ impl EnvdConn {
             depth: depth.max(1),
         };
         let r: ListDirResponse = self
-            .unary(paths::LIST_DIR, &req, self.effective_user(user))
+            .unary_idempotent(paths::LIST_DIR, &req, self.effective_user(user))
             .await?;
         Ok(r.entries)
     }
@@ -92,7 +92,7 @@ impl EnvdConn {
 
     pub(crate) async fn remove(&self, path: &str, user: Option<&str>) -> Result<(), Error> {
         let _: Empty = self
-            .unary(
+            .unary_idempotent(
                 paths::REMOVE,
                 &PathRequest { path: path.into() },
                 self.effective_user(user),
