@@ -16,7 +16,6 @@
 //! (a guard against mistakes, not against a command racing the check), and `read_file`
 //! refuses anything but a regular file (a planted FIFO would block the reader).
 
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
