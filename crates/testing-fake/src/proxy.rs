@@ -1,11 +1,14 @@
 //! envd routing, as on E2B's shared sandbox host (`e2b-dev/infra packages/shared/pkg/proxy`):
-//! a request carrying `E2b-Sandbox-Id` / `E2b-Sandbox-Port` goes to that sandbox's envd.
+//! a request carrying `E2b-Sandbox-Id` / `E2b-Sandbox-Port`, or whose `Host` is
+//! `<port>-<sandbox id>.<domain>`, goes to that port of that sandbox (envd's port: envd);
+//! a header-less signed `/files` URL goes to the sandbox whose access token signed it.
 //!
 //! Answers of the proxy itself (JSON for non-browser clients):
 //! * one routing header without the other → 400 text `missing header`; a port that is not
 //!   an unsigned integer → 400 text `Invalid sandbox port`;
 //! * unknown / killed sandbox → 502 `{"sandboxId","message":"The sandbox was not found","code":502}`;
-//! * a port other than envd's → 502 `{"sandboxId","message":"The sandbox is running but port is not open","port":N,"code":502}`;
+//! * a port other than envd's: forwarded to the sandbox's listener ([`crate::ports`]); when
+//!   none listens → 502 `{"sandboxId","message":"The sandbox is running but port is not open","port":N,"code":502}`;
 //! * paused sandbox: auto-resumed when it was created with `autoResume.enabled` (and paused
 //!   with memory), else the same 502 as a missing sandbox: the proxy cannot route to a VM
 //!   that does not run, and the SDKs' `isRunning()` reads exactly that 502 as "not running".
@@ -85,7 +88,8 @@ pub(crate) fn not_found(sandbox_id: &str) -> Response {
     )
 }
 
-fn port_closed(sandbox_id: &str, port: u64) -> Response {
+/// The proxy's answer for a port of a running sandbox on which nothing listens.
+pub(crate) fn port_closed(sandbox_id: &str, port: u64) -> Response {
     json(
         StatusCode::BAD_GATEWAY,
         serde_json::json!({
@@ -191,10 +195,7 @@ pub(crate) async fn route_envd(
         }
         tracing::info!(sandbox = %sandbox_id, "sandbox auto-resumed by traffic");
     }
-    if port != u64::from(ENVD_PORT) {
-        return port_closed(sandbox_id, port);
-    }
-    let router = {
+    let (router, envd) = {
         let life = rec.life();
         if life.gone {
             return not_found(sandbox_id);
@@ -202,11 +203,15 @@ pub(crate) async fn route_envd(
         if life.state == SandboxState::Paused {
             return not_found(sandbox_id);
         }
-        life.router.clone()
+        (life.router.clone(), life.envd.clone())
     };
-    let resp = match router.oneshot(req).await {
-        Ok(resp) => resp,
-        Err(never) => match never {},
+    let resp = if port == u64::from(ENVD_PORT) {
+        match router.oneshot(req).await {
+            Ok(resp) => resp,
+            Err(never) => match never {},
+        }
+    } else {
+        crate::ports::forward(&envd, sandbox_id, port, req, rec.cut.clone()).await
     };
     cut_on_kill(resp, rec.cut.clone())
 }
