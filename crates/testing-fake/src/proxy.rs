@@ -219,6 +219,11 @@ pub(crate) async fn route_envd(
 /// The body of `resp`, aborted with an error as soon as `cut` is cancelled: hyper then
 /// drops the connection without finishing the body (HTTP/1: no last chunk).
 fn cut_on_kill(resp: Response, cut: CancellationToken) -> Response {
+    use axum::body::HttpBody as _;
+    // A body of known size is already complete (unary answers): it keeps its length.
+    if resp.body().size_hint().exact().is_some() {
+        return resp;
+    }
     let (parts, body) = resp.into_parts();
     let stream = futures::stream::unfold(
         (body.into_data_stream(), cut, false),
