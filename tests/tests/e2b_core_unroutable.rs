@@ -69,8 +69,8 @@ async fn paused_sandbox_is_unroutable_and_a_lease_resumes_it() {
     emu.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_a_sandbox_cuts_its_process_streams_to_sandbox_not_found() {
+/// Start a long process, let `stop` end the sandbox's run, and return the stream's last item.
+async fn cut_by(stop: &str) -> Error {
     let emu = emulator().await;
     let c = client(&emu);
     let sbx = sandbox(&c).await;
@@ -87,21 +87,38 @@ async fn killing_a_sandbox_cuts_its_process_streams_to_sandbox_not_found() {
         format!("{first:?}").contains("Stdout"),
         "first event: {first:?}"
     );
-    assert!(c.kill(sbx.id()).await.expect("kill"));
+    match stop {
+        "kill" => assert!(c.kill(sbx.id()).await.expect("kill")),
+        _ => c
+            .pause(sbx.id(), PauseOptions::default())
+            .await
+            .expect("pause"),
+    }
     let mut last = None;
     while let Some(ev) = within("the cut stream ends", stream.next()).await {
         match ev {
             Ok(ev) => assert!(
                 !format!("{ev:?}").starts_with("End"),
-                "a killed sandbox must not send a clean end event: {ev:?}"
+                "a {stop} must not send a clean end event: {ev:?}"
             ),
             Err(e) => last = Some(e),
         }
     }
-    let err = last.expect("the stream ends with an error");
+    emu.shutdown().await;
+    last.expect("the stream ends with an error")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_sandbox_cuts_its_process_streams_to_sandbox_not_found() {
+    let err = cut_by("kill").await;
     assert!(
         matches!(err, Error::SandboxNotFound { status: 502, .. }),
         "{err:?}"
     );
-    emu.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_a_sandbox_cuts_its_process_streams_too() {
+    let err = cut_by("pause").await;
+    assert!(err.is_unroutable(), "{err:?}");
 }

@@ -13,9 +13,9 @@
 //!   with memory), else the same 502 as a missing sandbox: the proxy cannot route to a VM
 //!   that does not run, and the SDKs' `isRunning()` reads exactly that 502 as "not running".
 //!
-//! A killed sandbox's responses still streaming are cut mid-body (no end-of-stream frame,
-//! the connection aborts), as the real proxy loses its connection to a destroyed VM; a
-//! `/health` probe then answers 502.
+//! A killed or paused sandbox's responses still streaming are cut mid-body (no
+//! end-of-stream frame, the connection aborts), as the real proxy loses its connection to a
+//! destroyed or snapshotted VM; a `/health` probe then answers 502.
 //!
 //! Also: [`cut_stream`], the body wrapper of the `CutStream` fault.
 
@@ -205,20 +205,22 @@ pub(crate) async fn route_envd(
         }
         (life.router.clone(), life.envd.clone())
     };
+    // Taken before the request runs: a pause or kill from now on cuts its answer.
+    let cut = rec.cut_token();
     let resp = if port == u64::from(ENVD_PORT) {
         match router.oneshot(req).await {
             Ok(resp) => resp,
             Err(never) => match never {},
         }
     } else {
-        crate::ports::forward(&envd, sandbox_id, port, req, rec.cut.clone()).await
+        crate::ports::forward(&envd, sandbox_id, port, req, cut.clone()).await
     };
-    cut_on_kill(resp, rec.cut.clone())
+    cut_when(resp, cut)
 }
 
 /// The body of `resp`, aborted with an error as soon as `cut` is cancelled: hyper then
 /// drops the connection without finishing the body (HTTP/1: no last chunk).
-fn cut_on_kill(resp: Response, cut: CancellationToken) -> Response {
+fn cut_when(resp: Response, cut: CancellationToken) -> Response {
     use axum::body::HttpBody as _;
     // A body of known size is already complete (unary answers): it keeps its length.
     if resp.body().size_hint().exact().is_some() {
