@@ -4,6 +4,7 @@
 // NODE_PATH pointing at the installed SDK. Each check prints "ok <name>"; the script exits 0
 // and prints "FIDELITY OK" when every check holds.
 const assert = require('node:assert/strict')
+const http = require('node:http')
 const { Sandbox, TimeoutError, SandboxError } = require('e2b')
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
@@ -157,6 +158,120 @@ async function envdDetails(sbx) {
 }
 
 // Every check runs even when an earlier one failed, so one run names every difference.
+// One plain HTTP/1.1 request to the emulator with a chosen Host header (fetch keeps its own).
+function rawRequest(host, path, headers = {}) {
+  const target = new URL(process.env.E2B_SANDBOX_URL)
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { host: target.hostname, port: target.port, path, agent: false, headers: { host, ...headers } },
+      (res) => {
+        let body = ''
+        res.on('data', (c) => (body += c))
+        res.on('end', () => resolve({ status: res.statusCode, body }))
+      }
+    )
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+// An upgraded connection through the proxy: sends `text`, resolves with what came back.
+function upgradeEcho(host, text) {
+  const target = new URL(process.env.E2B_SANDBOX_URL)
+  return new Promise((resolve, reject) => {
+    const req = http.request({
+      host: target.hostname,
+      port: target.port,
+      path: '/ws',
+      agent: false,
+      headers: { host, Connection: 'Upgrade', Upgrade: 'websocket' },
+    })
+    req.on('upgrade', (res, socket) => {
+      let got = ''
+      socket.on('data', (c) => {
+        got += c
+        if (got.length >= text.length) {
+          socket.destroy()
+          resolve({ status: res.statusCode, got })
+        }
+      })
+      socket.write(text)
+    })
+    req.on('response', (res) => {
+      req.destroy()
+      reject(new Error(`no upgrade: HTTP ${res.statusCode}`))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+// A server inside the sandbox that accepts any upgrade and echoes bytes.
+const ECHO_SERVER = `
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(4)
+while True:
+    c, _ = s.accept()
+    buf = b""
+    while b"\\r\\n\\r\\n" not in buf:
+        buf += c.recv(4096)
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\n\\r\\n")
+    while True:
+        d = c.recv(4096)
+        if not d: break
+        c.sendall(d)
+    c.close()
+`
+
+async function sandboxPorts(sbx) {
+  // Cause 8: <port>-<id>.<domain> (and E2b-Sandbox-Port) reach the sandbox's listeners.
+  const port = 20000 + Math.floor(Math.random() * 20000)
+  await sbx.files.write('/home/user/site/index.html', '<h1>served from the sandbox</h1>')
+  await sbx.commands.run(`python3 -m http.server ${port} --bind 127.0.0.1`, {
+    background: true,
+    cwd: '/home/user/site',
+  })
+  const host = sbx.getHost(port)
+  assert.ok(host.startsWith(`${port}-${sbx.sandboxId}.`), host)
+  let page
+  for (let i = 0; i < 100; i++) {
+    page = await rawRequest(host, '/index.html')
+    if (page.status === 200) break
+    await sleep(100)
+  }
+  assert.equal(page.status, 200, page.body)
+  assert.equal(page.body, '<h1>served from the sandbox</h1>')
+  const byHeader = await fetch(`${process.env.E2B_SANDBOX_URL}/index.html`, {
+    headers: envdHeaders(sbx, { 'E2b-Sandbox-Port': String(port) }),
+  })
+  assert.equal(byHeader.status, 200)
+  assert.equal(await byHeader.text(), '<h1>served from the sandbox</h1>')
+
+  const closed = await rawRequest(sbx.getHost(port + 1), '/')
+  assert.equal(closed.status, 502)
+  assert.deepEqual(JSON.parse(closed.body), {
+    sandboxId: sbx.sandboxId,
+    message: 'The sandbox is running but port is not open',
+    port: port + 1,
+    code: 502,
+  })
+
+  const wsPort = port + 2
+  await sbx.files.write('/home/user/echo.py', ECHO_SERVER)
+  await sbx.commands.run(`python3 /home/user/echo.py ${wsPort}`, { background: true })
+  let echoed
+  for (let i = 0; i < 100; i++) {
+    echoed = await upgradeEcho(sbx.getHost(wsPort), 'ping through the proxy').catch((e) => e)
+    if (!(echoed instanceof Error)) break
+    await sleep(100)
+  }
+  assert.ok(!(echoed instanceof Error), String(echoed))
+  assert.equal(echoed.status, 101)
+  assert.equal(echoed.got, 'ping through the proxy')
+  ok('sandbox ports: http.server, E2b-Sandbox-Port, closed port, upgrade')
+}
+
 async function main() {
   const failed = []
   const check = async (name, f) => {
@@ -173,6 +288,7 @@ async function main() {
   await check('metrics', () => metricsByRange(sbx))
   await check('refused upload', () => refusedUploadAnswers(sbx))
   await check('signed urls', () => signedUrls(sbx))
+  await check('sandbox ports', () => sandboxPorts(sbx))
   await check('kill', () => killCutsStreams(sbx))
   if (failed.length > 0) {
     console.log(`FAILED: ${failed.join(', ')}`)

@@ -182,6 +182,39 @@ impl Error {
         matches!(self, Error::SandboxNotFound { .. })
     }
 
+    /// True for the edge proxy's 502 in front of envd (`The sandbox was not found`): the
+    /// proxy cannot route to the sandbox, which is gone **or paused** (E2B answers both
+    /// alike). A caller holding a lease may reconnect once (a paused sandbox resumes; a
+    /// gone one answers 404) before treating it as gone; a retry layer must not retry it
+    /// as a plain 502.
+    pub fn is_unroutable(&self) -> bool {
+        matches!(
+            self,
+            Error::SandboxNotFound {
+                surface: Surface::Envd,
+                status: 502,
+                ..
+            }
+        )
+    }
+
+    /// True when the connection to envd broke mid-request or mid-stream (transport
+    /// failure, or a stream that stopped without its end): what a killed sandbox looks
+    /// like before one `/health` check tells it apart from a network hiccup.
+    pub fn is_connection_lost(&self) -> bool {
+        match self {
+            Error::Transport {
+                surface: Surface::Envd,
+                ..
+            } => true,
+            Error::Protocol {
+                surface: Surface::Envd,
+                message,
+            } => message.starts_with("stream ended"),
+            _ => false,
+        }
+    }
+
     /// True for envd's `not_found` (missing file, unknown pid).
     pub fn is_not_found(&self) -> bool {
         self.connect_code() == Some(Code::NotFound)
@@ -213,6 +246,9 @@ impl Error {
         match self {
             Error::RateLimited { .. } | Error::Transport { .. } | Error::Timeout { .. } => true,
             Error::Server { status, .. } => matches!(status, 502..=504),
+            // The proxy's 502 for a sandbox it cannot route: gone or paused, never a
+            // transient failure (see `is_unroutable`).
+            Error::SandboxNotFound { .. } => false,
             Error::Envd { code, .. } => matches!(code, Code::Unavailable),
             _ => false,
         }

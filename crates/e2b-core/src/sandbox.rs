@@ -323,18 +323,12 @@ impl Sandbox {
         self.explain(r).await
     }
 
-    /// After a transport failure, ask `/health` (5 s at most) whether the sandbox is still
+    /// After a lost connection, ask `/health` (5 s at most) whether the sandbox is still
     /// there, as the SDKs do: the proxy's 502 turns the error into
     /// [`Error::SandboxNotFound`]; otherwise the original error stands.
     async fn explain<T>(&self, r: Result<T, Error>) -> Result<T, Error> {
         match r {
-            Err(e @ Error::Transport { .. }) => {
-                let probe = tokio::time::timeout(Duration::from_secs(5), self.inner.conn.health());
-                match probe.await {
-                    Ok(Err(gone @ Error::SandboxNotFound { .. })) => Err(gone),
-                    _ => Err(e),
-                }
-            }
+            Err(e) if e.is_connection_lost() => Err(explain_lost(&self.inner.conn, e).await),
             other => other,
         }
     }
@@ -355,9 +349,38 @@ impl Sandbox {
         }
     }
 
+    /// [`Sandbox::explain`] for a process stream: a stream cut before its end (a killed
+    /// sandbox's proxy drops the connection) ends with [`Error::SandboxNotFound`] when
+    /// `/health` then says 502. One check per stream; nothing waits longer than it.
+    fn explain_stream(&self, s: ProcessStream) -> ProcessStream {
+        use futures::StreamExt as _;
+        let pid = s.pid();
+        let sbx = self.clone();
+        let events = futures::stream::unfold(Some((s, sbx)), |state| async move {
+            let (mut s, sbx) = state?;
+            match s.next().await? {
+                Err(e) if e.is_connection_lost() => {
+                    let e = explain_lost(&sbx.inner.conn, e).await;
+                    Some((Err(e), None))
+                }
+                item => Some((item, Some((s, sbx)))),
+            }
+        });
+        ProcessStream::new(pid, Box::pin(events))
+    }
+
     /// This handle as a shareable trait object.
     pub fn into_api(self) -> Arc<dyn EnvdApi> {
         Arc::new(self)
+    }
+}
+
+/// One `/health` probe (5 s at most) after `e`, a lost connection: the proxy's 502 means
+/// the sandbox is gone (or paused) and replaces `e`; any other answer keeps `e`.
+async fn explain_lost(conn: &EnvdConn, e: Error) -> Error {
+    match tokio::time::timeout(Duration::from_secs(5), conn.health()).await {
+        Ok(Err(gone @ Error::SandboxNotFound { .. })) => gone,
+        _ => e,
     }
 }
 
@@ -368,8 +391,10 @@ impl EnvdApi for Sandbox {
     }
 
     async fn start_process(&self, spec: StartProcess) -> Result<ProcessStream, Error> {
-        self.explain(self.inner.conn.start_process(&spec).await)
-            .await
+        let s = self
+            .explain(self.inner.conn.start_process(&spec).await)
+            .await?;
+        Ok(self.explain_stream(s))
     }
 
     async fn connect_process(
@@ -377,8 +402,10 @@ impl EnvdApi for Sandbox {
         process: ProcessSelector,
         opts: StreamOptions,
     ) -> Result<ProcessStream, Error> {
-        self.explain(self.inner.conn.connect_process(process, opts).await)
-            .await
+        let s = self
+            .explain(self.inner.conn.connect_process(process, opts).await)
+            .await?;
+        Ok(self.explain_stream(s))
     }
 
     async fn list_processes(&self) -> Result<Vec<ProcessInfo>, Error> {

@@ -161,6 +161,24 @@ pub enum SandboxCommand {
     Resume(IdArgs),
     /// Kill a sandbox.
     Kill(IdArgs),
+    /// Print the URL of a port of a sandbox (`<port>-<id>.<domain>`): where a server that
+    /// listens on that port inside the sandbox is reachable (a preview of what it serves).
+    Url(PortArgs),
+}
+
+/// `e2bx sandbox url`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "On E2B the URL is https://<port>-<id>.<domain>. Against an emulator (E2B_SANDBOX_URL \
+set to a loopback URL) it is http://<port>-<id>.localhost:<emulator port>: *.localhost names \
+reach 127.0.0.1 in browsers and curl, and the emulator routes by that Host."
+)]
+pub struct PortArgs {
+    /// Sandbox ID or name.
+    #[arg(value_name = "ID|NAME")]
+    pub id: String,
+    /// The port a server listens on inside the sandbox.
+    pub port: u16,
 }
 
 /// `e2bx sandbox create`.

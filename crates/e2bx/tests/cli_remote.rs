@@ -338,3 +338,67 @@ async fn serve_prints_env_lines_usable_by_our_client_and_stops_on_sigterm() {
     assert_eq!(status.code(), Some(0));
     assert!(lines.next_line().await.expect("read").is_none());
 }
+
+/// One HTTP/1.1 GET to the emulator with `Host` taken from `url` (`*.localhost` names are
+/// not resolved by every resolver; the emulator routes by the Host header).
+async fn get_via_emulator(emu: &testing_fake::Emulator, url: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let host = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .expect("an http URL");
+    let mut s = tokio::net::TcpStream::connect(emu.addr())
+        .await
+        .expect("connect");
+    s.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("send");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.expect("read");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_url_reaches_a_server_in_the_sandbox() {
+    let r = Remote::start().await;
+    let id = r.out(&["sandbox", "create"]).await.ok().trim().to_owned();
+    let port = 20000 + u16::try_from(std::process::id() % 20000).expect("small");
+    let sbx = r
+        .client()
+        .connect(&id, e2b_core::ConnectOptions::default())
+        .await
+        .expect("connect");
+    sbx.make_dir("/home/user/site", None).await.expect("mkdir");
+    let server = sbx
+        .start_process(e2b_core::StartProcess::shell(format!(
+            "cd /home/user/site && echo previewed > index.html && exec python3 -m http.server {port} --bind 127.0.0.1"
+        )))
+        .await
+        .expect("start http.server");
+
+    let url = r
+        .out(&["sandbox", "url", &id, &port.to_string()])
+        .await
+        .ok();
+    let url = url.trim();
+    let emu_port = r.emu.addr().port();
+    assert_eq!(url, format!("http://{port}-{id}.localhost:{emu_port}"));
+    let json = r
+        .out(&["--json", "sandbox", "url", &id, &port.to_string()])
+        .await
+        .json();
+    assert_eq!(json["url"], url);
+
+    let mut answer = String::new();
+    for _ in 0..100 {
+        answer = get_via_emulator(&r.emu, url).await;
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("previewed\n"), "{answer}");
+    drop(server);
+    r.emu.shutdown().await;
+}

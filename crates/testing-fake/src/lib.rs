@@ -53,6 +53,7 @@ pub(crate) mod control;
 pub mod counters;
 pub mod envd;
 pub mod faults;
+mod ports;
 mod proxy;
 mod server;
 pub mod template;

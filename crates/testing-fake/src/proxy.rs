@@ -1,18 +1,21 @@
 //! envd routing, as on E2B's shared sandbox host (`e2b-dev/infra packages/shared/pkg/proxy`):
-//! a request carrying `E2b-Sandbox-Id` / `E2b-Sandbox-Port` goes to that sandbox's envd.
+//! a request carrying `E2b-Sandbox-Id` / `E2b-Sandbox-Port`, or whose `Host` is
+//! `<port>-<sandbox id>.<domain>`, goes to that port of that sandbox (envd's port: envd);
+//! a header-less signed `/files` URL goes to the sandbox whose access token signed it.
 //!
 //! Answers of the proxy itself (JSON for non-browser clients):
 //! * one routing header without the other → 400 text `missing header`; a port that is not
 //!   an unsigned integer → 400 text `Invalid sandbox port`;
 //! * unknown / killed sandbox → 502 `{"sandboxId","message":"The sandbox was not found","code":502}`;
-//! * a port other than envd's → 502 `{"sandboxId","message":"The sandbox is running but port is not open","port":N,"code":502}`;
+//! * a port other than envd's: forwarded to the sandbox's listener ([`crate::ports`]); when
+//!   none listens → 502 `{"sandboxId","message":"The sandbox is running but port is not open","port":N,"code":502}`;
 //! * paused sandbox: auto-resumed when it was created with `autoResume.enabled` (and paused
 //!   with memory), else the same 502 as a missing sandbox: the proxy cannot route to a VM
 //!   that does not run, and the SDKs' `isRunning()` reads exactly that 502 as "not running".
 //!
-//! A killed sandbox's responses still streaming are cut mid-body (no end-of-stream frame,
-//! the connection aborts), as the real proxy loses its connection to a destroyed VM; a
-//! `/health` probe then answers 502.
+//! A killed or paused sandbox's responses still streaming are cut mid-body (no
+//! end-of-stream frame, the connection aborts), as the real proxy loses its connection to a
+//! destroyed or snapshotted VM; a `/health` probe then answers 502.
 //!
 //! Also: [`cut_stream`] and [`cut_idle`], the body wrappers of the `CutStream` and
 //! `CutIdle` faults.
@@ -86,7 +89,8 @@ pub(crate) fn not_found(sandbox_id: &str) -> Response {
     )
 }
 
-fn port_closed(sandbox_id: &str, port: u64) -> Response {
+/// The proxy's answer for a port of a running sandbox on which nothing listens.
+pub(crate) fn port_closed(sandbox_id: &str, port: u64) -> Response {
     json(
         StatusCode::BAD_GATEWAY,
         serde_json::json!({
@@ -192,10 +196,7 @@ pub(crate) async fn route_envd(
         }
         tracing::info!(sandbox = %sandbox_id, "sandbox auto-resumed by traffic");
     }
-    if port != u64::from(ENVD_PORT) {
-        return port_closed(sandbox_id, port);
-    }
-    let router = {
+    let (router, envd) = {
         let life = rec.life();
         if life.gone {
             return not_found(sandbox_id);
@@ -203,18 +204,29 @@ pub(crate) async fn route_envd(
         if life.state == SandboxState::Paused {
             return not_found(sandbox_id);
         }
-        life.router.clone()
+        (life.router.clone(), life.envd.clone())
     };
-    let resp = match router.oneshot(req).await {
-        Ok(resp) => resp,
-        Err(never) => match never {},
+    // Taken before the request runs: a pause or kill from now on cuts its answer.
+    let cut = rec.cut_token();
+    let resp = if port == u64::from(ENVD_PORT) {
+        match router.oneshot(req).await {
+            Ok(resp) => resp,
+            Err(never) => match never {},
+        }
+    } else {
+        crate::ports::forward(&envd, sandbox_id, port, req, cut.clone()).await
     };
-    cut_on_kill(resp, rec.cut.clone())
+    cut_when(resp, cut)
 }
 
 /// The body of `resp`, aborted with an error as soon as `cut` is cancelled: hyper then
 /// drops the connection without finishing the body (HTTP/1: no last chunk).
-fn cut_on_kill(resp: Response, cut: CancellationToken) -> Response {
+fn cut_when(resp: Response, cut: CancellationToken) -> Response {
+    use axum::body::HttpBody as _;
+    // A body of known size is already complete (unary answers): it keeps its length.
+    if resp.body().size_hint().exact().is_some() {
+        return resp;
+    }
     let (parts, body) = resp.into_parts();
     let stream = futures::stream::unfold(
         (body.into_data_stream(), cut, false),

@@ -2,6 +2,11 @@
 //! process stream) to a [`KeepAlive`] as activity, so adapters taking `Arc<dyn EnvdApi>`
 //! keep the sandbox alive without any change. A report costs a mutex and a clock read
 //! while the lease is fresh; renewals happen on the keep-alive's own task, amortized.
+//!
+//! A call that envd's proxy answers with 502 (gone **or paused**, E2B does not tell them
+//! apart) reconnects once through the keep-alive and is repeated once when that worked
+//! (the sandbox was paused and now runs); otherwise the 502 stands (the sandbox is gone).
+//! Uploads are not repeated (their body is consumed).
 
 use std::sync::Arc;
 
@@ -52,6 +57,24 @@ impl LeasedApi {
     }
 }
 
+/// Run `$call` (an expression producing a future, evaluated again for the repeat); when
+/// it fails with the proxy's 502, reconnect once and run it once more.
+macro_rules! reconnecting {
+    ($self:ident, $call:expr) => {{
+        match $call.await {
+            Err(e) if e.is_unroutable() => {
+                if matches!($self.keepalive.reconnect().await, Ok(true)) {
+                    tracing::info!(sandbox = %$self.keepalive.sandbox_id(), "envd answered 502; reconnected, repeating the call");
+                    $call.await
+                } else {
+                    Err(e)
+                }
+            }
+            other => other,
+        }
+    }};
+}
+
 #[async_trait]
 impl EnvdApi for LeasedApi {
     fn sandbox_id(&self) -> &str {
@@ -60,7 +83,8 @@ impl EnvdApi for LeasedApi {
 
     async fn start_process(&self, spec: StartProcess) -> Result<ProcessStream, Error> {
         self.keepalive.touch("start_process");
-        Ok(self.touched(self.inner.start_process(spec).await?))
+        let s = reconnecting!(self, self.inner.start_process(spec.clone()))?;
+        Ok(self.touched(s))
     }
 
     async fn connect_process(
@@ -69,37 +93,38 @@ impl EnvdApi for LeasedApi {
         opts: StreamOptions,
     ) -> Result<ProcessStream, Error> {
         self.keepalive.touch("connect_process");
-        Ok(self.touched(self.inner.connect_process(process, opts).await?))
+        let s = reconnecting!(self, self.inner.connect_process(process.clone(), opts))?;
+        Ok(self.touched(s))
     }
 
     async fn list_processes(&self) -> Result<Vec<ProcessInfo>, Error> {
         self.keepalive.touch("list_processes");
-        self.inner.list_processes().await
+        reconnecting!(self, self.inner.list_processes())
     }
 
     async fn send_input(&self, process: ProcessSelector, input: ProcessInput) -> Result<(), Error> {
         self.keepalive.touch("send_input");
-        self.inner.send_input(process, input).await
+        reconnecting!(self, self.inner.send_input(process.clone(), input.clone()))
     }
 
     async fn send_signal(&self, process: ProcessSelector, signal: Signal) -> Result<(), Error> {
         self.keepalive.touch("send_signal");
-        self.inner.send_signal(process, signal).await
+        reconnecting!(self, self.inner.send_signal(process.clone(), signal))
     }
 
     async fn resize_pty(&self, process: ProcessSelector, size: PtySize) -> Result<(), Error> {
         self.keepalive.touch("resize_pty");
-        self.inner.resize_pty(process, size).await
+        reconnecting!(self, self.inner.resize_pty(process.clone(), size))
     }
 
     async fn close_stdin(&self, process: ProcessSelector) -> Result<(), Error> {
         self.keepalive.touch("close_stdin");
-        self.inner.close_stdin(process).await
+        reconnecting!(self, self.inner.close_stdin(process.clone()))
     }
 
     async fn stat(&self, path: &str, user: Option<&str>) -> Result<EntryInfo, Error> {
         self.keepalive.touch("stat");
-        self.inner.stat(path, user).await
+        reconnecting!(self, self.inner.stat(path, user))
     }
 
     async fn list_dir(
@@ -109,12 +134,12 @@ impl EnvdApi for LeasedApi {
         user: Option<&str>,
     ) -> Result<Vec<EntryInfo>, Error> {
         self.keepalive.touch("list_dir");
-        self.inner.list_dir(path, depth, user).await
+        reconnecting!(self, self.inner.list_dir(path, depth, user))
     }
 
     async fn make_dir(&self, path: &str, user: Option<&str>) -> Result<EntryInfo, Error> {
         self.keepalive.touch("make_dir");
-        self.inner.make_dir(path, user).await
+        reconnecting!(self, self.inner.make_dir(path, user))
     }
 
     async fn rename(
@@ -124,17 +149,17 @@ impl EnvdApi for LeasedApi {
         user: Option<&str>,
     ) -> Result<EntryInfo, Error> {
         self.keepalive.touch("rename");
-        self.inner.rename(source, destination, user).await
+        reconnecting!(self, self.inner.rename(source, destination, user))
     }
 
     async fn remove(&self, path: &str, user: Option<&str>) -> Result<(), Error> {
         self.keepalive.touch("remove");
-        self.inner.remove(path, user).await
+        reconnecting!(self, self.inner.remove(path, user))
     }
 
     async fn watch_dir(&self, path: &str, opts: WatchOptions) -> Result<WatchStream, Error> {
         self.keepalive.touch("watch_dir");
-        self.inner.watch_dir(path, opts).await
+        reconnecting!(self, self.inner.watch_dir(path, opts.clone()))
     }
 
     async fn upload(
@@ -151,7 +176,7 @@ impl EnvdApi for LeasedApi {
 
     async fn download(&self, path: &str, user: Option<&str>) -> Result<Download, Error> {
         self.keepalive.touch("download");
-        self.inner.download(path, user).await
+        reconnecting!(self, self.inner.download(path, user))
     }
 
     async fn health(&self) -> Result<(), Error> {

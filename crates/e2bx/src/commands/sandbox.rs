@@ -1,5 +1,6 @@
-//! `e2bx sandbox create|list|pause|resume|kill`: sandbox lifecycle on the control plane.
-//! `create` prints the new ID (or JSON) on stdout; `list` a table (or a JSON array).
+//! `e2bx sandbox create|list|pause|resume|kill|url`: sandbox lifecycle on the control plane.
+//! `create` prints the new ID (or JSON) on stdout; `list` a table (or a JSON array); `url`
+//! the URL of a sandbox port.
 
 use std::time::Duration;
 
@@ -50,6 +51,22 @@ pub async fn sandbox(backend: &Backend, g: &Global, cmd: &SandboxCommand) -> Cli
             );
             Ok(0)
         }
+        SandboxCommand::Url(a) => {
+            let id = backend.resolve(&a.id).await?;
+            let detail = backend.client.get(&id).await.map_err(for_sandbox(&id))?;
+            let url = port_url(
+                backend.client.config(),
+                &id,
+                detail.domain.as_deref(),
+                a.port,
+            );
+            if g.json {
+                println!("{}", json!({"sandboxId": id, "port": a.port, "url": url}));
+            } else {
+                println!("{url}");
+            }
+            Ok(0)
+        }
         SandboxCommand::Kill(a) => {
             let id = backend.resolve(&a.id).await?;
             if backend.client.kill(&id).await? {
@@ -63,6 +80,31 @@ pub async fn sandbox(backend: &Backend, g: &Global, cmd: &SandboxCommand) -> Cli
                 }))
             }
         }
+    }
+}
+
+/// The URL of `port` of sandbox `id`: `https://<port>-<id>.<domain>` on E2B; with a
+/// loopback sandbox URL (an emulator) `http://<port>-<id>.localhost:<its port>`; with another
+/// sandbox URL, that URL's host prefixed with `<port>-<id>.`.
+fn port_url(cfg: &e2b_core::Config, id: &str, domain: Option<&str>, port: u16) -> String {
+    let label = format!("{port}-{id}");
+    let Some(base) = cfg.get_sandbox_url() else {
+        let domain = domain.filter(|d| !d.is_empty()).unwrap_or(cfg.get_domain());
+        return format!("https://{label}.{domain}");
+    };
+    match url::Url::parse(base) {
+        Ok(u) => {
+            let host = u.host_str().unwrap_or("localhost");
+            let loopback = host == "localhost"
+                || host
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback());
+            let host = if loopback { "localhost" } else { host };
+            let port_part = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            format!("{}://{label}.{host}{port_part}", u.scheme())
+        }
+        Err(_) => format!("http://{label}.localhost"),
     }
 }
 

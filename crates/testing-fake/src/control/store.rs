@@ -50,9 +50,10 @@ pub(crate) struct SandboxRecord {
     net: Mutex<(Option<bool>, Option<NetworkConfig>)>,
     life: Mutex<Life>,
     op: tokio::sync::Mutex<()>,
-    /// Cancelled when the sandbox is killed: the proxy then cuts every response body still
-    /// streaming from it, as E2B's proxy loses its connections to a destroyed VM.
-    pub cut: tokio_util::sync::CancellationToken,
+    /// Cancelled when the sandbox is killed or paused (then replaced): the proxy cuts every
+    /// response body still streaming from it, as E2B's proxy loses its connections to a VM
+    /// that is destroyed or snapshotted.
+    cut: Mutex<tokio_util::sync::CancellationToken>,
     /// When metrics were sampled (one at boot, then every [`METRICS_INTERVAL`] while
     /// running), oldest first; `GET /sandboxes/{id}/metrics` filters them by range.
     samples: Mutex<Vec<OffsetDateTime>>,
@@ -75,6 +76,21 @@ impl SandboxRecord {
     /// Replace `allow_internet_access` and the network settings.
     pub fn set_net(&self, allow_internet_access: Option<bool>, network: Option<NetworkConfig>) {
         *self.net.lock().unwrap_or_else(PoisonError::into_inner) = (allow_internet_access, network);
+    }
+
+    /// The token the proxy watches for responses and connections of this sandbox's current
+    /// run.
+    pub fn cut_token(&self) -> tokio_util::sync::CancellationToken {
+        self.cut
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Cut every response and connection of the current run; later ones get a fresh token.
+    fn cut_streams(&self) {
+        let old = std::mem::take(&mut *self.cut.lock().unwrap_or_else(PoisonError::into_inner));
+        old.cancel();
     }
 
     /// The metric sample times within `[start, end]` (unix seconds, both inclusive).
@@ -249,7 +265,7 @@ impl Store {
                 gone: false,
             }),
             op: tokio::sync::Mutex::new(()),
-            cut: tokio_util::sync::CancellationToken::new(),
+            cut: Mutex::new(tokio_util::sync::CancellationToken::new()),
             samples: Mutex::new(vec![now]),
         });
         self.map().insert(id, rec.clone());
@@ -263,7 +279,7 @@ impl Store {
             return false;
         };
         // Streams are cut before any process dies, so no client sees a clean end event.
-        rec.cut.cancel();
+        rec.cut_streams();
         let _op = rec.op.lock().await;
         let envd = {
             let mut life = rec.life();
@@ -294,6 +310,8 @@ impl Store {
             life.paused_with_memory = memory;
             life.envd.clone()
         };
+        // The VM goes away: its connections drop before its processes stop.
+        rec.cut_streams();
         if memory {
             envd.freeze().await;
         } else {

@@ -351,6 +351,24 @@ impl Envd {
         pids
     }
 
+    /// True when a process of this sandbox listens on TCP `port` (any address): a socket
+    /// in `LISTEN` state on that port, held open by one of the sandbox's processes, as seen
+    /// in the network namespace of those processes.
+    pub(crate) async fn listens_on(&self, port: u16) -> bool {
+        let pids = self.all_pids();
+        tokio::task::spawn_blocking(move || listening_inodes(&pids, port))
+            .await
+            .unwrap_or(false)
+    }
+
+    /// A TCP connection to `port` inside the sandbox (its loopback address).
+    pub(crate) async fn connect_port(&self, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+        match tokio::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port)).await {
+            Ok(s) => Ok(s),
+            Err(_) => tokio::net::TcpStream::connect((std::net::Ipv6Addr::LOCALHOST, port)).await,
+        }
+    }
+
     /// The template user named `name`.
     fn user(&self, name: &str) -> Option<&TemplateUser> {
         self.cfg.template.user(name)
@@ -380,6 +398,44 @@ impl Drop for Envd {
         self.fs.shutdown();
         self.iso.shutdown();
     }
+}
+
+/// True when one of `pids` holds a socket listening on TCP `port`: the `LISTEN` (state
+/// `0A`) entries of `/proc/<pid>/net/tcp{,6}` on that port, matched by inode against the
+/// `socket:[inode]` descriptors of `pids`.
+fn listening_inodes(pids: &[i32], port: u16) -> bool {
+    let Some(first) = pids.first() else {
+        return false;
+    };
+    let port_hex = format!("{port:04X}");
+    let mut listening: Vec<String> = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{first}/net/{table}")) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) = (cols.get(1), cols.get(3), cols.get(9))
+            else {
+                continue;
+            };
+            if *state == "0A" && local.rsplit(':').next() == Some(port_hex.as_str()) {
+                listening.push(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    if listening.is_empty() {
+        return false;
+    }
+    pids.iter().any(|pid| {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return false;
+        };
+        fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|target| listening.iter().any(|l| target.as_os_str() == l.as_str()))
+        })
+    })
 }
 
 /// Descendants (inclusive) of `roots`, from `/proc/*/stat` parent links.

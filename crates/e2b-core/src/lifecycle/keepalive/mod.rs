@@ -216,6 +216,27 @@ impl KeepAlive {
         Ok(true)
     }
 
+    /// Reconnect now (one `connect` with the idle timeout, within the budget and the
+    /// plan's cap): a paused sandbox resumes, a running one gets at least that much life,
+    /// a gone one is [`LifecycleError`] (and stops this keep-alive). `Ok(false)`: not
+    /// tried, the sandbox is already known to be gone. What a lease does once after envd's
+    /// proxy answered 502 ([`Error::is_unroutable`](crate::Error::is_unroutable)).
+    pub async fn reconnect(&self) -> Result<bool, LifecycleError> {
+        let timeout = {
+            let mut st = self.inner.lock();
+            match st.stopped {
+                Some(StopReason::Gone) => return Ok(false),
+                Some(_) => None,
+                None => self.inner.renewal_timeout(&mut st, Instant::now()),
+            }
+        };
+        let timeout = timeout.unwrap_or(self.inner.idle);
+        self.inner
+            .renew("reconnect after the proxy's 502".into(), timeout)
+            .await?;
+        Ok(true)
+    }
+
     /// Known remaining life (a lower bound; zero when unknown or past).
     pub fn remaining(&self) -> Duration {
         self.inner
