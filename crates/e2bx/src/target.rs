@@ -11,6 +11,7 @@ use e2b_core::lifecycle::{
     SandboxOwner,
 };
 use e2b_core::{Client, Config, CreateOptions, EnvdApi, ListQuery};
+use fs_e2b::{E2bFs, E2bFsOptions};
 use subprocess_e2b::E2bSubprocess;
 #[cfg(feature = "embedded")]
 use testing_fake::{Emulator, EmulatorConfig};
@@ -216,6 +217,14 @@ impl Session {
         E2bSubprocess::at_home(self.api(), user.map(str::to_owned))
             .await
             .map_err(|e| CliError::msg(format!("cannot look up the sandbox user: {e}")))
+    }
+
+    /// Files as the template's user, relative paths against its home (the login view).
+    pub async fn fs(&self) -> CliResult<E2bFs> {
+        use exec_world::Subprocess as _;
+        let home = self.subprocess(None).await?.cwd().to_string();
+        E2bFs::new(self.api(), E2bFsOptions::new(home))
+            .map_err(|e| CliError::msg(format!("cannot use the sandbox's files: {e}")))
     }
 
     /// Close the turn and stop keep-alive; delete the sandbox when it was created for this

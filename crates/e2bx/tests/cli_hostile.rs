@@ -192,3 +192,82 @@ async fn ls_and_stat_escape_control_characters_in_names() {
     );
     r.emu.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cp_and_cat_act_as_the_sandbox_user_through_planted_links() {
+    let r = Remote::start().await;
+    let id = r.out(&["sandbox", "create"]).await.ok().trim().to_owned();
+    let sb = r
+        .client()
+        .connect(&id, e2b_core::ConnectOptions::default())
+        .await
+        .expect("connect");
+    // A root-only file, and links to it planted by the sandbox user.
+    let setup = sb
+        .run(
+            StartProcess::new("/bin/sh")
+                .args(["-c", "mkdir -p /root/vault && echo SECRET > /root/vault/key && chmod 600 /root/vault/key"])
+                .user("root"),
+        )
+        .await
+        .expect("root setup");
+    assert_eq!(setup.end.exit_code, 0, "{:?}", setup.stderr);
+    let plant = sb
+        .run(StartProcess::new("/bin/sh").args([
+            "-c",
+            "ln -s /root/vault/key /home/user/steal && ln -s /root/vault/key /home/user/clobber",
+        ]))
+        .await
+        .expect("plant");
+    assert_eq!(plant.end.exit_code, 0, "{:?}", plant.stderr);
+    // Reading through the link: the user's permissions, so refused (root's /files would
+    // have returned the bytes). The user cannot even traverse /root, so fs-e2b sees
+    // nothing there: not found, or permission denied.
+    let refused =
+        |line: String| line.contains("permission denied") || line.contains("no such file");
+    let cat = r.out(&["--sandbox", &id, "cat", "steal"]).await;
+    assert!(refused(cat.one_line_error()), "{}", cat.stderr);
+    assert!(!cat.text().contains("SECRET"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let got = dir.path().join("got");
+    let down = r
+        .out(&[
+            "--sandbox",
+            &id,
+            "cp",
+            "sbx:steal",
+            got.to_str().expect("utf-8"),
+        ])
+        .await;
+    assert!(
+        down.one_line_error().contains("permission denied"),
+        "{}",
+        down.stderr
+    );
+    assert!(!got.exists());
+    // Writing to the link replaces the link; the root-only file keeps its bytes.
+    let src = dir.path().join("evil");
+    std::fs::write(&src, b"overwritten").expect("local file");
+    r.out(&[
+        "--sandbox",
+        &id,
+        "cp",
+        src.to_str().expect("utf-8"),
+        "sbx:clobber",
+    ])
+    .await
+    .ok();
+    let check = sb
+        .run(
+            StartProcess::new("/bin/sh")
+                .args(["-c", "cat /root/vault/key; stat -c %U:%a /root/vault/key; cat /home/user/clobber; [ -L /home/user/clobber ] && echo still-a-link; true"])
+                .user("root"),
+        )
+        .await
+        .expect("check");
+    assert_eq!(
+        String::from_utf8_lossy(&check.stdout),
+        "SECRET\nroot:600\noverwritten"
+    );
+    r.emu.shutdown().await;
+}

@@ -1,16 +1,20 @@
 //! `e2bx cp SRC DST`: one file up (local → `sbx:PATH` / `:PATH`) or down, streamed in
-//! 64 KiB chunks (never the whole file in memory), with a progress bar on a terminal.
-//! Downloads land in a temporary sibling first and are renamed into place when complete.
+//! chunks (never the whole file in memory), with a progress bar on a terminal, through
+//! `fs-e2b` as the sandbox user: uploads are staged and renamed atomically, downloads are
+//! read by a process of the user (never envd's root `/files`), so a link the user planted
+//! cannot make root read or write past the user's permissions. Downloads land in a
+//! temporary local sibling first and are renamed into place when complete.
 
 use std::path::{Path, PathBuf};
 
-use e2b_core::proto::filesystem::FileType;
-use e2b_core::{EnvdApi, reader_stream};
+use e2b_core::reader_stream;
+use exec_world::{Fs as _, FsError, WorldPath, WriteOptions};
+use fs_e2b::E2bFs;
 use futures::StreamExt as _;
 use tokio::io::AsyncWriteExt as _;
 
 use crate::cli::CpArgs;
-use crate::error::{CliError, CliResult, for_path};
+use crate::error::{CliError, CliResult};
 use crate::progress::Progress;
 
 /// A sandbox path in `cp` syntax (`sbx:PATH` or `:PATH`), or `None` for a local one.
@@ -19,10 +23,10 @@ pub fn remote_path(arg: &str) -> Option<&str> {
 }
 
 /// Copy; returns 0.
-pub async fn cp(sandbox: &dyn EnvdApi, args: &CpArgs, quiet: bool) -> CliResult {
+pub async fn cp(fs: &E2bFs, args: &CpArgs, quiet: bool) -> CliResult {
     match (remote_path(&args.src), remote_path(&args.dst)) {
-        (None, Some(dst)) => upload(sandbox, Path::new(&args.src), dst, quiet).await,
-        (Some(src), None) => download(sandbox, src, Path::new(&args.dst), quiet).await,
+        (None, Some(dst)) => upload(fs, Path::new(&args.src), dst, quiet).await,
+        (Some(src), None) => download(fs, src, Path::new(&args.dst), quiet).await,
         (Some(_), Some(_)) => Err(CliError::msg(
             "both paths are in the sandbox; copy inside it with `e2bx run -- cp SRC DST`",
         )),
@@ -39,7 +43,7 @@ fn base_name(p: &str) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
-async fn upload(sandbox: &dyn EnvdApi, src: &Path, dst: &str, quiet: bool) -> CliResult {
+async fn upload(fs: &E2bFs, src: &Path, dst: &str, quiet: bool) -> CliResult {
     let shown = src.display().to_string();
     let file = tokio::fs::File::open(src)
         .await
@@ -60,7 +64,7 @@ async fn upload(sandbox: &dyn EnvdApi, src: &Path, dst: &str, quiet: bool) -> Cl
     // A destination that is empty, ends with '/' or is a directory receives the file name.
     let into_dir = dst.is_empty()
         || dst.ends_with('/')
-        || matches!(sandbox.stat(dst, None).await, Ok(e) if e.file_type == FileType::Directory);
+        || matches!(fs.stat(&world_path(dst)?).await, Ok(m) if m.is_dir());
     let target = if dst.is_empty() {
         name
     } else if into_dir {
@@ -70,46 +74,38 @@ async fn upload(sandbox: &dyn EnvdApi, src: &Path, dst: &str, quiet: bool) -> Cl
     };
     let progress = Progress::new(meta.len(), quiet);
     let counted = {
+        let shown = shown.clone();
         let progress = progress.clone();
-        reader_stream(file).inspect(move |chunk| {
-            if let Ok(b) = chunk {
-                progress.inc(b.len());
-            }
-        })
+        reader_stream(file)
+            .inspect(move |chunk| {
+                if let Ok(b) = chunk {
+                    progress.inc(b.len());
+                }
+            })
+            .map(move |chunk| {
+                chunk.map_err(|e| FsError::Other {
+                    context: format!("reading {shown}: {e}"),
+                    source: None,
+                })
+            })
     };
-    let res = sandbox.upload(&target, None, Box::pin(counted)).await;
+    // As the sandbox user, atomically (staged beside the target, then renamed): the user's
+    // permissions apply and no link the user planted redirects the write.
+    let res = fs
+        .write(
+            &world_path(&target)?,
+            Box::pin(counted),
+            WriteOptions::default().create_parents(true),
+        )
+        .await;
     progress.finish();
-    match res {
-        Ok(_) => Ok(0),
-        // envd may refuse before reading the body and close the connection (the client
-        // then sees a broken pipe instead of the answer), or answer with its own error
-        // (EACCES, or EROFS on the emulator's read-only host paths). Either way, when the
-        // user cannot write there, say so.
-        Err(e) if !writable(sandbox, &target).await => {
-            drop(e);
-            Err(CliError::msg(format!(
-                "{target}: permission denied in the sandbox (its user cannot write there); pick a path under the home directory or /tmp"
-            )))
-        }
-        Err(e) => Err(for_path(&target)(e)),
-    }
+    res.map(|_| 0).map_err(|e| fs_error(&target, &e))
 }
 
-/// Whether the sandbox's default user can create `path`: its nearest existing ancestor
-/// (the upload creates missing parents) is writable. Unknown counts as writable.
-async fn writable(sandbox: &dyn EnvdApi, path: &str) -> bool {
-    const SCRIPT: &str =
-        r#"d=$(dirname -- "$1"); while [ ! -e "$d" ]; do d=$(dirname -- "$d"); done; test -w "$d""#;
-    let spec = e2b_core::StartProcess::new("/bin/sh").args(["-c", SCRIPT, "sh", path]);
-    match sandbox.run(spec).await {
-        Ok(out) => out.end.exit_code == 0,
-        Err(_) => true,
-    }
-}
-
-async fn download(sandbox: &dyn EnvdApi, src: &str, dst: &Path, quiet: bool) -> CliResult {
-    let info = sandbox.stat(src, None).await.map_err(for_path(src))?;
-    if info.file_type == FileType::Directory {
+async fn download(fs: &E2bFs, src: &str, dst: &Path, quiet: bool) -> CliResult {
+    let path = world_path(src)?;
+    let info = fs.stat(&path).await.map_err(|e| fs_error(src, &e))?;
+    if info.is_dir() {
         return Err(CliError::msg(format!(
             "{src} is a directory in the sandbox; cp copies one file (pack it first: e2bx run -- tar czf dir.tgz {src})"
         )));
@@ -129,17 +125,15 @@ async fn download(sandbox: &dyn EnvdApi, src: &str, dst: &Path, quiet: bool) -> 
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| CliError::msg(format!("{shown}: not a file path")))?;
     let tmp = parent.join(format!(".{fname}.e2bx-{}", std::process::id()));
-    let mut body = sandbox.download(src, None).await.map_err(for_path(src))?;
-    let total = body
-        .content_length()
-        .unwrap_or_else(|| u64::try_from(info.size).unwrap_or(0));
-    let progress = Progress::new(total, quiet);
+    // Read as the sandbox user (never envd's root download).
+    let mut body = fs.read_stream(&path).await.map_err(|e| fs_error(src, &e))?;
+    let progress = Progress::new(info.size, quiet);
     let copy = async {
         let mut out = tokio::fs::File::create(&tmp)
             .await
             .map_err(|e| CliError::msg(format!("{shown}: {e}")))?;
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(for_path(src))?;
+            let chunk = chunk.map_err(|e| CliError::msg(format!("{src}: {e}")))?;
             out.write_all(&chunk)
                 .await
                 .map_err(|e| CliError::msg(format!("{shown}: {e}")))?;
@@ -158,6 +152,32 @@ async fn download(sandbox: &dyn EnvdApi, src: &str, dst: &Path, quiet: bool) -> 
         let _ = tokio::fs::remove_file(&tmp).await;
     }
     res.map(|()| 0)
+}
+
+/// A sandbox path as given on the command line (relative: the user's home).
+pub fn world_path(p: &str) -> CliResult<WorldPath> {
+    WorldPath::new(p).map_err(|e| CliError::msg(format!("{p}: {e}")))
+}
+
+/// One line for a file error about sandbox path `path`, with a hint where one helps.
+pub fn fs_error(path: &str, e: &FsError) -> CliError {
+    CliError::msg(match e {
+        FsError::NotFound { .. } => {
+            format!("{path}: no such file or directory in the sandbox; check the path with `e2bx ls`")
+        }
+        FsError::PermissionDenied { .. } => format!(
+            "{path}: permission denied in the sandbox (its user cannot access it); pick a path under the home directory or /tmp"
+        ),
+        FsError::IsADirectory { .. } => format!("{path}: is a directory in the sandbox"),
+        FsError::NotADirectory { .. } => {
+            format!("{path}: a parent is not a directory in the sandbox")
+        }
+        FsError::AlreadyExists { .. } => format!("{path}: already exists"),
+        FsError::Gone { .. } => {
+            "sandbox not found (it may have timed out); create a new one or check the id with `e2bx sandbox list`".to_owned()
+        }
+        other => other.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use futures::StreamExt as _;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt as _;
 
-use crate::commands::cp::remote_path;
+use crate::commands::cp::{fs_error, remote_path, world_path};
 use crate::error::{CliResult, for_path};
 
 fn strip(path: &str) -> &str {
@@ -140,13 +140,17 @@ pub async fn stat(sandbox: &dyn EnvdApi, path: &str, json_out: bool) -> CliResul
     Ok(0)
 }
 
-/// `cat PATH`: raw bytes, streamed.
-pub async fn cat(sandbox: &dyn EnvdApi, path: &str) -> CliResult {
+/// `cat PATH`: raw bytes, streamed, read as the sandbox user.
+pub async fn cat(fs: &fs_e2b::E2bFs, path: &str) -> CliResult {
+    use exec_world::Fs as _;
     let path = strip(path);
-    let mut body = sandbox.download(path, None).await.map_err(for_path(path))?;
+    let mut body = fs
+        .read_stream(&world_path(path)?)
+        .await
+        .map_err(|e| fs_error(path, &e))?;
     let mut stdout = tokio::io::stdout();
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(for_path(path))?;
+        let chunk = chunk.map_err(|e| fs_error(path, &e))?;
         stdout.write_all(&chunk).await?;
     }
     stdout.flush().await?;

@@ -54,10 +54,15 @@ async fn with_backend(cli: &Cli, backend: &Backend, ints: &mut Interrupts) -> Cl
                     "e2bx: note: without --sandbox the file goes to a fresh sandbox that is killed when this command ends"
                 );
             }
-            interruptible(ints, cp::cp(sb, a, g.quiet)).await
+            interruptible(ints, async {
+                cp::cp(&session.fs().await?, a, g.quiet).await
+            })
+            .await
         }
         Command::Ls(a) => interruptible(ints, fs::ls(sb, &a.path, g.json)).await,
-        Command::Cat(a) => interruptible(ints, fs::cat(sb, &a.path)).await,
+        Command::Cat(a) => {
+            interruptible(ints, async { fs::cat(&session.fs().await?, &a.path).await }).await
+        }
         Command::Stat(a) => interruptible(ints, fs::stat(sb, &a.path, g.json)).await,
         Command::Sandbox(_) | Command::Serve(_) => Err(CliError::msg("unreachable command")),
     };
