@@ -6,8 +6,9 @@
 //! `filesystem.Filesystem`.
 //!
 //! Layout of `cfg.root`: `fs/` is the sandbox tree (`fs/home/user`, `fs/tmp`, …, one
-//! directory per template mount), `.e2b/` holds the private `passwd`/`group` and the
-//! mount point of the namespace's new root.
+//! directory per template mount), `.e2b/` holds the private `passwd`/`group`, the upper
+//! and work directories of the writable root overlay (`upper/`, `work/`), the boot id of
+//! the current boot and the mount point of the namespace's new root.
 
 // Handlers return a ready `Response` as the error of early exits; boxing it buys nothing.
 #[allow(clippy::result_large_err)]
@@ -22,6 +23,7 @@ mod isolation;
 mod paths;
 mod process;
 mod pty;
+mod rootfs;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -52,6 +54,9 @@ pub struct EnvdConfig {
     pub access_token: Option<String>,
     /// Global env vars from create (`envVars`).
     pub env_vars: BTreeMap<String, String>,
+    /// `false`: the sandbox runs in a network namespace of its own with only loopback
+    /// (as root; `allowInternetAccess: false` or a deny-all egress rule).
+    pub allow_internet: bool,
 }
 
 /// Why envd could not boot.
@@ -145,8 +150,56 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path) -> Result<(), EnvdErro
             );
         }
     }
+    if root {
+        seed_upper(t, &private.join("upper"))?;
+    }
     std::fs::write(&marker, format!("{}\n", t.id)).map_err(io_err("writing marker"))?;
     Ok(())
+}
+
+/// The writable root's upper layer of a fresh sandbox: the template's accounts
+/// (`/etc/passwd`, `/etc/group`, `/etc/shadow`, `/etc/gshadow`, never the host's) and its
+/// passwordless sudoers. Directories copy the mode of the host directory they merge with.
+fn seed_upper(t: &Template, upper: &Path) -> Result<(), EnvdError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mkdir = |rel: &str, default_mode: u32| -> Result<PathBuf, EnvdError> {
+        let p = upper.join(rel);
+        std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+        let host = Path::new("/").join(rel);
+        let mode = std::fs::metadata(&host).map_or(default_mode, |m| m.mode() & 0o7777);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+            .map_err(io_err(format!("chmod {}", p.display())))?;
+        Ok(p)
+    };
+    mkdir("", 0o755)?;
+    let etc = mkdir("etc", 0o755)?;
+    let mut files = vec![
+        (etc.join("passwd"), t.passwd(), 0o644),
+        (etc.join("group"), t.group(), 0o644),
+        (etc.join("shadow"), t.shadow(), 0o640),
+        (etc.join("gshadow"), t.gshadow(), 0o640),
+    ];
+    if let Some(sudoers) = t.sudoers() {
+        let dir = mkdir("etc/sudoers.d", 0o750)?;
+        files.push((dir.join("90-e2b-template"), sudoers, 0o440));
+    }
+    for (p, text, mode) in files {
+        std::fs::write(&p, text).map_err(io_err(format!("writing {}", p.display())))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+            .map_err(io_err(format!("chmod {}", p.display())))?;
+    }
+    Ok(())
+}
+
+/// A fresh `/proc/sys/kernel/random/boot_id` for this boot, written next to the old one
+/// and renamed over it (a running namespace keeps the inode it bound).
+fn new_boot_id(private: &Path) -> Result<PathBuf, EnvdError> {
+    let path = private.join("boot_id");
+    let tmp = private.join("boot_id.new");
+    std::fs::write(&tmp, format!("{}\n", uuid::Uuid::new_v4()))
+        .map_err(io_err("writing the boot id"))?;
+    std::fs::rename(&tmp, &path).map_err(io_err("writing the boot id"))?;
+    Ok(path)
 }
 
 /// Copy the regular files and directories of `skel` into `home` (never overwriting).
@@ -190,24 +243,42 @@ impl Envd {
         lay_out(&cfg, &tree, &private)?;
 
         let iso = if isolation::can_isolate() {
-            let mut mapped: Vec<(PathBuf, PathBuf)> = cfg
+            let mapped: Vec<(PathBuf, PathBuf)> = cfg
                 .template
                 .mounts
                 .iter()
                 .map(|m| (PathBuf::from(m), tree.join(m.trim_start_matches('/'))))
                 .collect();
-            mapped.push(("/etc/passwd".into(), private.join("passwd")));
-            mapped.push(("/etc/group".into(), private.join("group")));
-            match isolation::Isolation::start(&private.join("newroot"), &mapped) {
+            let upper = private.join("upper");
+            let work = private.join("work");
+            std::fs::create_dir_all(&work)
+                .map_err(io_err(format!("creating {}", work.display())))?;
+            let spec = isolation::Spec {
+                layout: rootfs::Layout {
+                    newroot: private.join("newroot"),
+                    mapped,
+                    overlay: upper.is_dir().then_some((upper, work)),
+                    boot_id: Some(new_boot_id(&private)?),
+                    // The emulator's state (every sandbox's tree) is not for the sandbox.
+                    hide: root.parent().map(Path::to_path_buf).into_iter().collect(),
+                    fresh_proc: true,
+                },
+                read_only_extra: vec![
+                    ("/etc/passwd".into(), private.join("passwd")),
+                    ("/etc/group".into(), private.join("group")),
+                ],
+                offline: !cfg.allow_internet,
+            };
+            match isolation::Isolation::start(spec) {
                 Ok(iso) => iso,
                 Err(e) => isolation::Isolation::off(&format!(
-                    "could not create the sandbox mount namespace: {e}"
+                    "could not create the sandbox namespaces: {e}"
                 )),
             }
         } else {
             isolation::Isolation::off("not running as root")
         };
-        let fs = match isolation::FsWorker::start(iso.ns_fd(), 2) {
+        let fs = match isolation::FsWorker::start(iso.ns_fds(), 2) {
             Ok(fs) => fs,
             Err(e) => {
                 iso.shutdown();
@@ -326,6 +397,11 @@ impl Envd {
     /// True when processes and file operations run in a private mount namespace.
     pub fn is_isolated(&self) -> bool {
         self.iso.enabled()
+    }
+
+    /// True when the sandbox's root filesystem is its own writable overlay.
+    pub fn has_writable_root(&self) -> bool {
+        self.iso.writable_root()
     }
 
     fn kill_everything(&self) {

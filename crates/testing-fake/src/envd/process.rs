@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
@@ -516,7 +516,7 @@ fn connect_stream(
 
 /// Everything a spawned child needs in `pre_exec`, prepared before fork.
 struct ChildSetup {
-    ns_fd: Option<Arc<OwnedFd>>,
+    ns: Option<Arc<isolation::NsFds>>,
     cwd: CString,
     creds: Option<(u32, u32)>,
     pty: bool,
@@ -527,8 +527,8 @@ impl ChildSetup {
         if self.pty {
             pty::make_controlling()?;
         }
-        if let Some(fd) = &self.ns_fd {
-            isolation::join_in_child(fd.as_raw_fd())?;
+        if let Some(ns) = &self.ns {
+            isolation::join_in_child(ns)?;
         }
         // SAFETY: raw syscalls in the forked child on data prepared before fork.
         unsafe {
@@ -641,7 +641,7 @@ async fn start(
         }
     }
     let setup = ChildSetup {
-        ns_fd: envd.iso.ns_fd(),
+        ns: envd.iso.ns_fds(),
         cwd: CString::new(host_cwd.as_os_str().as_bytes()).unwrap_or_default(),
         creds: isolated.then_some((user.uid, user.gid)),
         pty: master.is_some(),
@@ -650,7 +650,9 @@ async fn start(
     unsafe {
         cmd.pre_exec(move || setup.run());
     }
-    let mut child = match cmd.spawn() {
+    // Forked by a worker thread of the sandbox, so the child is in its PID namespace; the
+    // command (and with it the parent's copies of the pty slave) is dropped there.
+    let mut child = match envd.fs.spawn(cmd).await {
         Ok(c) => c,
         Err(e) => {
             return connect::stream_error(RpcError::invalid(format!(
@@ -659,8 +661,6 @@ async fn start(
             )));
         }
     };
-    // The parent's copies of the slave side must close so EOF/EIO can happen.
-    drop(cmd);
     let Some(pid) = child.id() else {
         return connect::stream_error(RpcError::invalid("process exited before start"));
     };

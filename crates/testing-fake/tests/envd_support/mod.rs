@@ -36,6 +36,11 @@ impl Drop for Fake {
 }
 
 pub async fn boot(template: &str, token: Option<&str>) -> Fake {
+    boot_with(template, token, true).await
+}
+
+/// [`boot`] with the sandbox's internet access chosen (`false`: loopback-only network).
+pub async fn boot_with(template: &str, token: Option<&str>, allow_internet: bool) -> Fake {
     let dir =
         std::env::temp_dir().join(format!("envd-test-{}-{}", std::process::id(), uuid_like()));
     let mut env_vars = BTreeMap::new();
@@ -46,6 +51,7 @@ pub async fn boot(template: &str, token: Option<&str>) -> Fake {
         root: dir.clone(),
         access_token: token.map(str::to_string),
         env_vars,
+        allow_internet,
     };
     let envd = Envd::boot(cfg).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,0 +1,219 @@
+//! The emulator is a boundary: a sandbox (root included) sees its own processes, files,
+//! clocks and network, never the host's. Needs root (namespaces); without it isolation is
+//! off and these tests say so and fail.
+#![allow(clippy::unwrap_used)]
+
+mod envd_support;
+
+use std::time::Instant;
+
+use envd_support::{Fake, boot, boot_with, run};
+
+fn exit_code(end: &serde_json::Value) -> i64 {
+    end.get("exitCode").and_then(|c| c.as_i64()).unwrap_or(0)
+}
+
+async fn root_sh(fake: &Fake, cmd: &str) -> (String, String, i64) {
+    let (o, e, end) = run(fake, cmd, Some("root")).await;
+    (
+        String::from_utf8_lossy(&o).into_owned(),
+        String::from_utf8_lossy(&e).into_owned(),
+        exit_code(&end),
+    )
+}
+
+async fn download(fake: &Fake, path: &str, user: &str) -> (u16, Vec<u8>) {
+    let r = fake
+        .req(reqwest::Method::GET, "/files")
+        .query(&[("path", path), ("username", user)])
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    (st, r.bytes().await.unwrap().to_vec())
+}
+
+async fn upload(fake: &Fake, path: &str, user: &str, data: &[u8]) -> u16 {
+    fake.req(reqwest::Method::POST, "/files")
+        .query(&[("path", path), ("username", user)])
+        .header("Content-Type", "application/octet-stream")
+        .body(data.to_vec())
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+fn require_isolation(fake: &Fake) {
+    assert!(
+        fake.envd.is_isolated(),
+        "these tests need root and kernel namespaces (isolation is off)"
+    );
+}
+
+#[tokio::test]
+async fn sandbox_root_cannot_see_signal_or_read_host_processes() {
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    let me = std::process::id();
+    // The holder is init of the sandbox's PID namespace; /proc is the sandbox's own.
+    let (out, err, code) = root_sh(&fake, "tr '\\0' ' ' < /proc/1/cmdline").await;
+    assert_eq!((out.trim(), code), ("/bin/sleep infinity", 0), "{err}");
+    // This test process (the host) cannot be listed, signalled or read.
+    let (_, _, code) = root_sh(&fake, &format!("test -e /proc/{me}")).await;
+    assert_ne!(code, 0, "host pid {me} is visible in the sandbox's /proc");
+    let (_, _, code) = root_sh(&fake, &format!("kill -0 {me}")).await;
+    assert_ne!(code, 0, "sandbox root could signal host pid {me}");
+    // No process the sandbox can see carries the host's (cargo's) environment.
+    let (out, err, code) = root_sh(
+        &fake,
+        "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c CARGO_MANIFEST_DIR",
+    )
+    .await;
+    assert_eq!(
+        out.trim(),
+        "0",
+        "host environment readable: {err} (exit {code})"
+    );
+}
+
+#[tokio::test]
+async fn files_resolve_inside_the_sandbox_not_on_the_host() {
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    // The emulator's own environment is not reachable through /proc/self.
+    let (st, body) = download(&fake, "/proc/self/environ", "root").await;
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        !text.contains("CARGO_MANIFEST_DIR"),
+        "GET /files /proc/self/environ returned the emulator's environment ({st})"
+    );
+    // /etc/shadow is the template's, not the host's.
+    let (st, body) = download(&fake, "/etc/shadow", "root").await;
+    assert_eq!(st, 200);
+    let shadow = String::from_utf8(body).unwrap();
+    assert!(shadow.starts_with("root:*:"), "{shadow}");
+    assert!(shadow.contains("\nuser:*:"), "{shadow}");
+    if let Ok(host) = std::fs::read_to_string("/etc/shadow") {
+        assert_ne!(shadow, host, "the host's /etc/shadow");
+    }
+    // An absolute symlink made in the sandbox resolves in the sandbox, for /files and the
+    // filesystem RPCs alike.
+    let (_, err, code) = root_sh(
+        &fake,
+        "ln -s /etc/shadow /home/user/link && ln -s ../../proc/1 /home/user/init",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let (st, body) = download(&fake, "/home/user/link", "root").await;
+    assert_eq!((st, String::from_utf8(body).unwrap()), (200, shadow));
+    let (st, body) = download(&fake, "/home/user/init/cmdline", "root").await;
+    assert_eq!((st, body), (200, b"/bin/sleep\0infinity\0".to_vec()));
+    let (st, v) = fake
+        .unary(
+            "/filesystem.Filesystem/Stat",
+            &serde_json::json!({"path": "/home/user/link"}),
+            Some("root"),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["entry"]["symlinkTarget"], "/etc/shadow", "{v}");
+}
+
+#[tokio::test]
+async fn root_writes_anywhere_and_only_in_its_own_sandbox() {
+    let a = boot("base", None).await;
+    let b = boot("base", None).await;
+    require_isolation(&a);
+    assert!(
+        a.envd.has_writable_root(),
+        "the overlay root could not be mounted"
+    );
+    // Real envd creates /0/x as root.
+    assert_eq!(upload(&a, "/0/x", "root", b"in a").await, 200);
+    let (out, err, code) = root_sh(
+        &a,
+        "cat /0/x && echo usr > /usr/local/e2b-iso-test && cat /usr/local/e2b-iso-test",
+    )
+    .await;
+    assert_eq!((out.as_str(), code), ("in ausr\n", 0), "{err}");
+    // Not on the host, not in the other sandbox.
+    assert!(!std::path::Path::new("/0/x").exists());
+    assert!(!std::path::Path::new("/usr/local/e2b-iso-test").exists());
+    let (st, _) = download(&b, "/0/x", "root").await;
+    assert_eq!(st, 404);
+    let (_, _, code) = root_sh(&b, "test -e /usr/local/e2b-iso-test").await;
+    assert_ne!(code, 0);
+    // `user` has passwordless sudo (the base template's sudoers).
+    let (o, e, end) = run(&a, "sudo -n id -u", Some("user")).await;
+    let out = String::from_utf8_lossy(&o);
+    assert_eq!(
+        (out.trim(), exit_code(&end)),
+        ("0", 0),
+        "sudo: {}",
+        String::from_utf8_lossy(&e)
+    );
+}
+
+#[tokio::test]
+async fn each_boot_has_its_own_boot_id_and_uptime() {
+    let before = Instant::now();
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    let (out, err, code) = root_sh(
+        &fake,
+        "cat /proc/sys/kernel/random/boot_id; cut -d' ' -f1 /proc/uptime",
+    )
+    .await;
+    let elapsed = before.elapsed().as_secs_f64();
+    assert_eq!(code, 0, "{err}");
+    let mut lines = out.lines();
+    let boot_id = lines.next().unwrap().to_owned();
+    let uptime: f64 = lines.next().unwrap().parse().unwrap();
+    let host_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_ne!(boot_id, host_id.trim(), "the host's boot id");
+    assert_eq!(boot_id.len(), 36, "{boot_id}");
+    // The sandbox's clock started after `before`: its uptime cannot exceed what elapsed.
+    assert!(
+        uptime <= elapsed,
+        "uptime {uptime} > {elapsed} since the boot began"
+    );
+    // A second sandbox boots with another id.
+    let other = boot("base", None).await;
+    let (out, _, _) = root_sh(&other, "cat /proc/sys/kernel/random/boot_id").await;
+    assert_ne!(out.trim(), boot_id);
+}
+
+#[tokio::test]
+async fn offline_sandbox_cannot_reach_a_host_listener() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connect = format!("exec 3<>/dev/tcp/127.0.0.1/{port}");
+
+    let online = boot("base", None).await;
+    require_isolation(&online);
+    let (_, err, code) = root_sh(&online, &connect).await;
+    assert_eq!(
+        code, 0,
+        "a default sandbox reaches the host's loopback: {err}"
+    );
+
+    let offline = boot_with("base", None, false).await;
+    let (_, err, code) = root_sh(&offline, &connect).await;
+    assert_ne!(
+        code, 0,
+        "an offline sandbox reached the host's 127.0.0.1:{port}"
+    );
+    assert!(
+        err.contains("Connection refused"),
+        "loopback is up but empty: {err}"
+    );
+    // Only loopback exists in its network namespace.
+    let (out, err, code) = root_sh(
+        &offline,
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '",
+    )
+    .await;
+    assert_eq!((out.as_str(), code), ("lo\n", 0), "{err}");
+}
