@@ -217,3 +217,32 @@ async fn offline_sandbox_cannot_reach_a_host_listener() {
     .await;
     assert_eq!((out.as_str(), code), ("lo\n", 0), "{err}");
 }
+
+#[tokio::test]
+async fn names_with_control_bytes_download_with_an_encoded_disposition() {
+    let fake = boot("base", None).await;
+    for (name, encoded) in [
+        ("a\nb", "a%0Ab"),
+        ("c\rd", "c%0Dd"),
+        ("e\u{1b}[31mf", "e%1B%5B31mf"),
+    ] {
+        let path = format!("/home/user/{name}");
+        assert_eq!(
+            upload(&fake, &path, "user", b"payload").await,
+            200,
+            "{name:?}"
+        );
+        let r = fake
+            .req(reqwest::Method::GET, "/files")
+            .query(&[("path", path.as_str()), ("username", "user")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{name:?}");
+        assert_eq!(
+            r.headers()["content-disposition"],
+            format!("inline; filename*=utf-8''{encoded}").as_str()
+        );
+        assert_eq!(r.bytes().await.unwrap().as_ref(), b"payload");
+    }
+}

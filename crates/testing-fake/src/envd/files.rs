@@ -183,7 +183,9 @@ fn content_disposition(name: &str) -> String {
         return format!("inline; filename={name}");
     }
     // Go's `needsEncoding`: a byte outside ' '..='~' other than tab.
-    let needs_encoding = name.bytes().any(|b| !(b' '..=b'~').contains(&b) && b != b'\t');
+    let needs_encoding = name
+        .bytes()
+        .any(|b| !(b' '..=b'~').contains(&b) && b != b'\t');
     if !needs_encoding {
         let escaped = name.replace('\\', "\\\\").replace('"', "\\\"");
         return format!("inline; filename=\"{escaped}\"");
