@@ -85,6 +85,10 @@ async fn files_resolve_inside_the_sandbox_not_on_the_host() {
     // The emulator's own environment is not reachable through /proc/self.
     let (st, body) = download(&fake, "/proc/self/environ", "root").await;
     let text = String::from_utf8_lossy(&body);
+    assert_eq!(
+        st, 404,
+        "envd's file workers are no process of the sandbox: {text}"
+    );
     assert!(
         !text.contains("CARGO_MANIFEST_DIR"),
         "GET /files /proc/self/environ returned the emulator's environment ({st})"
@@ -119,6 +123,44 @@ async fn files_resolve_inside_the_sandbox_not_on_the_host() {
         .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["entry"]["symlinkTarget"], "/etc/shadow", "{v}");
+}
+
+#[tokio::test]
+async fn host_devices_and_kernel_knobs_are_out_of_reach() {
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    // A private /dev: no block device of the host, the harmless nodes work.
+    let (out, err, code) = root_sh(
+        &fake,
+        "find /dev -type b | wc -l; head -c 4 /dev/zero | wc -c; ls /dev/pts >/dev/null && echo pts",
+    )
+    .await;
+    assert_eq!((out.as_str(), code), ("0\n4\npts\n", 0), "{err}");
+    // Host-wide knobs (those this kernel has) are /dev/null (char 1:3); /proc/sys is
+    // read-only.
+    let knobs: Vec<&str> = [
+        "/proc/sysrq-trigger",
+        "/proc/kcore",
+        "/proc/keys",
+        "/proc/timer_list",
+        "/proc/kmsg",
+    ]
+    .into_iter()
+    .filter(|p| std::path::Path::new(p).exists())
+    .collect();
+    assert!(
+        !knobs.is_empty(),
+        "no host-wide /proc knob to check on this kernel"
+    );
+    let (out, err, _) = root_sh(
+        &fake,
+        &format!(
+            "stat -c '%t:%T' {}; echo 1 > /proc/sys/vm/drop_caches && echo wrote",
+            knobs.join(" ")
+        ),
+    )
+    .await;
+    assert_eq!(out, "1:3\n".repeat(knobs.len()), "{knobs:?}: {err}");
 }
 
 #[tokio::test]
