@@ -161,6 +161,22 @@ async fn host_devices_and_kernel_knobs_are_out_of_reach() {
     )
     .await;
     assert_eq!(out, "1:3\n".repeat(knobs.len()), "{knobs:?}: {err}");
+    // Root cannot get around that: no mount, no device node, no module, even via sudo.
+    for cmd in [
+        "mount -t tmpfs none /mnt",
+        "mknod /tmp/disk b 1 0",
+        "sudo -n mknod /tmp/disk2 b 1 0",
+    ] {
+        let (_, err, code) = root_sh(&fake, cmd).await;
+        assert_ne!(code, 0, "{cmd} succeeded as root in the sandbox: {err}");
+    }
+    let (out, _, _) = root_sh(&fake, "grep CapBnd /proc/self/status").await;
+    let bound = u64::from_str_radix(out.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    assert_eq!(
+        bound & (1 << 21),
+        0,
+        "CAP_SYS_ADMIN in the bounding set: {out}"
+    );
 }
 
 #[tokio::test]

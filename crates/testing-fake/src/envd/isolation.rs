@@ -423,8 +423,29 @@ impl Drop for Isolation {
     }
 }
 
-/// Join the sandbox's time, network and mount namespaces in a child's `pre_exec` (raw
-/// syscalls only; the PID namespace comes from the forking [`FsWorker`] thread).
+/// Capabilities no sandbox process keeps, root and `sudo` included: with them root in the
+/// sandbox could reach the host anyway (mount a fresh filesystem and `mknod` the host's
+/// disk, load a kernel module, open host files by handle, set the host's clock, change the
+/// host's network, use raw I/O, BPF or the kernel log).
+const DROPPED_CAPS: [libc::c_int; 13] = [
+    21, // CAP_SYS_ADMIN
+    16, // CAP_SYS_MODULE
+    17, // CAP_SYS_RAWIO
+    27, // CAP_MKNOD
+    2,  // CAP_DAC_READ_SEARCH (open_by_handle_at)
+    25, // CAP_SYS_TIME
+    12, // CAP_NET_ADMIN
+    22, // CAP_SYS_BOOT
+    33, // CAP_MAC_ADMIN
+    32, // CAP_MAC_OVERRIDE
+    34, // CAP_SYSLOG
+    38, // CAP_PERFMON
+    39, // CAP_BPF
+];
+
+/// Join the sandbox's time, network and mount namespaces in a child's `pre_exec`, then
+/// drop [`DROPPED_CAPS`] from its bounding set (raw syscalls only; the PID namespace
+/// comes from the forking [`FsWorker`] thread).
 pub(crate) fn join_in_child(ns: &NsFds) -> std::io::Result<()> {
     let joins = [
         (ns.time.as_ref(), libc::CLONE_NEWTIME),
@@ -437,6 +458,14 @@ pub(crate) fn join_in_child(ns: &NsFds) -> std::io::Result<()> {
             if unsafe { libc::setns(fd.as_raw_fd(), kind) } != 0 {
                 return Err(errno());
             }
+        }
+    }
+    for cap in DROPPED_CAPS {
+        // SAFETY: prctl on this (forked) process only. EINVAL: a capability this kernel
+        // does not know, nothing to drop.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if rc != 0 && errno().raw_os_error() != Some(libc::EINVAL) {
+            return Err(errno());
         }
     }
     Ok(())
