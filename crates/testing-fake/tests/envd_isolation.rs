@@ -7,7 +7,7 @@ mod envd_support;
 
 use std::time::Instant;
 
-use envd_support::{Fake, boot, boot_with, run};
+use envd_support::{Fake, boot, boot_named, boot_with, run};
 
 fn exit_code(end: &serde_json::Value) -> i64 {
     end.get("exitCode").and_then(|c| c.as_i64()).unwrap_or(0)
@@ -303,4 +303,28 @@ async fn names_with_control_bytes_download_with_an_encoded_disposition() {
         );
         assert_eq!(r.bytes().await.unwrap().as_ref(), b"payload");
     }
+}
+
+#[tokio::test]
+async fn without_the_overlay_the_root_is_read_only_and_still_private() {
+    // overlayfs options cannot name a directory with a ',': the root falls back to the
+    // read-only host view, everything else of the boundary holds.
+    let fake = boot_named("base", None, true, ",no-overlay").await;
+    require_isolation(&fake);
+    assert!(!fake.envd.has_writable_root());
+    let (_, _, code) = root_sh(&fake, "touch /usr/local/e2b-ro-test").await;
+    assert_ne!(code, 0, "the read-only root was written");
+    let (st, body) = download(&fake, "/etc/shadow", "root").await;
+    assert_eq!(st, 200);
+    assert!(String::from_utf8(body).unwrap().starts_with("root:*:"));
+    let (out, err, code) = root_sh(
+        &fake,
+        "tr '\\0' ' ' < /proc/1/cmdline; echo x > ~/h && cat ~/h",
+    )
+    .await;
+    assert_eq!(
+        (out.as_str(), code),
+        ("/bin/sleep infinity x\n", 0),
+        "{err}"
+    );
 }

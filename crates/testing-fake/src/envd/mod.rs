@@ -117,6 +117,10 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path) -> Result<(), EnvdErro
     std::fs::create_dir_all(private).map_err(io_err(format!("creating {}", private.display())))?;
     std::fs::write(private.join("passwd"), t.passwd()).map_err(io_err("writing passwd"))?;
     std::fs::write(private.join("group"), t.group()).map_err(io_err("writing group"))?;
+    let shadow = private.join("shadow");
+    std::fs::write(&shadow, t.shadow()).map_err(io_err("writing shadow"))?;
+    std::fs::set_permissions(&shadow, std::fs::Permissions::from_mode(0o640))
+        .map_err(io_err("chmod shadow"))?;
     for m in &t.mounts {
         let p = tree.join(m.trim_start_matches('/'));
         std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
@@ -266,6 +270,7 @@ impl Envd {
                 read_only_extra: vec![
                     ("/etc/passwd".into(), private.join("passwd")),
                     ("/etc/group".into(), private.join("group")),
+                    ("/etc/shadow".into(), private.join("shadow")),
                 ],
                 offline: !cfg.allow_internet,
             };
