@@ -180,6 +180,23 @@ async fn host_devices_and_kernel_knobs_are_out_of_reach() {
 }
 
 #[tokio::test]
+async fn terminals_are_the_sandboxs_own() {
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    // No host terminal is reachable: the sandbox's devpts has none of them.
+    let (out, err, code) = root_sh(&fake, "ls /dev/pts").await;
+    assert_eq!((out.as_str(), code), ("ptmx\n", 0), "{err}");
+    // A PTY process gets a terminal of the sandbox's own devpts, which it can name.
+    let body = serde_json::json!({"process":{"cmd":"/bin/bash","args":["-c","tty; ls /dev/pts"]},"pty":{"size":{"cols":80,"rows":24}}});
+    let mut s = fake.stream("/process.Process/Start", &body, &[]).await;
+    let (msgs, end) = s.collect().await;
+    assert_eq!(end, serde_json::json!({}));
+    let (_, _, pty, _) = envd_support::outputs(&msgs);
+    let text = String::from_utf8_lossy(&pty);
+    assert_eq!(text, "/dev/pts/0\r\n0  ptmx\r\n", "{text:?}");
+}
+
+#[tokio::test]
 async fn root_writes_anywhere_and_only_in_its_own_sandbox() {
     let a = boot("base", None).await;
     let b = boot("base", None).await;

@@ -613,7 +613,14 @@ async fn start(
     let mut master = None;
     if let Some(p) = req.pty {
         let size = p.size.unwrap_or_default();
-        let (m, s) = match pty::open(size.cols as u16, size.rows as u16) {
+        // Opened by a worker thread in the sandbox's mount namespace: the sandbox's devpts.
+        let (cols, rows) = (size.cols as u16, size.rows as u16);
+        let opened = envd
+            .fs
+            .run(move || pty::open(cols, rows))
+            .await
+            .and_then(|r| r);
+        let (m, s) = match opened {
             Ok(pair) => pair,
             Err(e) => {
                 return connect::stream_error(RpcError::invalid(format!(

@@ -5,7 +5,7 @@
 //! sandbox's own upper layer, so writes anywhere land in that sandbox only and vanish with
 //! it. The host's other mounts (`/sys`, …) are bound read-only on top, the template's
 //! paths (`/home`, `/tmp`, …) come from the sandbox tree, `/dev` is a private tmpfs with
-//! the harmless device nodes only, `/proc` is a fresh procfs of the sandbox's PID namespace
+//! the harmless device nodes only and a devpts instance of its own, `/proc` is a fresh procfs of the sandbox's PID namespace
 //! (`/proc/sys` read-only, the per-boot `boot_id` bound over the host's, the host-wide
 //! knobs masked), and the emulator's own state directory is hidden.
 //!
@@ -22,6 +22,7 @@ pub(crate) enum Op {
     Overlay(CString, CString),
     Tmpfs(CString, &'static CStr),
     Proc(CString),
+    Devpts(CString),
     Mkdir(CString),
     Touch(CString),
     Symlink(CString, CString),
@@ -52,7 +53,7 @@ pub(crate) struct Layout {
 }
 
 /// Device nodes a sandbox gets (bound from the host's `/dev`).
-const DEVICES: [&str; 7] = ["null", "zero", "full", "random", "urandom", "tty", "ptmx"];
+const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
 /// Host-wide `/proc` files no sandbox may read or write (as container runtimes mask them).
 const MASKED_PROC: [&str; 5] = [
@@ -286,11 +287,12 @@ impl Planner<'_> {
                 self.ops.push(Op::Bind(cstr(&host), target));
             }
         }
-        if Path::new("/dev/pts").is_dir() {
-            let pts = cstr(&dev.join("pts"));
-            self.ops.push(Op::Mkdir(pts.clone()));
-            self.ops.push(Op::Bind(c"/dev/pts".into(), pts));
-        }
+        // A devpts instance of the sandbox's own: its terminals, never the host's.
+        let pts = cstr(&dev.join("pts"));
+        self.ops.push(Op::Mkdir(pts.clone()));
+        self.ops.push(Op::Devpts(pts));
+        self.ops
+            .push(Op::Symlink(c"pts/ptmx".into(), cstr(&dev.join("ptmx"))));
         let shm = cstr(&dev.join("shm"));
         self.ops.push(Op::Mkdir(shm.clone()));
         self.ops.push(Op::Tmpfs(shm, c"mode=1777"));
@@ -483,6 +485,13 @@ unsafe fn run_op(op: &Op) -> libc::c_int {
                 c"proc".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 std::ptr::null(),
+            ),
+            Op::Devpts(p) => libc::mount(
+                c"devpts".as_ptr(),
+                p.as_ptr(),
+                c"devpts".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                c"newinstance,ptmxmode=0666,mode=0620".as_ptr().cast(),
             ),
             Op::Mkdir(p) => {
                 let rc = libc::mkdir(p.as_ptr(), 0o755);
