@@ -223,14 +223,7 @@ impl Isolation {
         let nr = rootfs::cstr(&layout.newroot);
         let offsets = time_offsets();
         let parent = std::process::id();
-        let layout = Layout {
-            newroot: layout.newroot.clone(),
-            mapped: layout.mapped.clone(),
-            overlay: layout.overlay.clone(),
-            boot_id: layout.boot_id.clone(),
-            hide: layout.hide.clone(),
-            fresh_proc: false,
-        };
+        let layout = layout.clone();
         // The holder is spawned and reaped by a thread of its own, so PR_SET_PDEATHSIG
         // (which fires when the forking *thread* ends) kills it exactly when the emulator
         // dies, never earlier. The thread's PID namespace for children is a new one, so the

@@ -36,6 +36,7 @@ pub(crate) enum Op {
 }
 
 /// What the new root is made of.
+#[derive(Clone)]
 pub(crate) struct Layout {
     /// Mount point of the new root on the host (an empty directory).
     pub newroot: PathBuf,
@@ -48,7 +49,8 @@ pub(crate) struct Layout {
     /// Host directories hidden behind an empty tmpfs (the emulator's state).
     pub hide: Vec<PathBuf>,
     /// Mount a fresh procfs (the holder is init of a new PID namespace); else bind the
-    /// host's `/proc`.
+    /// host's `/proc`. Set by the holder's thread once the kernel gave (or refused) the PID
+    /// namespace; the caller's value is ignored.
     pub fresh_proc: bool,
 }
 
