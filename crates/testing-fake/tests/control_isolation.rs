@@ -72,7 +72,7 @@ async fn sigkilled_emulator_leaves_no_sandbox_process() {
         .json()
         .await
         .unwrap();
-    let msg = json!({"process": {"cmd": "/bin/bash", "args": ["-c", "sleep 1000 & sleep 1000"]}, "stdin": false});
+    let msg = json!({"process": {"cmd": "/bin/bash", "args": ["-c", "sleep 4242.5 & sleep 4242.5"]}, "stdin": false});
     let mut resp = http
         .post(format!("{sandbox_url}/process.Process/Start"))
         .header("E2b-Sandbox-Id", sbx["sandboxID"].as_str().unwrap())
@@ -86,13 +86,30 @@ async fn sigkilled_emulator_leaves_no_sandbox_process() {
         .unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     let mut dec = FrameDecoder::default();
-    let pid = loop {
+    loop {
         if let Some(f) = dec.next_frame().unwrap() {
             let v: Value = serde_json::from_slice(&f.payload).unwrap();
-            break v["event"]["start"]["pid"].as_u64().expect("start event") as u32;
+            assert!(v["event"]["start"]["pid"].is_u64(), "start event: {v}");
+            break;
         }
         dec.push(&resp.chunk().await.unwrap().expect("a start event"));
-    };
+    }
+    // The reported pid is the sandbox's; find a sleep on the host by its argument.
+    let mut sleeper = None;
+    for _ in 0..100 {
+        sleeper = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .find(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == b"sleep\04242.5\0")
+            });
+        if sleeper.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid = sleeper.expect("the sandbox's sleep runs");
     let ns = std::fs::metadata(format!("/proc/{pid}/ns/pid"))
         .unwrap()
         .ino();

@@ -60,6 +60,14 @@ async fn sandbox_root_cannot_see_signal_or_read_host_processes() {
     // The holder is init of the sandbox's PID namespace; /proc is the sandbox's own.
     let (out, err, code) = root_sh(&fake, "tr '\\0' ' ' < /proc/1/cmdline").await;
     assert_eq!((out.trim(), code), ("/bin/sleep infinity", 0), "{err}");
+    // Pids are reported as the sandbox numbers them (as E2B reports the VM's pids).
+    let body =
+        serde_json::json!({"process":{"cmd":"/bin/bash","args":["-c","echo $$"]},"stdin":false});
+    let mut s = fake.stream("/process.Process/Start", &body, &[]).await;
+    let (msgs, _) = s.collect().await;
+    let reported = msgs[0]["event"]["start"]["pid"].as_u64().unwrap();
+    let (out, _, _, _) = envd_support::outputs(&msgs);
+    assert_eq!(String::from_utf8(out).unwrap(), format!("{reported}\n"));
     // This test process (the host) cannot be listed, signalled or read.
     let (_, _, code) = root_sh(&fake, &format!("test -e /proc/{me}")).await;
     assert_ne!(code, 0, "host pid {me} is visible in the sandbox's /proc");

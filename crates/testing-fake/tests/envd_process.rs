@@ -226,12 +226,14 @@ async fn timeout_kills_and_keepalive_ticks() {
         "{msgs:?} {trailer}"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // the process is dead
+    // the process is dead (the pid is the sandbox's; no live process of it has it)
+    let host = fake.envd.host_pid(u32::try_from(pid).unwrap());
     assert!(
-        !std::path::Path::new(&format!("/proc/{pid}/status")).exists() || {
-            let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-            st.contains("State:\tZ")
-        }
+        host.is_none_or(|h| {
+            let st = std::fs::read_to_string(format!("/proc/{h}/status")).unwrap_or_default();
+            st.is_empty() || st.contains("State:\tZ")
+        }),
+        "{host:?}"
     );
     let mut late = fake
         .stream(
@@ -415,6 +417,8 @@ async fn dropping_envd_kills_its_processes() {
         json!({"process":{"cmd":"/bin/bash","args":["-c","sleep 100 & sleep 100"]},"stdin":false});
     let mut s = fake.stream("/process.Process/Start", &body, &[]).await;
     let pid = s.msg().await["event"]["start"]["pid"].as_u64().unwrap();
+    // The reported pid is the sandbox's; watch the process under its host pid.
+    let pid = fake.envd.host_pid(u32::try_from(pid).unwrap()).unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     drop(s);
     drop(fake);

@@ -464,6 +464,19 @@ pub(crate) fn join_in_child(ns: &NsFds) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The pid of host process `host_pid` in its innermost PID namespace (the sandbox's), from
+/// the `NSpid` line of its status; `host_pid` itself outside a namespace or once it is gone.
+pub(crate) fn ns_pid(host_pid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{host_pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|v| v.split_whitespace().last()?.parse().ok())
+        })
+        .unwrap_or(host_pid)
+}
+
 type Job = Box<dyn FnOnce() + Send>;
 
 /// Threads that run envd's own file operations inside the sandbox's namespace.

@@ -404,6 +404,23 @@ impl Envd {
         self.iso.enabled()
     }
 
+    /// The host pid of the sandbox's process `sandbox_pid` (pids reported by the process
+    /// RPCs are the sandbox's, as on E2B); `None` when no live process of the sandbox has it.
+    ///
+    /// ```no_run
+    /// # fn f(envd: &testing_fake::envd::Envd) {
+    /// if let Some(host) = envd.host_pid(2) {
+    ///     println!("the sandbox's pid 2 is {host} on the host");
+    /// }
+    /// # }
+    /// ```
+    pub fn host_pid(&self, sandbox_pid: u32) -> Option<u32> {
+        self.all_pids()
+            .into_iter()
+            .filter_map(|p| u32::try_from(p).ok())
+            .find(|p| isolation::ns_pid(*p) == sandbox_pid)
+    }
+
     /// True when the sandbox's root filesystem is its own writable overlay.
     pub fn has_writable_root(&self) -> bool {
         self.iso.writable_root()

@@ -36,7 +36,10 @@ const OOM_WRAPPER: &str = r#"echo 100 > /proc/$$/oom_score_adj && exec "${@}""#;
 
 /// A live process.
 pub(crate) struct Proc {
+    /// The pid as the sandbox sees it (in its PID namespace), reported to clients.
     pid: u32,
+    /// The pid on the host, for signals.
+    host_pid: u32,
     config: ProcessConfig,
     tag: Option<String>,
     subs: Mutex<Vec<mpsc::Sender<ProcessEvent>>>,
@@ -104,7 +107,7 @@ impl Table {
     pub(crate) fn pids(&self) -> Vec<i32> {
         self.inner
             .lock()
-            .map(|t| t.live.iter().map(|p| p.pid as i32).collect())
+            .map(|t| t.live.iter().map(|p| p.host_pid as i32).collect())
             .unwrap_or_default()
     }
 
@@ -430,7 +433,7 @@ fn send_signal(envd: &Envd, req: SendSignalRequest) -> Result<Empty, RpcError> {
     };
     p.out_cancel.notify_one();
     // SAFETY: kill has no memory-safety preconditions.
-    if unsafe { libc::kill(p.pid as i32, sig) } != 0 {
+    if unsafe { libc::kill(p.host_pid as i32, sig) } != 0 {
         return Err(RpcError::internal(format!(
             "error sending signal: {}",
             std::io::Error::last_os_error()
@@ -668,9 +671,10 @@ async fn start(
             )));
         }
     };
-    let Some(pid) = child.id() else {
+    let Some(host_pid) = child.id() else {
         return connect::stream_error(RpcError::invalid("process exited before start"));
     };
+    let pid = isolation::ns_pid(host_pid);
     let pty_master = match master.map(pty::Master::new).transpose() {
         Ok(m) => m.map(Arc::new),
         Err(e) => {
@@ -680,6 +684,7 @@ async fn start(
     };
     let proc_ = Arc::new(Proc {
         pid,
+        host_pid,
         config: req.process.clone(),
         tag: req.tag.clone(),
         subs: Mutex::new(Vec::new()),
