@@ -102,7 +102,8 @@ async fn sigkilled_emulator_leaves_no_sandbox_process() {
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
             .find(|p| {
-                std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == b"sleep\04242.5\0")
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c == b"sleep\x004242.5\x00")
             });
         if sleeper.is_some() {
             break;
