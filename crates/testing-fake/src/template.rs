@@ -49,6 +49,8 @@ pub struct Template {
     /// Absolute sandbox paths backed by the sandbox's own (writable) tree; the rest of the
     /// host root is visible read-only inside the sandbox.
     pub mounts: Vec<String>,
+    /// Users granted passwordless `sudo` (`/etc/sudoers.d` of a fresh sandbox).
+    pub sudoers: Vec<String>,
     /// The envd version this template advertises.
     pub envd_version: String,
     /// vCPUs reported by the control plane.
@@ -93,6 +95,7 @@ impl Template {
                 dir("/tmp", "root", 0o1777),
             ],
             mounts: vec!["/home".into(), "/root".into(), "/tmp".into()],
+            sudoers: vec!["user".into()],
             envd_version: e2b_proto::EMULATED_ENVD_VERSION.into(),
             cpu_count: 2,
             memory_mb: 512,
@@ -128,6 +131,7 @@ impl Template {
                 "/skills".into(),
                 "/opt/capybara".into(),
             ],
+            sudoers: Vec::new(),
             envd_version: e2b_proto::EMULATED_ENVD_VERSION.into(),
             cpu_count: 2,
             memory_mb: 1024,
@@ -187,6 +191,35 @@ impl Template {
             .iter()
             .map(|u| format!("{}:x:{}:\n", u.name, u.gid))
             .collect()
+    }
+
+    /// The template's `/etc/shadow`: every account locked for password login (`*`).
+    pub fn shadow(&self) -> String {
+        self.users
+            .iter()
+            .map(|u| format!("{}:*:19000:0:99999:7:::\n", u.name))
+            .collect()
+    }
+
+    /// The template's `/etc/gshadow`.
+    pub fn gshadow(&self) -> String {
+        self.users
+            .iter()
+            .map(|u| format!("{}:*::\n", u.name))
+            .collect()
+    }
+
+    /// The template's sudoers rules (`None` without sudoers): passwordless, any command.
+    pub fn sudoers(&self) -> Option<String> {
+        if self.sudoers.is_empty() {
+            return None;
+        }
+        Some(
+            self.sudoers
+                .iter()
+                .map(|u| format!("{u} ALL=(ALL:ALL) NOPASSWD: ALL\n"))
+                .collect(),
+        )
     }
 }
 

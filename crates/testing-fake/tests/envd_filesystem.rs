@@ -388,6 +388,7 @@ async fn cold_boot_keeps_files_and_stop_all_kills() {
     let body = json!({"process":{"cmd":"sleep","args":["100"]},"stdin":false});
     let mut s = fake.stream("/process.Process/Start", &body, &[]).await;
     let pid = s.msg().await["event"]["start"]["pid"].as_u64().unwrap();
+    let pid = fake.envd.host_pid(u32::try_from(pid).unwrap()).unwrap();
     fake.envd.freeze().await;
     let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     assert!(st.contains("State:\tT"), "{st}");

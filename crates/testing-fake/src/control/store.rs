@@ -130,6 +130,7 @@ impl SandboxRecord {
             root: self.root.clone(),
             access_token: self.access_token.clone(),
             env_vars: self.env_vars.clone(),
+            allow_internet: internet_allowed(&self.net()),
         }
     }
 }
@@ -138,6 +139,21 @@ impl SandboxRecord {
 pub(crate) const METRICS_INTERVAL: Duration = Duration::from_secs(5);
 /// Most samples kept per sandbox (a day at [`METRICS_INTERVAL`]).
 const METRICS_KEPT: usize = 24 * 3600 / 5;
+
+/// False for `allowInternetAccess: false`, or a `denyOut` of `0.0.0.0/0` with no
+/// `allowOut`: such a sandbox gets a network namespace with only loopback.
+fn internet_allowed((allow, network): &(Option<bool>, Option<NetworkConfig>)) -> bool {
+    if *allow == Some(false) {
+        return false;
+    }
+    let Some(n) = network else { return true };
+    let deny_all = n
+        .deny_out
+        .as_ref()
+        .is_some_and(|d| d.iter().any(|c| c == "0.0.0.0/0"));
+    let allows = n.allow_out.as_ref().is_some_and(|a| !a.is_empty());
+    !deny_all || allows
+}
 
 /// What `create` needs after validation.
 pub(crate) struct CreateParams {
@@ -239,6 +255,7 @@ impl Store {
             root: root.clone(),
             access_token: access_token.clone(),
             env_vars: p.env_vars.clone(),
+            allow_internet: internet_allowed(&(p.allow_internet_access, p.network.clone())),
         };
         let envd = Envd::boot(cfg)
             .await

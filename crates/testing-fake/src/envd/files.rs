@@ -210,13 +210,19 @@ fn sniff(head: &[u8]) -> &'static str {
     }
 }
 
-/// Go's `mime.FormatMediaType("inline", {"filename": name})`.
+/// Go's `mime.FormatMediaType("inline", {"filename": name})`: a token as is, printable
+/// ASCII (and tab) quoted, anything else (control bytes such as `\n`, `\r`, ESC, DEL, or
+/// non-ASCII) as an RFC 2231 `filename*=utf-8''…` percent-encoding, never raw.
 fn content_disposition(name: &str) -> String {
     let is_token = |c: char| c.is_ascii_graphic() && !"()<>@,;:\\\"/[]?=".contains(c);
     if !name.is_empty() && name.chars().all(is_token) {
         return format!("inline; filename={name}");
     }
-    if name.is_ascii() {
+    // Go's `needsEncoding`: a byte outside ' '..='~' other than tab.
+    let needs_encoding = name
+        .bytes()
+        .any(|b| !(b' '..=b'~').contains(&b) && b != b'\t');
+    if !needs_encoding {
         let escaped = name.replace('\\', "\\\\").replace('"', "\\\"");
         return format!("inline; filename=\"{escaped}\"");
     }
@@ -1204,5 +1210,19 @@ mod tests {
             content_disposition("a b.txt"),
             "inline; filename=\"a b.txt\""
         );
+        assert_eq!(
+            content_disposition("a\nb\rc\u{1b}d"),
+            "inline; filename*=utf-8''a%0Ab%0Dc%1Bd"
+        );
+        assert_eq!(
+            content_disposition("tab\there"),
+            "inline; filename=\"tab\there\""
+        );
+        for name in ["x\n", "x\r", "x\u{1b}", "x\u{7f}"] {
+            assert!(
+                axum::http::HeaderValue::from_str(&content_disposition(name)).is_ok(),
+                "{name:?}"
+            );
+        }
     }
 }

@@ -1,322 +1,58 @@
-//! Per-sandbox isolation: a private mount namespace that shows the sandbox tree at the
-//! template's paths, the template's `/etc/passwd` and `/etc/group`, and the rest of the host
-//! read-only.
+//! Per-sandbox isolation: the holder process and its namespaces.
 //!
-//! As root, a long-lived *holder* process (`sleep infinity`) is created in a new mount
-//! namespace; in its `pre_exec` it builds a new root on a tmpfs (host entries bind-mounted
-//! read-only, the template's paths bind-mounted from the sandbox tree), `pivot_root`s into
-//! it and drops the old root. Sandbox processes join with `setns` on
-//! `/proc/<holder>/ns/mnt`; envd's own file operations run on [`FsWorker`] threads that
-//! joined the same namespace, so they see exactly what the processes see (absolute
-//! symlinks included). Without root (or when the namespace cannot be built, or with
-//! `E2B_LOCAL_NO_ISOLATION` set) isolation is off: a warning is logged once, template paths
-//! are mapped to host paths under the sandbox root and everything else keeps working.
+//! As root, a long-lived *holder* process (`sleep infinity`) is the sandbox's init: it is
+//! PID 1 of a new PID namespace (sandbox processes cannot see or signal host processes,
+//! and when the holder dies, at the emulator's death included, the kernel kills every
+//! process of the sandbox), it has a new time namespace whose monotonic and boot clocks
+//! start at the boot (`/proc/uptime` counts from the boot), for sandboxes without internet
+//! access a new network namespace with only loopback up, and a new mount namespace whose
+//! root [`rootfs`](super::rootfs) builds in its `pre_exec` before `pivot_root`.
+//!
+//! Sandbox processes are forked from an [`FsWorker`] thread whose PID namespace for
+//! children is the sandbox's, and join the other namespaces with `setns` in their
+//! `pre_exec`; envd's own file operations run on the same worker threads, which joined the
+//! mount namespace, so they see exactly what the processes see (absolute symlinks and
+//! `..` resolve inside the sandbox's root, never on the host).
+//!
+//! Without root (or when the namespace cannot be built, or with `E2B_LOCAL_NO_ISOLATION`
+//! set) isolation is off: a warning is logged once, template paths are mapped to host
+//! paths under the sandbox root and everything else keeps working. A namespace kind the
+//! kernel refuses (PID, time) degrades alone, with a warning naming it.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, Once, mpsc};
 
-/// One step of building the new root, executed in the holder's `pre_exec`.
-enum Op {
-    Tmpfs(CString, &'static std::ffi::CStr),
-    Mkdir(CString),
-    Touch(CString),
-    Symlink(CString, CString),
-    Bind(CString, CString),
-    RemountRo(CString, libc::c_ulong),
-    Chmod(CString, libc::mode_t),
-}
-
-/// A mount point of the host with the flags a read-only remount must keep.
-struct HostMount {
-    path: PathBuf,
-    flags: libc::c_ulong,
-}
-
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            let oct = &s[i + 1..i + 4];
-            if let Ok(v) = u8::from_str_radix(oct, 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn host_mounts() -> Vec<HostMount> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let fields: Vec<&str> = l.split(' ').collect();
-            let path = unescape_mountinfo(fields.get(4)?);
-            let opts = fields.get(5)?;
-            let mut flags = 0;
-            for o in opts.split(',') {
-                flags |= match o {
-                    "nosuid" => libc::MS_NOSUID,
-                    "nodev" => libc::MS_NODEV,
-                    "noexec" => libc::MS_NOEXEC,
-                    "noatime" => libc::MS_NOATIME,
-                    "nodiratime" => libc::MS_NODIRATIME,
-                    "relatime" => libc::MS_RELATIME,
-                    _ => 0,
-                };
-            }
-            Some(HostMount {
-                path: PathBuf::from(path),
-                flags,
-            })
-        })
-        .collect()
-}
-
-fn cstr(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
-}
-
-/// Paths whose host mounts stay writable (process info and devices; `/proc/sys` is made
-/// read-only separately, `/dev/shm` gets a private tmpfs).
-fn is_special(p: &Path) -> bool {
-    ["/proc", "/dev"].iter().any(|s| p == Path::new(s))
-}
-
-struct Planner<'a> {
-    newroot: PathBuf,
-    /// (sandbox path, host source) of the sandbox-backed paths.
-    mapped: &'a [(PathBuf, PathBuf)],
-    mounts: Vec<HostMount>,
-    ops: Vec<Op>,
-}
-
-impl Planner<'_> {
-    fn nr(&self, p: &Path) -> PathBuf {
-        self.newroot.join(p.strip_prefix("/").unwrap_or(p))
-    }
-
-    /// True when a mapped path lies strictly below `dir` and is missing on the host, so
-    /// `dir` cannot be bound wholesale.
-    fn must_split(&self, dir: &Path) -> bool {
-        self.mapped
-            .iter()
-            .any(|(m, _)| m.starts_with(dir) && m != dir && std::fs::symlink_metadata(m).is_err())
-    }
-
-    fn bind_ro(&mut self, host: &Path, is_dir: bool) {
-        let target = self.nr(host);
-        if is_dir {
-            self.ops.push(Op::Mkdir(cstr(&target)));
-        } else {
-            self.ops.push(Op::Touch(cstr(&target)));
-        }
-        self.ops.push(Op::Bind(cstr(host), cstr(&target)));
-        if is_special(host) {
-            return;
-        }
-        // Read-only: the bound mount and every host mount below it.
-        let subs: Vec<(PathBuf, libc::c_ulong)> = self
-            .mounts
-            .iter()
-            .filter(|m| m.path.starts_with(host))
-            .map(|m| (self.nr(&m.path), m.flags))
-            .collect();
-        let own_flags = self
-            .mounts
-            .iter()
-            .filter(|m| host.starts_with(&m.path))
-            .max_by_key(|m| m.path.as_os_str().len())
-            .map_or(0, |m| m.flags);
-        self.ops.push(Op::RemountRo(cstr(&target), own_flags));
-        for (sub, flags) in subs {
-            if sub != target {
-                self.ops.push(Op::RemountRo(cstr(&sub), flags));
-            }
-        }
-    }
-
-    fn build(&mut self, dir: &Path) {
-        let mut children: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-            .unwrap_or_default();
-        // Mapped paths (or their missing ancestors) directly below `dir`.
-        for (m, _) in self.mapped {
-            if let Ok(rest) = m.strip_prefix(dir)
-                && let Some(first) = rest.components().next()
-            {
-                let child = dir.join(first);
-                if !children.contains(&child) {
-                    children.push(child);
-                }
-            }
-        }
-        children.sort();
-        for child in children {
-            if self.mapped.iter().any(|(m, _)| *m == child) {
-                // A mount point for the sandbox tree, bound later.
-                let is_file = std::fs::metadata(
-                    self.mapped
-                        .iter()
-                        .find(|(m, _)| *m == child)
-                        .map(|(_, src)| src.clone())
-                        .unwrap_or_default(),
-                )
-                .map(|m| m.is_file())
-                .unwrap_or(false);
-                let target = cstr(&self.nr(&child));
-                self.ops.push(if is_file {
-                    Op::Touch(target)
-                } else {
-                    Op::Mkdir(target)
-                });
-                continue;
-            }
-            match std::fs::symlink_metadata(&child) {
-                Ok(md) if md.file_type().is_symlink() => {
-                    if let Ok(t) = std::fs::read_link(&child) {
-                        self.ops.push(Op::Symlink(cstr(&t), cstr(&self.nr(&child))));
-                    }
-                }
-                Ok(md) if md.is_dir() => {
-                    if self.must_split(&child) {
-                        self.ops.push(Op::Mkdir(cstr(&self.nr(&child))));
-                        self.build(&child);
-                    } else {
-                        self.bind_ro(&child, true);
-                    }
-                }
-                Ok(_) => self.bind_ro(&child, false),
-                Err(_) => {
-                    // Missing on the host: an intermediate directory of a mapped path.
-                    self.ops.push(Op::Mkdir(cstr(&self.nr(&child))));
-                    self.build(&child);
-                }
-            }
-        }
-    }
-}
+use super::rootfs::{self, Layout};
 
 fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 
-/// Run the plan. Called in the holder's `pre_exec`: raw syscalls only, no allocation.
-fn execute(ops: &[Op], newroot: &CString) -> std::io::Result<()> {
-    // SAFETY: plain syscalls on NUL-terminated strings prepared before fork.
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWNS) != 0 {
-            return Err(errno());
-        }
-        let root = c"/";
-        if libc::mount(
-            std::ptr::null(),
-            root.as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ) != 0
-        {
-            return Err(errno());
-        }
-        let tmpfs = c"tmpfs";
-        for op in ops {
-            let rc = match op {
-                Op::Tmpfs(p, opts) => libc::mount(
-                    tmpfs.as_ptr(),
-                    p.as_ptr(),
-                    tmpfs.as_ptr(),
-                    libc::MS_NOSUID | libc::MS_NODEV,
-                    opts.as_ptr().cast(),
-                ),
-                Op::Mkdir(p) => {
-                    let rc = libc::mkdir(p.as_ptr(), 0o755);
-                    if rc != 0 && *libc::__errno_location() == libc::EEXIST {
-                        0
-                    } else {
-                        rc
-                    }
-                }
-                Op::Touch(p) => {
-                    let fd = libc::open(
-                        p.as_ptr(),
-                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                        0o644,
-                    );
-                    if fd >= 0 {
-                        libc::close(fd);
-                        0
-                    } else if *libc::__errno_location() == libc::EEXIST {
-                        0
-                    } else {
-                        fd
-                    }
-                }
-                Op::Symlink(t, p) => libc::symlink(t.as_ptr(), p.as_ptr()),
-                Op::Bind(src, dst) => libc::mount(
-                    src.as_ptr(),
-                    dst.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND | libc::MS_REC,
-                    std::ptr::null(),
-                ),
-                Op::RemountRo(p, flags) => {
-                    let rc = libc::mount(
-                        std::ptr::null(),
-                        p.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | flags,
-                        std::ptr::null(),
-                    );
-                    // Mounts hidden below a sandbox path or vanished: nothing to protect.
-                    if rc != 0 && *libc::__errno_location() == libc::ENOENT {
-                        0
-                    } else {
-                        rc
-                    }
-                }
-                Op::Chmod(p, mode) => libc::chmod(p.as_ptr(), *mode),
-            };
-            if rc != 0 {
-                return Err(errno());
-            }
-        }
-        // The tmpfs root itself becomes read-only, then it replaces `/`.
-        if libc::mount(
-            std::ptr::null(),
-            newroot.as_ptr(),
-            std::ptr::null(),
-            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
-            std::ptr::null(),
-        ) != 0
-        {
-            return Err(errno());
-        }
-        if libc::chdir(newroot.as_ptr()) != 0 {
-            return Err(errno());
-        }
-        let dot = c".";
-        if libc::syscall(libc::SYS_pivot_root, dot.as_ptr(), dot.as_ptr()) != 0 {
-            return Err(errno());
-        }
-        if libc::umount2(dot.as_ptr(), libc::MNT_DETACH) != 0 {
-            return Err(errno());
-        }
-        if libc::chdir(root.as_ptr()) != 0 {
-            return Err(errno());
-        }
-    }
-    Ok(())
+/// What one sandbox's isolation is made of (see [`Layout`]), plus its network.
+pub(crate) struct Spec {
+    /// The root filesystem.
+    pub layout: Layout,
+    /// Files bound over host paths in read-only mode only (`/etc/passwd`, `/etc/group`;
+    /// the writable mode has them in the upper layer).
+    pub read_only_extra: Vec<(PathBuf, PathBuf)>,
+    /// No internet access: a network namespace with only loopback.
+    pub offline: bool,
+}
+
+/// The namespaces of a sandbox, opened from the holder's `/proc/<pid>/ns`.
+pub(crate) struct NsFds {
+    mnt: OwnedFd,
+    /// `None` when the kernel refused a PID namespace.
+    pid: Option<OwnedFd>,
+    /// `None` for sandboxes with internet access (the host's network).
+    net: Option<OwnedFd>,
+    /// `None` when the kernel has no time namespaces.
+    time: Option<OwnedFd>,
 }
 
 /// The holder process: a pidfd (signals never hit a recycled pid) and its reaper thread.
@@ -329,19 +65,24 @@ struct Holder {
 pub(crate) struct Isolation {
     holder: Mutex<Option<Holder>>,
     holder_pid: Option<u32>,
-    ns_fd: Option<Arc<OwnedFd>>,
+    ns: Option<Arc<NsFds>>,
     ns_ino: Option<u64>,
+    writable_root: bool,
 }
 
 impl std::fmt::Debug for Isolation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Isolation")
             .field("holder_pid", &self.holder_pid)
+            .field("writable_root", &self.writable_root)
             .finish_non_exhaustive()
     }
 }
 
 static DEGRADED: Once = Once::new();
+static NO_PIDNS: Once = Once::new();
+static NO_TIMENS: Once = Once::new();
+static NO_OVERLAY: Once = Once::new();
 
 /// True when this process may create mount namespaces (root with CAP_SYS_ADMIN).
 pub(crate) fn can_isolate() -> bool {
@@ -350,6 +91,85 @@ pub(crate) fn can_isolate() -> bool {
     }
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// The inode of this process's namespace `kind` (`pid`, `net`, …).
+fn own_ns(kind: &str) -> Option<u64> {
+    std::fs::metadata(format!("/proc/self/ns/{kind}"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// `monotonic -S N\nboottime -S N\n`: the clocks of a new time namespace start at zero
+/// now (the negative offset of the current reading, as whole seconds plus nanoseconds).
+fn time_offsets() -> Option<CString> {
+    own_ns("time")?;
+    let offset = |clock| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes into the timespec we own.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        if ts.tv_nsec == 0 {
+            format!("-{} 0", ts.tv_sec)
+        } else {
+            format!("-{} {}", ts.tv_sec + 1, 1_000_000_000 - ts.tv_nsec)
+        }
+    };
+    let text = format!(
+        "monotonic {}\nboottime {}\n",
+        offset(libc::CLOCK_MONOTONIC),
+        offset(libc::CLOCK_BOOTTIME)
+    );
+    CString::new(text).ok()
+}
+
+/// In the holder's `pre_exec`: a new time namespace whose clocks start at zero. Failing
+/// is not fatal (the caller sees the namespace is the host's and says so).
+fn enter_new_time(offsets: &CString) {
+    // SAFETY: raw syscalls in the forked child on data prepared before fork.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWTIME) != 0 {
+            return;
+        }
+        let fd = libc::open(
+            c"/proc/self/timens_offsets".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        if fd >= 0 {
+            libc::write(fd, offsets.as_ptr().cast(), offsets.as_bytes().len());
+            libc::close(fd);
+        }
+    }
+}
+
+/// In the holder's `pre_exec`: a new network namespace with loopback up.
+fn enter_new_net() -> std::io::Result<()> {
+    // SAFETY: raw syscalls in the forked child; the ifreq lives on this stack.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNET) != 0 {
+            return Err(errno());
+        }
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(errno());
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        ifr.ifr_name[0] = b'l' as libc::c_char;
+        ifr.ifr_name[1] = b'o' as libc::c_char;
+        let mut rc = libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr);
+        if rc == 0 {
+            ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+            rc = libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr);
+        }
+        let err = errno();
+        libc::close(fd);
+        if rc != 0 {
+            return Err(err);
+        }
+    }
+    Ok(())
 }
 
 impl Isolation {
@@ -363,56 +183,75 @@ impl Isolation {
         Isolation {
             holder: Mutex::new(None),
             holder_pid: None,
-            ns_fd: None,
+            ns: None,
             ns_ino: None,
+            writable_root: false,
         }
     }
 
-    /// Create the holder process and its namespace. `mapped` = (sandbox path, host source).
-    pub(crate) fn start(
-        newroot: &Path,
-        mapped: &[(PathBuf, PathBuf)],
-    ) -> std::io::Result<Isolation> {
-        std::fs::create_dir_all(newroot)?;
-        let mut planner = Planner {
-            newroot: newroot.to_path_buf(),
+    /// Create the holder process and its namespaces: with the writable overlay root, or
+    /// (when the overlay cannot be mounted) the read-only root.
+    pub(crate) fn start(spec: Spec) -> std::io::Result<Isolation> {
+        let Spec {
+            layout,
+            read_only_extra,
+            offline,
+        } = spec;
+        if layout.overlay.is_some() {
+            match Isolation::start_with(&layout, offline) {
+                Ok(iso) => return Ok(iso),
+                Err(e) => NO_OVERLAY.call_once(|| {
+                    tracing::warn!(
+                        "sandbox roots are read-only: the overlay root could not be mounted ({e})"
+                    );
+                }),
+            }
+        }
+        let mut mapped = layout.mapped;
+        mapped.extend(read_only_extra);
+        let ro = Layout {
             mapped,
-            mounts: host_mounts(),
-            ops: Vec::new(),
+            overlay: None,
+            ..layout
         };
-        planner.ops.push(Op::Tmpfs(cstr(newroot), c"mode=0755"));
-        planner.build(Path::new("/"));
-        let mut sorted: Vec<&(PathBuf, PathBuf)> = mapped.iter().collect();
-        sorted.sort_by_key(|(m, _)| m.components().count());
-        for (m, src) in sorted {
-            planner.ops.push(Op::Bind(cstr(src), cstr(&planner.nr(m))));
-        }
-        // Kernel knobs read-only, shared memory private, like a container runtime does.
-        let proc_sys = planner.nr(Path::new("/proc/sys"));
-        if Path::new("/proc/sys").is_dir() {
-            planner.ops.push(Op::Bind(cstr(&proc_sys), cstr(&proc_sys)));
-            planner.ops.push(Op::RemountRo(
-                cstr(&proc_sys),
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            ));
-        }
-        if Path::new("/dev/shm").is_dir() {
-            planner.ops.push(Op::Tmpfs(
-                cstr(&planner.nr(Path::new("/dev/shm"))),
-                c"mode=1777",
-            ));
-        }
-        planner.ops.push(Op::Chmod(cstr(newroot), 0o755));
-        let ops = planner.ops;
-        let nr = cstr(newroot);
+        Isolation::start_with(&ro, offline)
+    }
+
+    fn start_with(layout: &Layout, offline: bool) -> std::io::Result<Isolation> {
+        std::fs::create_dir_all(&layout.newroot)?;
+        let writable = layout.overlay.is_some();
+        let nr = rootfs::cstr(&layout.newroot);
+        let offsets = time_offsets();
         let parent = std::process::id();
+        let layout = layout.clone();
         // The holder is spawned and reaped by a thread of its own, so PR_SET_PDEATHSIG
         // (which fires when the forking *thread* ends) kills it exactly when the emulator
-        // dies, never earlier.
+        // dies, never earlier. The thread's PID namespace for children is a new one, so the
+        // holder is its init.
         let (tx, rx) = mpsc::channel::<std::io::Result<(u32, OwnedFd)>>();
         let thread = std::thread::Builder::new()
             .name("envd-holder".into())
             .spawn(move || {
+                // SAFETY: unshare affects only this thread's PID namespace for children.
+                let fresh_proc = unsafe { libc::unshare(libc::CLONE_NEWPID) } == 0;
+                if !fresh_proc {
+                    let e = errno();
+                    NO_PIDNS.call_once(|| {
+                        tracing::warn!(
+                            "sandboxes share the host's PID namespace ({e}): sandbox root sees host processes"
+                        );
+                    });
+                }
+                let ops = match rootfs::plan(&Layout {
+                    fresh_proc,
+                    ..layout
+                }) {
+                    Ok(ops) => ops,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
                 let mut cmd = Command::new("/bin/sleep");
                 cmd.arg("infinity")
                     .env_clear()
@@ -425,10 +264,18 @@ impl Isolation {
                         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                             return Err(errno());
                         }
-                        if libc::getppid() as u32 != parent {
+                        // In a new PID namespace the parent is outside it: ppid reads 0.
+                        let ppid = libc::getppid();
+                        if !(ppid as u32 == parent || (fresh_proc && ppid == 0)) {
                             return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                         }
-                        execute(&ops, &nr)
+                        if let Some(off) = &offsets {
+                            enter_new_time(off);
+                        }
+                        if offline {
+                            enter_new_net()?;
+                        }
+                        rootfs::execute(&ops, &nr, !writable)
                     });
                 }
                 let mut child: Child = match cmd.spawn() {
@@ -455,32 +302,64 @@ impl Isolation {
         let (pid, pidfd) = rx
             .recv()
             .map_err(|_| std::io::Error::other("holder thread died"))??;
-        let holder = Mutex::new(Some(Holder {
+        let holder = Holder {
             pidfd,
             thread: Some(thread),
-        }));
-        let ns_path = format!("/proc/{pid}/ns/mnt");
-        let file = std::fs::File::open(&ns_path)?;
-        let ino = std::fs::metadata(&ns_path).map(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.ino()
-        })?;
-        Ok(Isolation {
-            holder,
+        };
+        // Dropped on an error below: the holder is killed.
+        let mut iso = Isolation {
+            holder: Mutex::new(Some(holder)),
             holder_pid: Some(pid),
-            ns_fd: Some(Arc::new(OwnedFd::from(file))),
-            ns_ino: Some(ino),
-        })
+            ns: None,
+            ns_ino: None,
+            writable_root: writable,
+        };
+        // A namespace of the holder that differs from ours is the sandbox's own.
+        let open = |kind: &str| -> std::io::Result<Option<(OwnedFd, u64)>> {
+            let path = format!("/proc/{pid}/ns/{kind}");
+            let ino = std::fs::metadata(&path)?.ino();
+            if Some(ino) == own_ns(kind) {
+                return Ok(None);
+            }
+            Ok(Some((OwnedFd::from(std::fs::File::open(&path)?), ino)))
+        };
+        let (mnt, ino) = open("mnt")?.ok_or_else(|| std::io::Error::other("no mount namespace"))?;
+        let pid_ns = open("pid")?.map(|(fd, _)| fd);
+        let net = open("net")?.map(|(fd, _)| fd);
+        if offline && net.is_none() {
+            return Err(std::io::Error::other("no network namespace"));
+        }
+        let time = open("time")?.map(|(fd, _)| fd);
+        if time.is_none() {
+            NO_TIMENS.call_once(|| {
+                tracing::warn!(
+                    "sandboxes share the host's clocks: no time namespace, uptime is the host's"
+                );
+            });
+        }
+        iso.ns = Some(Arc::new(NsFds {
+            mnt,
+            pid: pid_ns,
+            net,
+            time,
+        }));
+        iso.ns_ino = Some(ino);
+        Ok(iso)
     }
 
     /// True when processes and file operations run in the private namespace.
     pub(crate) fn enabled(&self) -> bool {
-        self.ns_fd.is_some()
+        self.ns.is_some()
     }
 
-    /// The namespace fd processes join.
-    pub(crate) fn ns_fd(&self) -> Option<Arc<OwnedFd>> {
-        self.ns_fd.clone()
+    /// True when the sandbox's root is the writable overlay.
+    pub(crate) fn writable_root(&self) -> bool {
+        self.writable_root
+    }
+
+    /// The namespaces processes join.
+    pub(crate) fn ns_fds(&self) -> Option<Arc<NsFds>> {
+        self.ns.clone()
     }
 
     /// Pids of every process living in the namespace except the holder.
@@ -500,7 +379,6 @@ impl Isolation {
             if pid == me || Some(pid) == self.holder_pid {
                 continue;
             }
-            use std::os::unix::fs::MetadataExt;
             if let Ok(md) = std::fs::metadata(format!("/proc/{pid}/ns/mnt"))
                 && md.ino() == ino
             {
@@ -510,10 +388,13 @@ impl Isolation {
         out
     }
 
-    /// Kill the holder (the namespace disappears with its last member).
+    /// Kill the holder: as init of the PID namespace its death kills every sandbox
+    /// process. Not awaited: the dying init waits until the emulator has reaped its own
+    /// children of the namespace, which needs the caller's runtime to keep running; the
+    /// holder's thread reaps it.
     pub(crate) fn shutdown(&self) {
         let holder = self.holder.lock().ok().and_then(|mut h| h.take());
-        if let Some(mut h) = holder {
+        if let Some(h) = holder {
             // SAFETY: pidfd_send_signal on a pidfd we own.
             unsafe {
                 libc::syscall(
@@ -524,9 +405,7 @@ impl Isolation {
                     0,
                 );
             }
-            if let Some(t) = h.thread.take() {
-                let _ = t.join();
-            }
+            drop(h.thread);
         }
     }
 }
@@ -537,13 +416,65 @@ impl Drop for Isolation {
     }
 }
 
-/// Join the namespace in a child's `pre_exec` (raw syscalls only).
-pub(crate) fn join_in_child(ns_fd: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: setns on an fd opened before fork.
-    if unsafe { libc::setns(ns_fd, libc::CLONE_NEWNS) } != 0 {
-        return Err(errno());
+/// Capabilities no sandbox process keeps, root and `sudo` included: with them root in the
+/// sandbox could reach the host anyway (mount a fresh filesystem and `mknod` the host's
+/// disk, load a kernel module, open host files by handle, set the host's clock, change the
+/// host's network, use raw I/O, BPF or the kernel log).
+const DROPPED_CAPS: [libc::c_int; 13] = [
+    21, // CAP_SYS_ADMIN
+    16, // CAP_SYS_MODULE
+    17, // CAP_SYS_RAWIO
+    27, // CAP_MKNOD
+    2,  // CAP_DAC_READ_SEARCH (open_by_handle_at)
+    25, // CAP_SYS_TIME
+    12, // CAP_NET_ADMIN
+    22, // CAP_SYS_BOOT
+    33, // CAP_MAC_ADMIN
+    32, // CAP_MAC_OVERRIDE
+    34, // CAP_SYSLOG
+    38, // CAP_PERFMON
+    39, // CAP_BPF
+];
+
+/// Join the sandbox's time, network and mount namespaces in a child's `pre_exec`, then
+/// drop [`DROPPED_CAPS`] from its bounding set (raw syscalls only; the PID namespace
+/// comes from the forking [`FsWorker`] thread).
+pub(crate) fn join_in_child(ns: &NsFds) -> std::io::Result<()> {
+    let joins = [
+        (ns.time.as_ref(), libc::CLONE_NEWTIME),
+        (ns.net.as_ref(), libc::CLONE_NEWNET),
+        (Some(&ns.mnt), libc::CLONE_NEWNS),
+    ];
+    for (fd, kind) in joins {
+        if let Some(fd) = fd {
+            // SAFETY: setns on an fd opened before fork.
+            if unsafe { libc::setns(fd.as_raw_fd(), kind) } != 0 {
+                return Err(errno());
+            }
+        }
+    }
+    for cap in DROPPED_CAPS {
+        // SAFETY: prctl on this (forked) process only. EINVAL: a capability this kernel
+        // does not know, nothing to drop.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if rc != 0 && errno().raw_os_error() != Some(libc::EINVAL) {
+            return Err(errno());
+        }
     }
     Ok(())
+}
+
+/// The pid of host process `host_pid` in its innermost PID namespace (the sandbox's), from
+/// the `NSpid` line of its status; `host_pid` itself outside a namespace or once it is gone.
+pub(crate) fn ns_pid(host_pid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{host_pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|v| v.split_whitespace().last()?.parse().ok())
+        })
+        .unwrap_or(host_pid)
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -560,8 +491,9 @@ impl std::fmt::Debug for FsWorker {
 }
 
 impl FsWorker {
-    /// Start `n` threads; with `ns` they first join that mount namespace.
-    pub(crate) fn start(ns: Option<Arc<OwnedFd>>, n: usize) -> std::io::Result<FsWorker> {
+    /// Start `n` threads; with `ns` they first join its mount namespace and make its PID
+    /// namespace the one of the processes they fork ([`FsWorker::spawn`]).
+    pub(crate) fn start(ns: Option<Arc<NsFds>>, n: usize) -> std::io::Result<FsWorker> {
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..n {
@@ -571,11 +503,14 @@ impl FsWorker {
             std::thread::Builder::new()
                 .name(format!("envd-fs-{i}"))
                 .spawn(move || {
-                    if let Some(fd) = ns {
-                        // SAFETY: unshare/setns affect only this thread's fs context.
+                    if let Some(ns) = ns {
+                        let pid_ns = ns.pid.as_ref().map_or(-1, |fd| fd.as_raw_fd());
+                        // SAFETY: unshare/setns affect only this thread's fs context and
+                        // the PID namespace of its future children.
                         let r = unsafe {
                             if libc::unshare(libc::CLONE_FS) != 0
-                                || libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNS) != 0
+                                || libc::setns(ns.mnt.as_raw_fd(), libc::CLONE_NEWNS) != 0
+                                || (pid_ns >= 0 && libc::setns(pid_ns, libc::CLONE_NEWPID) != 0)
                             {
                                 Err(errno())
                             } else {
@@ -634,6 +569,20 @@ impl FsWorker {
         }
         rx.await
             .map_err(|_| std::io::Error::other("fs worker dropped the job"))
+    }
+
+    /// Spawn `cmd` from a worker thread, so the child is born in the sandbox's PID
+    /// namespace (its `pre_exec` joins the other namespaces with [`join_in_child`]).
+    pub(crate) async fn spawn(
+        &self,
+        mut cmd: tokio::process::Command,
+    ) -> std::io::Result<tokio::process::Child> {
+        let rt = tokio::runtime::Handle::current();
+        self.run(move || {
+            let _entered = rt.enter();
+            cmd.spawn()
+        })
+        .await?
     }
 
     /// Stop the threads once their queue is drained.

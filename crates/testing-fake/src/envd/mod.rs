@@ -6,8 +6,9 @@
 //! `filesystem.Filesystem`.
 //!
 //! Layout of `cfg.root`: `fs/` is the sandbox tree (`fs/home/user`, `fs/tmp`, …, one
-//! directory per template mount), `.e2b/` holds the private `passwd`/`group` and the
-//! mount point of the namespace's new root.
+//! directory per template mount), `.e2b/` holds the private `passwd`/`group`, the upper
+//! and work directories of the writable root overlay (`upper/`, `work/`), the boot id of
+//! the current boot and the mount point of the namespace's new root.
 
 // Handlers return a ready `Response` as the error of early exits; boxing it buys nothing.
 #[allow(clippy::result_large_err)]
@@ -22,6 +23,7 @@ mod isolation;
 mod paths;
 mod process;
 mod pty;
+mod rootfs;
 mod watch;
 
 pub(crate) use auth::json_error;
@@ -55,6 +57,9 @@ pub struct EnvdConfig {
     pub access_token: Option<String>,
     /// Global env vars from create (`envVars`).
     pub env_vars: BTreeMap<String, String>,
+    /// `false`: the sandbox runs in a network namespace of its own with only loopback
+    /// (as root; `allowInternetAccess: false` or a deny-all egress rule).
+    pub allow_internet: bool,
 }
 
 /// Why envd could not boot.
@@ -115,6 +120,10 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path) -> Result<(), EnvdErro
     std::fs::create_dir_all(private).map_err(io_err(format!("creating {}", private.display())))?;
     std::fs::write(private.join("passwd"), t.passwd()).map_err(io_err("writing passwd"))?;
     std::fs::write(private.join("group"), t.group()).map_err(io_err("writing group"))?;
+    let shadow = private.join("shadow");
+    std::fs::write(&shadow, t.shadow()).map_err(io_err("writing shadow"))?;
+    std::fs::set_permissions(&shadow, std::fs::Permissions::from_mode(0o640))
+        .map_err(io_err("chmod shadow"))?;
     for m in &t.mounts {
         let p = tree.join(m.trim_start_matches('/'));
         std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
@@ -148,8 +157,56 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path) -> Result<(), EnvdErro
             );
         }
     }
+    if root {
+        seed_upper(t, &private.join("upper"))?;
+    }
     std::fs::write(&marker, format!("{}\n", t.id)).map_err(io_err("writing marker"))?;
     Ok(())
+}
+
+/// The writable root's upper layer of a fresh sandbox: the template's accounts
+/// (`/etc/passwd`, `/etc/group`, `/etc/shadow`, `/etc/gshadow`, never the host's) and its
+/// passwordless sudoers. Directories copy the mode of the host directory they merge with.
+fn seed_upper(t: &Template, upper: &Path) -> Result<(), EnvdError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mkdir = |rel: &str, default_mode: u32| -> Result<PathBuf, EnvdError> {
+        let p = upper.join(rel);
+        std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+        let host = Path::new("/").join(rel);
+        let mode = std::fs::metadata(&host).map_or(default_mode, |m| m.mode() & 0o7777);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+            .map_err(io_err(format!("chmod {}", p.display())))?;
+        Ok(p)
+    };
+    mkdir("", 0o755)?;
+    let etc = mkdir("etc", 0o755)?;
+    let mut files = vec![
+        (etc.join("passwd"), t.passwd(), 0o644),
+        (etc.join("group"), t.group(), 0o644),
+        (etc.join("shadow"), t.shadow(), 0o640),
+        (etc.join("gshadow"), t.gshadow(), 0o640),
+    ];
+    if let Some(sudoers) = t.sudoers() {
+        let dir = mkdir("etc/sudoers.d", 0o750)?;
+        files.push((dir.join("90-e2b-template"), sudoers, 0o440));
+    }
+    for (p, text, mode) in files {
+        std::fs::write(&p, text).map_err(io_err(format!("writing {}", p.display())))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+            .map_err(io_err(format!("chmod {}", p.display())))?;
+    }
+    Ok(())
+}
+
+/// A fresh `/proc/sys/kernel/random/boot_id` for this boot, written next to the old one
+/// and renamed over it (a running namespace keeps the inode it bound).
+fn new_boot_id(private: &Path) -> Result<PathBuf, EnvdError> {
+    let path = private.join("boot_id");
+    let tmp = private.join("boot_id.new");
+    std::fs::write(&tmp, format!("{}\n", uuid::Uuid::new_v4()))
+        .map_err(io_err("writing the boot id"))?;
+    std::fs::rename(&tmp, &path).map_err(io_err("writing the boot id"))?;
+    Ok(path)
 }
 
 /// Copy the regular files and directories of `skel` into `home` (never overwriting).
@@ -193,24 +250,43 @@ impl Envd {
         lay_out(&cfg, &tree, &private)?;
 
         let iso = if isolation::can_isolate() {
-            let mut mapped: Vec<(PathBuf, PathBuf)> = cfg
+            let mapped: Vec<(PathBuf, PathBuf)> = cfg
                 .template
                 .mounts
                 .iter()
                 .map(|m| (PathBuf::from(m), tree.join(m.trim_start_matches('/'))))
                 .collect();
-            mapped.push(("/etc/passwd".into(), private.join("passwd")));
-            mapped.push(("/etc/group".into(), private.join("group")));
-            match isolation::Isolation::start(&private.join("newroot"), &mapped) {
+            let upper = private.join("upper");
+            let work = private.join("work");
+            std::fs::create_dir_all(&work)
+                .map_err(io_err(format!("creating {}", work.display())))?;
+            let spec = isolation::Spec {
+                layout: rootfs::Layout {
+                    newroot: private.join("newroot"),
+                    mapped,
+                    overlay: upper.is_dir().then_some((upper, work)),
+                    boot_id: Some(new_boot_id(&private)?),
+                    // The emulator's state (every sandbox's tree) is not for the sandbox.
+                    hide: root.parent().map(Path::to_path_buf).into_iter().collect(),
+                    fresh_proc: true,
+                },
+                read_only_extra: vec![
+                    ("/etc/passwd".into(), private.join("passwd")),
+                    ("/etc/group".into(), private.join("group")),
+                    ("/etc/shadow".into(), private.join("shadow")),
+                ],
+                offline: !cfg.allow_internet,
+            };
+            match isolation::Isolation::start(spec) {
                 Ok(iso) => iso,
                 Err(e) => isolation::Isolation::off(&format!(
-                    "could not create the sandbox mount namespace: {e}"
+                    "could not create the sandbox namespaces: {e}"
                 )),
             }
         } else {
             isolation::Isolation::off("not running as root")
         };
-        let fs = match isolation::FsWorker::start(iso.ns_fd(), 2) {
+        let fs = match isolation::FsWorker::start(iso.ns_fds(), 2) {
             Ok(fs) => fs,
             Err(e) => {
                 iso.shutdown();
@@ -329,6 +405,28 @@ impl Envd {
     /// True when processes and file operations run in a private mount namespace.
     pub fn is_isolated(&self) -> bool {
         self.iso.enabled()
+    }
+
+    /// The host pid of the sandbox's process `sandbox_pid` (pids reported by the process
+    /// RPCs are the sandbox's, as on E2B); `None` when no live process of the sandbox has it.
+    ///
+    /// ```no_run
+    /// # fn f(envd: &testing_fake::envd::Envd) {
+    /// if let Some(host) = envd.host_pid(2) {
+    ///     println!("the sandbox's pid 2 is {host} on the host");
+    /// }
+    /// # }
+    /// ```
+    pub fn host_pid(&self, sandbox_pid: u32) -> Option<u32> {
+        self.all_pids()
+            .into_iter()
+            .filter_map(|p| u32::try_from(p).ok())
+            .find(|p| isolation::ns_pid(*p) == sandbox_pid)
+    }
+
+    /// True when the sandbox's root filesystem is its own writable overlay.
+    pub fn has_writable_root(&self) -> bool {
+        self.iso.writable_root()
     }
 
     fn kill_everything(&self) {

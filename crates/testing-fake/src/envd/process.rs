@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
@@ -40,7 +40,10 @@ const NO_SELECTOR: &str = "invalid input type *process.ProcessSelector";
 
 /// A live process.
 pub(crate) struct Proc {
+    /// The pid as the sandbox sees it (in its PID namespace), reported to clients.
     pid: u32,
+    /// The pid on the host, for signals.
+    host_pid: u32,
     config: ProcessConfig,
     tag: Option<String>,
     subs: Mutex<Vec<mpsc::Sender<ProcessEvent>>>,
@@ -108,7 +111,7 @@ impl Table {
     pub(crate) fn pids(&self) -> Vec<i32> {
         self.inner
             .lock()
-            .map(|t| t.live.iter().map(|p| p.pid as i32).collect())
+            .map(|t| t.live.iter().map(|p| p.host_pid as i32).collect())
             .unwrap_or_default()
     }
 
@@ -426,7 +429,7 @@ fn send_signal(envd: &Envd, req: SendSignalRequest) -> Result<Empty, RpcError> {
     };
     p.out_cancel.notify_one();
     // SAFETY: kill has no memory-safety preconditions.
-    if unsafe { libc::kill(p.pid as i32, sig) } != 0 {
+    if unsafe { libc::kill(p.host_pid as i32, sig) } != 0 {
         return Err(RpcError::internal(format!(
             "error sending signal: {}",
             std::io::Error::last_os_error()
@@ -512,7 +515,7 @@ fn connect_stream(
 
 /// Everything a spawned child needs in `pre_exec`, prepared before fork.
 struct ChildSetup {
-    ns_fd: Option<Arc<OwnedFd>>,
+    ns: Option<Arc<isolation::NsFds>>,
     cwd: CString,
     creds: Option<(u32, u32)>,
     pty: bool,
@@ -523,8 +526,8 @@ impl ChildSetup {
         if self.pty {
             pty::make_controlling()?;
         }
-        if let Some(fd) = &self.ns_fd {
-            isolation::join_in_child(fd.as_raw_fd())?;
+        if let Some(ns) = &self.ns {
+            isolation::join_in_child(ns)?;
         }
         // SAFETY: raw syscalls in the forked child on data prepared before fork.
         unsafe {
@@ -609,7 +612,14 @@ async fn start(
     let mut master = None;
     if let Some(p) = req.pty {
         let size = p.size.unwrap_or_default();
-        let (m, s) = match pty::open(size.cols as u16, size.rows as u16) {
+        // Opened by a worker thread in the sandbox's mount namespace: the sandbox's devpts.
+        let (cols, rows) = (size.cols as u16, size.rows as u16);
+        let opened = envd
+            .fs
+            .run(move || pty::open(cols, rows))
+            .await
+            .and_then(|r| r);
+        let (m, s) = match opened {
             Ok(pair) => pair,
             Err(e) => {
                 return connect::stream_error(RpcError::invalid(format!(
@@ -637,7 +647,7 @@ async fn start(
         }
     }
     let setup = ChildSetup {
-        ns_fd: envd.iso.ns_fd(),
+        ns: envd.iso.ns_fds(),
         cwd: CString::new(host_cwd.as_os_str().as_bytes()).unwrap_or_default(),
         creds: isolated.then_some((user.uid, user.gid)),
         pty: master.is_some(),
@@ -646,7 +656,9 @@ async fn start(
     unsafe {
         cmd.pre_exec(move || setup.run());
     }
-    let mut child = match cmd.spawn() {
+    // Forked by a worker thread of the sandbox, so the child is in its PID namespace; the
+    // command (and with it the parent's copies of the pty slave) is dropped there.
+    let mut child = match envd.fs.spawn(cmd).await {
         Ok(c) => c,
         Err(e) => {
             return connect::stream_error(RpcError::invalid(format!(
@@ -655,11 +667,10 @@ async fn start(
             )));
         }
     };
-    // The parent's copies of the slave side must close so EOF/EIO can happen.
-    drop(cmd);
-    let Some(pid) = child.id() else {
+    let Some(host_pid) = child.id() else {
         return connect::stream_error(RpcError::invalid("process exited before start"));
     };
+    let pid = isolation::ns_pid(host_pid);
     let pty_master = match master.map(pty::Master::new).transpose() {
         Ok(m) => m.map(Arc::new),
         Err(e) => {
@@ -669,6 +680,7 @@ async fn start(
     };
     let proc_ = Arc::new(Proc {
         pid,
+        host_pid,
         config: req.process.clone(),
         tag: req.tag.clone(),
         subs: Mutex::new(Vec::new()),

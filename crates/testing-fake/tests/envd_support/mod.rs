@@ -36,8 +36,26 @@ impl Drop for Fake {
 }
 
 pub async fn boot(template: &str, token: Option<&str>) -> Fake {
-    let dir =
-        std::env::temp_dir().join(format!("envd-test-{}-{}", std::process::id(), uuid_like()));
+    boot_with(template, token, true).await
+}
+
+/// [`boot`] with the sandbox's internet access chosen (`false`: loopback-only network).
+pub async fn boot_with(template: &str, token: Option<&str>, allow_internet: bool) -> Fake {
+    boot_named(template, token, allow_internet, "").await
+}
+
+/// [`boot_with`] in a sandbox directory whose name ends with `suffix`.
+pub async fn boot_named(
+    template: &str,
+    token: Option<&str>,
+    allow_internet: bool,
+    suffix: &str,
+) -> Fake {
+    let dir = std::env::temp_dir().join(format!(
+        "envd-test-{}-{}{suffix}",
+        std::process::id(),
+        uuid_like()
+    ));
     let mut env_vars = BTreeMap::new();
     env_vars.insert("GLOBAL_A".to_string(), "1".to_string());
     let cfg = EnvdConfig {
@@ -46,6 +64,7 @@ pub async fn boot(template: &str, token: Option<&str>) -> Fake {
         root: dir.clone(),
         access_token: token.map(str::to_string),
         env_vars,
+        allow_internet,
     };
     let envd = Envd::boot(cfg).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

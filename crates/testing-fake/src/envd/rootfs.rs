@@ -1,0 +1,583 @@
+//! The sandbox's root filesystem: planned in the emulator, built by the holder process in
+//! its `pre_exec` (a fresh mount namespace), then `pivot_root`ed into.
+//!
+//! Writable mode (the default as root): an overlay of the host's root filesystem with the
+//! sandbox's own upper layer, so writes anywhere land in that sandbox only and vanish with
+//! it. The host's other mounts (`/sys`, …) are bound read-only on top, the template's
+//! paths (`/home`, `/tmp`, …) come from the sandbox tree, `/dev` is a private tmpfs with
+//! the harmless device nodes only and a devpts instance of its own, `/proc` is a fresh procfs of the sandbox's PID namespace
+//! (`/proc/sys` read-only, the per-boot `boot_id` bound over the host's, the host-wide
+//! knobs masked), and the emulator's own state directory is hidden.
+//!
+//! Read-only mode (fallback when the overlay cannot be mounted, e.g. the sandbox root lies
+//! on a filesystem overlayfs refuses as an upper layer): a tmpfs root with every host
+//! entry bound read-only, as before the overlay existed.
+
+use std::ffi::{CStr, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// One step of building the new root, executed in the holder's `pre_exec`.
+pub(crate) enum Op {
+    Overlay(CString, CString),
+    Tmpfs(CString, &'static CStr),
+    Proc(CString),
+    Devpts(CString),
+    Mkdir(CString),
+    Touch(CString),
+    Symlink(CString, CString),
+    Bind(CString, CString),
+    RemountRo(CString, libc::c_ulong),
+    Chmod(CString, libc::mode_t),
+    /// An empty tmpfs over a directory when it exists (hides host data).
+    Hide(CString),
+    /// `/dev/null` bound over a file when it exists (masks a host-wide knob).
+    Mask(CString),
+}
+
+/// What the new root is made of.
+#[derive(Clone)]
+pub(crate) struct Layout {
+    /// Mount point of the new root on the host (an empty directory).
+    pub newroot: PathBuf,
+    /// (sandbox path, host source) of the paths backed by the sandbox tree.
+    pub mapped: Vec<(PathBuf, PathBuf)>,
+    /// `(upper, work)` of the writable overlay; `None` = read-only tmpfs mode.
+    pub overlay: Option<(PathBuf, PathBuf)>,
+    /// A file bound over `/proc/sys/kernel/random/boot_id`.
+    pub boot_id: Option<PathBuf>,
+    /// Host directories hidden behind an empty tmpfs (the emulator's state).
+    pub hide: Vec<PathBuf>,
+    /// Mount a fresh procfs (the holder is init of a new PID namespace); else bind the
+    /// host's `/proc`. Set by the holder's thread once the kernel gave (or refused) the PID
+    /// namespace; the caller's value is ignored.
+    pub fresh_proc: bool,
+}
+
+/// Device nodes a sandbox gets (bound from the host's `/dev`).
+const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Host-wide `/proc` files no sandbox may read or write (as container runtimes mask them).
+const MASKED_PROC: [&str; 5] = [
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/sysrq-trigger",
+    "/proc/timer_list",
+    "/proc/kmsg",
+];
+
+/// A mount point of the host with the flags a read-only remount must keep.
+struct HostMount {
+    id: u64,
+    parent: u64,
+    path: PathBuf,
+    flags: libc::c_ulong,
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            let oct = &s[i + 1..i + 4];
+            if let Ok(v) = u8::from_str_radix(oct, 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn host_mounts() -> Vec<HostMount> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split(' ').collect();
+            let id = fields.first()?.parse().ok()?;
+            let parent = fields.get(1)?.parse().ok()?;
+            let path = unescape_mountinfo(fields.get(4)?);
+            let opts = fields.get(5)?;
+            let mut flags = 0;
+            for o in opts.split(',') {
+                flags |= match o {
+                    "nosuid" => libc::MS_NOSUID,
+                    "nodev" => libc::MS_NODEV,
+                    "noexec" => libc::MS_NOEXEC,
+                    "noatime" => libc::MS_NOATIME,
+                    "nodiratime" => libc::MS_NODIRATIME,
+                    "relatime" => libc::MS_RELATIME,
+                    _ => 0,
+                };
+            }
+            Some(HostMount {
+                id,
+                parent,
+                path: PathBuf::from(path),
+                flags,
+            })
+        })
+        .collect()
+}
+
+pub(super) fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
+}
+
+/// `/proc` and `/dev` get a sandbox-private replacement instead of the host's.
+fn is_replaced(p: &Path) -> bool {
+    p.starts_with("/proc") || p.starts_with("/dev")
+}
+
+struct Planner<'a> {
+    newroot: PathBuf,
+    mapped: &'a [(PathBuf, PathBuf)],
+    mounts: Vec<HostMount>,
+    ops: Vec<Op>,
+}
+
+impl Planner<'_> {
+    fn nr(&self, p: &Path) -> PathBuf {
+        self.newroot.join(p.strip_prefix("/").unwrap_or(p))
+    }
+
+    /// True when a mapped path lies strictly below `dir` and is missing on the host, so
+    /// `dir` cannot be bound wholesale.
+    fn must_split(&self, dir: &Path) -> bool {
+        self.mapped
+            .iter()
+            .any(|(m, _)| m.starts_with(dir) && m != dir && std::fs::symlink_metadata(m).is_err())
+    }
+
+    fn bind_ro(&mut self, host: &Path, is_dir: bool) {
+        let target = self.nr(host);
+        if is_dir {
+            self.ops.push(Op::Mkdir(cstr(&target)));
+        } else {
+            self.ops.push(Op::Touch(cstr(&target)));
+        }
+        self.ops.push(Op::Bind(cstr(host), cstr(&target)));
+        // Read-only: the bound mount and every host mount below it.
+        let subs: Vec<(PathBuf, libc::c_ulong)> = self
+            .mounts
+            .iter()
+            .filter(|m| m.path.starts_with(host))
+            .map(|m| (self.nr(&m.path), m.flags))
+            .collect();
+        let own_flags = self
+            .mounts
+            .iter()
+            .filter(|m| host.starts_with(&m.path))
+            .max_by_key(|m| m.path.as_os_str().len())
+            .map_or(0, |m| m.flags);
+        self.ops.push(Op::RemountRo(cstr(&target), own_flags));
+        for (sub, flags) in subs {
+            if sub != target {
+                self.ops.push(Op::RemountRo(cstr(&sub), flags));
+            }
+        }
+    }
+
+    /// Read-only tmpfs mode: mirror the host root entry by entry.
+    fn build(&mut self, dir: &Path) {
+        let mut children: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        // Mapped paths (or their missing ancestors) directly below `dir`.
+        for (m, _) in self.mapped {
+            if let Ok(rest) = m.strip_prefix(dir)
+                && let Some(first) = rest.components().next()
+            {
+                let child = dir.join(first);
+                if !children.contains(&child) {
+                    children.push(child);
+                }
+            }
+        }
+        children.sort();
+        for child in children {
+            if is_replaced(&child) {
+                self.ops.push(Op::Mkdir(cstr(&self.nr(&child))));
+                continue;
+            }
+            if self.mapped.iter().any(|(m, _)| *m == child) {
+                // A mount point for the sandbox tree, bound later.
+                continue;
+            }
+            match std::fs::symlink_metadata(&child) {
+                Ok(md) if md.file_type().is_symlink() => {
+                    if let Ok(t) = std::fs::read_link(&child) {
+                        self.ops.push(Op::Symlink(cstr(&t), cstr(&self.nr(&child))));
+                    }
+                }
+                Ok(md) if md.is_dir() => {
+                    if self.must_split(&child) {
+                        self.ops.push(Op::Mkdir(cstr(&self.nr(&child))));
+                        self.build(&child);
+                    } else {
+                        self.bind_ro(&child, true);
+                    }
+                }
+                Ok(_) => self.bind_ro(&child, false),
+                Err(_) => {
+                    // Missing on the host: an intermediate directory of a mapped path.
+                    self.ops.push(Op::Mkdir(cstr(&self.nr(&child))));
+                    self.build(&child);
+                }
+            }
+        }
+    }
+
+    /// Writable mode: the overlay holds the root filesystem; bind the host's other
+    /// top-level mounts (those directly on `/`) read-only on top of it.
+    fn host_submounts(&mut self) {
+        let Some(root_id) = self
+            .mounts
+            .iter()
+            .rev()
+            .find(|m| m.path == Path::new("/"))
+            .map(|m| m.id)
+        else {
+            return;
+        };
+        let mut tops: Vec<PathBuf> = self
+            .mounts
+            .iter()
+            .filter(|m| m.parent == root_id && m.path != Path::new("/") && !is_replaced(&m.path))
+            .map(|m| m.path.clone())
+            .collect();
+        tops.sort();
+        tops.dedup();
+        for top in tops {
+            match std::fs::metadata(&top) {
+                Ok(md) => self.bind_ro(&top, md.is_dir()),
+                Err(_) => continue,
+            }
+        }
+    }
+
+    /// The template's paths from the sandbox tree, parents first.
+    fn sandbox_binds(&mut self) {
+        let mut sorted: Vec<(PathBuf, PathBuf)> = self.mapped.to_vec();
+        sorted.sort_by_key(|(m, _)| m.components().count());
+        for (m, src) in sorted {
+            let target = cstr(&self.nr(&m));
+            self.ops.push(if src.is_file() {
+                Op::Touch(target.clone())
+            } else {
+                Op::Mkdir(target.clone())
+            });
+            self.ops.push(Op::Bind(cstr(&src), target));
+        }
+    }
+
+    /// A private `/dev`: tmpfs with the harmless nodes bound from the host, the host's
+    /// devpts (for terminals), a private `/dev/shm`.
+    fn dev(&mut self) {
+        let dev = self.nr(Path::new("/dev"));
+        self.ops.push(Op::Mkdir(cstr(&dev)));
+        self.ops.push(Op::Tmpfs(cstr(&dev), c"mode=0755"));
+        for name in DEVICES {
+            let host = Path::new("/dev").join(name);
+            if host.exists() {
+                let target = cstr(&dev.join(name));
+                self.ops.push(Op::Touch(target.clone()));
+                self.ops.push(Op::Bind(cstr(&host), target));
+            }
+        }
+        // A devpts instance of the sandbox's own: its terminals, never the host's.
+        let pts = cstr(&dev.join("pts"));
+        self.ops.push(Op::Mkdir(pts.clone()));
+        self.ops.push(Op::Devpts(pts));
+        self.ops
+            .push(Op::Symlink(c"pts/ptmx".into(), cstr(&dev.join("ptmx"))));
+        let shm = cstr(&dev.join("shm"));
+        self.ops.push(Op::Mkdir(shm.clone()));
+        self.ops.push(Op::Tmpfs(shm, c"mode=1777"));
+        for (name, target) in [
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+        ] {
+            self.ops
+                .push(Op::Symlink(cstr(Path::new(target)), cstr(&dev.join(name))));
+        }
+    }
+
+    /// `/proc`: fresh (PID namespace) or the host's, `/proc/sys` read-only, the boot id,
+    /// the host-wide knobs masked.
+    fn proc(&mut self, fresh: bool, boot_id: Option<&Path>) {
+        let proc = self.nr(Path::new("/proc"));
+        self.ops.push(Op::Mkdir(cstr(&proc)));
+        if fresh {
+            self.ops.push(Op::Proc(cstr(&proc)));
+        } else {
+            self.ops.push(Op::Bind(c"/proc".into(), cstr(&proc)));
+        }
+        let sys = cstr(&proc.join("sys"));
+        self.ops.push(Op::Bind(sys.clone(), sys.clone()));
+        self.ops.push(Op::RemountRo(
+            sys,
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        ));
+        if let Some(file) = boot_id {
+            self.ops.push(Op::Bind(
+                cstr(file),
+                cstr(&proc.join("sys/kernel/random/boot_id")),
+            ));
+        }
+        for masked in MASKED_PROC {
+            self.ops.push(Op::Mask(cstr(&self.nr(Path::new(masked)))));
+        }
+    }
+}
+
+/// The steps that build the new root described by `l`.
+pub(super) fn plan(l: &Layout) -> std::io::Result<Vec<Op>> {
+    let mut p = Planner {
+        newroot: l.newroot.clone(),
+        mapped: &l.mapped,
+        mounts: host_mounts(),
+        ops: Vec::new(),
+    };
+    let nr = cstr(&l.newroot);
+    match &l.overlay {
+        Some((upper, work)) => {
+            let opts = overlay_options(upper, work)?;
+            p.ops.push(Op::Overlay(nr.clone(), opts));
+            p.host_submounts();
+        }
+        None => {
+            p.ops.push(Op::Tmpfs(nr.clone(), c"mode=0755"));
+            p.build(Path::new("/"));
+        }
+    }
+    // Hidden first: a template path below (or equal to) a hidden one is bound on top.
+    for h in &l.hide {
+        if !l.mapped.iter().any(|(m, _)| m.starts_with(h)) {
+            p.ops.push(Op::Hide(cstr(&p.nr(h))));
+        }
+    }
+    p.sandbox_binds();
+    p.dev();
+    p.proc(l.fresh_proc, l.boot_id.as_deref());
+    p.ops.push(Op::Chmod(nr, 0o755));
+    Ok(p.ops)
+}
+
+/// `lowerdir=/,upperdir=…,workdir=…`; paths with a separator of the option syntax are
+/// refused (the caller falls back to read-only mode).
+fn overlay_options(upper: &Path, work: &Path) -> std::io::Result<CString> {
+    let bad = |p: &Path| p.as_os_str().as_bytes().iter().any(|b| b",:\\".contains(b));
+    if bad(upper) || bad(work) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "overlay layer path has ',', ':' or '\\': {}",
+                upper.display()
+            ),
+        ));
+    }
+    let mut s = b"lowerdir=/,upperdir=".to_vec();
+    s.extend_from_slice(upper.as_os_str().as_bytes());
+    s.extend_from_slice(b",workdir=");
+    s.extend_from_slice(work.as_os_str().as_bytes());
+    s.extend_from_slice(b",index=off");
+    CString::new(s).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+}
+
+fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+fn last_errno() -> libc::c_int {
+    // SAFETY: reading the thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Run the plan. Called in the holder's `pre_exec`: raw syscalls only, no allocation.
+/// `read_only_root` remounts the new root read-only before the pivot (tmpfs mode).
+pub(super) fn execute(ops: &[Op], newroot: &CString, read_only_root: bool) -> std::io::Result<()> {
+    // SAFETY: plain syscalls on NUL-terminated strings prepared before fork.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return Err(errno());
+        }
+        let root = c"/";
+        if libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(errno());
+        }
+        for op in ops {
+            let rc = run_op(op);
+            if rc != 0 {
+                return Err(errno());
+            }
+        }
+        if read_only_root
+            && libc::mount(
+                std::ptr::null(),
+                newroot.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND
+                    | libc::MS_REMOUNT
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV,
+                std::ptr::null(),
+            ) != 0
+        {
+            return Err(errno());
+        }
+        if libc::chdir(newroot.as_ptr()) != 0 {
+            return Err(errno());
+        }
+        let dot = c".";
+        if libc::syscall(libc::SYS_pivot_root, dot.as_ptr(), dot.as_ptr()) != 0 {
+            return Err(errno());
+        }
+        if libc::umount2(dot.as_ptr(), libc::MNT_DETACH) != 0 {
+            return Err(errno());
+        }
+        if libc::chdir(root.as_ptr()) != 0 {
+            return Err(errno());
+        }
+    }
+    Ok(())
+}
+
+/// One step; 0 on success (errno set otherwise).
+///
+/// # Safety
+/// Raw syscalls on the op's NUL-terminated strings.
+unsafe fn run_op(op: &Op) -> libc::c_int {
+    let tmpfs = c"tmpfs";
+    let none = std::ptr::null::<libc::c_char>();
+    // SAFETY: see the function's contract.
+    unsafe {
+        match op {
+            Op::Overlay(p, opts) => libc::mount(
+                c"overlay".as_ptr(),
+                p.as_ptr(),
+                c"overlay".as_ptr(),
+                0,
+                opts.as_ptr().cast(),
+            ),
+            Op::Tmpfs(p, opts) => libc::mount(
+                tmpfs.as_ptr(),
+                p.as_ptr(),
+                tmpfs.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                opts.as_ptr().cast(),
+            ),
+            Op::Proc(p) => libc::mount(
+                c"proc".as_ptr(),
+                p.as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ),
+            Op::Devpts(p) => libc::mount(
+                c"devpts".as_ptr(),
+                p.as_ptr(),
+                c"devpts".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                c"newinstance,ptmxmode=0666,mode=0620".as_ptr().cast(),
+            ),
+            Op::Mkdir(p) => {
+                let rc = libc::mkdir(p.as_ptr(), 0o755);
+                if rc != 0 && last_errno() == libc::EEXIST {
+                    0
+                } else {
+                    rc
+                }
+            }
+            Op::Touch(p) => {
+                let fd = libc::open(
+                    p.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o644,
+                );
+                if fd >= 0 {
+                    libc::close(fd);
+                    0
+                } else if matches!(last_errno(), libc::EEXIST | libc::EISDIR | libc::EROFS) {
+                    // Already there (a device node or a read-only mount point).
+                    0
+                } else {
+                    fd
+                }
+            }
+            Op::Symlink(t, p) => {
+                let rc = libc::symlink(t.as_ptr(), p.as_ptr());
+                if rc != 0 && last_errno() == libc::EEXIST {
+                    0
+                } else {
+                    rc
+                }
+            }
+            Op::Bind(src, dst) => libc::mount(
+                src.as_ptr(),
+                dst.as_ptr(),
+                none,
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ),
+            Op::RemountRo(p, flags) => {
+                let rc = libc::mount(
+                    none,
+                    p.as_ptr(),
+                    none,
+                    libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | flags,
+                    std::ptr::null(),
+                );
+                // Mounts hidden below a sandbox path or vanished: nothing to protect.
+                if rc != 0 && last_errno() == libc::ENOENT {
+                    0
+                } else {
+                    rc
+                }
+            }
+            Op::Chmod(p, mode) => libc::chmod(p.as_ptr(), *mode),
+            Op::Hide(p) => {
+                let rc = libc::mount(
+                    tmpfs.as_ptr(),
+                    p.as_ptr(),
+                    tmpfs.as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    c"mode=0755,size=4k".as_ptr().cast(),
+                );
+                if rc != 0 && matches!(last_errno(), libc::ENOENT | libc::ENOTDIR) {
+                    0
+                } else {
+                    rc
+                }
+            }
+            Op::Mask(p) => {
+                let rc = libc::mount(
+                    c"/dev/null".as_ptr(),
+                    p.as_ptr(),
+                    none,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                );
+                if rc != 0 && last_errno() == libc::ENOENT {
+                    0
+                } else {
+                    rc
+                }
+            }
+        }
+    }
+}
