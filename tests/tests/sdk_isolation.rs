@@ -11,6 +11,12 @@ use sdk_support::{install_py, run_script};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_sdk_sees_a_writable_root_and_its_own_boots() {
     let py_path = install_py().await;
-    let emu = run_script("python3", "isolation.py", ("PYTHONPATH", &py_path), "SMOKE OK").await;
+    let emu = run_script(
+        "python3",
+        "isolation.py",
+        ("PYTHONPATH", &py_path),
+        "SMOKE OK",
+    )
+    .await;
     emu.shutdown().await;
 }

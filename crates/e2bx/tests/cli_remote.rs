@@ -174,9 +174,9 @@ async fn cp_up_and_down_by_hash_then_ls_cat_stat() {
     let missing = r.out(&["--sandbox", &id, "cat", "nope.txt"]).await;
     assert!(missing.one_line_error().contains("nope.txt: no such file"));
     let denied = r
-        // envd writes as root (a sandbox's root is writable, /etc included): only a place
-        // no one can create files in is refused.
-        .out(&["--sandbox", &id, "cp", src_s, "sbx:/proc/big.bin"])
+        // cp writes as the sandbox user (fs-e2b), so a root-owned directory refuses it
+        // (envd's own root upload would have written there).
+        .out(&["--sandbox", &id, "cp", src_s, "sbx:/etc/big.bin"])
         .await;
     assert!(
         denied.one_line_error().contains("permission denied"),
