@@ -20,8 +20,10 @@ pub use crate::local::MARKER_VAR;
 ///
 /// Members: live (non-zombie) processes in the leader's process group or session, their
 /// descendants by parent chain, and processes whose environment has
-/// `EXEC_WORLD_SPAWN=<marker>`. Sends SIGHUP (if asked), SIGTERM and SIGCONT, rescans every
-/// 50 ms up to the grace, then SIGKILL rounds until a scan finds nobody.
+/// `EXEC_WORLD_SPAWN=<marker>`. Sends SIGSTOP to all of them first (so none can react to
+/// another's death before its own signal: the member list is in `/proc` order, not by
+/// age), then SIGHUP (if asked), SIGTERM and SIGCONT; rescans every 50 ms up to the
+/// grace, then SIGKILL rounds until a scan finds nobody.
 pub const KILL_TREE_SH: &str = r#"leader=$1; marker=$2; grace_ms=$3; hup=$4; self=$$
 members() {
   found=" "; others=""
@@ -51,6 +53,9 @@ members() {
 }
 m=$(members)
 [ -z "$m" ] && exit 0
+# Freeze every member first: the list is in /proc order (lexicographic: pid 11 before 8),
+# and a shell that saw its child die before its own TERM arrived would exit normally.
+kill -STOP $m 2>/dev/null
 [ "$hup" = 1 ] && kill -HUP $m 2>/dev/null
 kill -TERM $m 2>/dev/null
 kill -CONT $m 2>/dev/null
