@@ -232,7 +232,7 @@ impl Config {
         }
     }
 
-    /// The envd base URL used for RPCs and `/files` (§1.1 `envdApiUrl`): the override, else
+    /// The envd base URL used for RPCs and `/files` (`envdApiUrl`): the override, else
     /// `https://sandbox.<domain>` for E2B's own domains, else `https://49983-<id>.<domain>`.
     /// `sandbox_domain` is the `domain` of the create/connect answer when non-empty.
     pub fn envd_api_url(&self, sandbox_id: &str, sandbox_domain: Option<&str>) -> String {
@@ -247,7 +247,7 @@ impl Config {
         }
     }
 
-    /// The envd URL handed to third parties in signed URLs (§1.1 `envdDirectUrl`): the
+    /// The envd URL handed to third parties in signed URLs (`envdDirectUrl`): the
     /// override, else always `https://49983-<id>.<domain>`.
     pub fn envd_direct_url(&self, sandbox_id: &str, sandbox_domain: Option<&str>) -> String {
         if let Some(u) = &self.sandbox_url {

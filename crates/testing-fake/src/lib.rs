@@ -44,9 +44,9 @@
 //! `POST /v2/sandboxes/{sandboxID}/connect`; envd keys are the plain path
 //! (`POST /filesystem.Filesystem/ListDir`, `GET /files`).
 //!
-//! Module ownership while the emulator is being built: `envd/` and `template.rs` hold envd
-//! (processes, files, isolation, templates); everything else is the control plane, the
-//! shared listener, routing, counters and fault injection.
+//! Layout: `envd/` and `template.rs` hold envd (processes, files, isolation, templates);
+//! everything else is the control plane, the shared listener, routing, counters and fault
+//! injection.
 
 mod admin;
 pub(crate) mod control;

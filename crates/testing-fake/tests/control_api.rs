@@ -1,4 +1,4 @@
-//! Control-plane conformance (checklist §9 items 1–11 and 14) against the emulator, with
+//! Control-plane conformance against the emulator, with
 //! raw HTTP and the shared proto types.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,6 +1,6 @@
 //! envd plain HTTP surface: /health, /files up and down (404/400/401/406, gzip both ways,
 //! multipart and octet-stream, ownership, signed URLs), access token, reserved routes,
-//! /envs, and a streamed 64 MiB round trip (checklist §9 items 13–19, 40).
+//! /envs, and a streamed 64 MiB round trip.
 #![allow(clippy::unwrap_used)]
 
 mod envd_support;

@@ -1,5 +1,5 @@
 //! envd filesystem service: Stat/MakeDir/Remove/Move/ListDir depth, symlinks, path
-//! resolution, users, WatchDir and polled watchers (checklist §9 items 34–38).
+//! resolution, users, WatchDir and polled watchers.
 #![allow(clippy::unwrap_used)]
 
 mod envd_support;

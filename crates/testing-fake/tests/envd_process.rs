@@ -1,5 +1,5 @@
 //! envd process service: start/data/end values, kill, timeout, keepalive, reconnect,
-//! stdin, PTY, users, environment (checklist §9 items 20–33).
+//! stdin, PTY, users, environment.
 #![allow(clippy::unwrap_used)]
 
 mod envd_support;

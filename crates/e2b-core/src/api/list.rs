@@ -68,7 +68,7 @@ impl ListQuery {
     }
 
     /// Query parameters (before URL encoding of the values): `metadata` is
-    /// `k=v&k2=v2` with keys and values URI-encoded once here (§2.5), the whole value is
+    /// `k=v&k2=v2` with keys and values URI-encoded once here, the whole value is
     /// encoded again by the query serializer; `state` is comma-joined.
     pub fn to_params(&self, next_token: Option<&str>) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();

@@ -1,4 +1,4 @@
-//! The connection to one sandbox's envd: base URL, routing and auth headers (§1.3), and
+//! The connection to one sandbox's envd: base URL, routing and auth headers, and
 //! the two Connect call shapes (unary JSON and server-streaming envelopes).
 
 use std::time::Duration;
@@ -69,7 +69,7 @@ impl EnvdConn {
     }
 
     /// The user to name on the wire: the chosen one, else `user` for envd < 0.4.0 (which
-    /// has no default user), else none (§7.4).
+    /// has no default user), else none.
     pub(crate) fn effective_user<'a>(&self, user: Option<&'a str>) -> Option<&'a str> {
         match user {
             Some(u) => Some(u),

@@ -1,5 +1,5 @@
 //! envd's plain HTTP routes: `/files` upload and download, streamed in both directions
-//! (never the whole file in memory), `/health`, and signed `/files` URLs (§3.6).
+//! (never the whole file in memory), `/health`, and signed `/files` URLs.
 
 use std::io;
 use std::pin::Pin;
@@ -55,7 +55,7 @@ impl FileOp {
     }
 }
 
-/// `v1_` + unpadded standard base64 of SHA-256(`path:op:user:token[:exp]`) (§3.6).
+/// `v1_` + unpadded standard base64 of SHA-256(`path:op:user:token[:exp]`).
 /// `path` is the raw query value, `user` the `username` value or empty.
 pub fn file_signature(
     path: &str,

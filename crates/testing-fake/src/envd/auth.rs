@@ -1,5 +1,5 @@
 //! Access control as envd does it: the reserved internal routes, the `X-Access-Token`
-//! check (§3.2), the Basic-auth user resolver, and `/files` signature verification (§3.6).
+//! check, the Basic-auth user resolver, and `/files` signature verification.
 
 use std::sync::Arc;
 
@@ -165,7 +165,7 @@ pub(crate) fn signature(
     )
 }
 
-/// `/files` access check (§3.2, §3.6): a matching header token, or a valid signature.
+/// `/files` access check: a matching header token, or a valid signature.
 pub(crate) fn check_files_access(
     envd: &Envd,
     headers: &HeaderMap,

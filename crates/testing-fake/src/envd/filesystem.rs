@@ -1,5 +1,5 @@
 //! `filesystem.Filesystem`: Stat, MakeDir, Move, ListDir, Remove (and dispatch of the
-//! watch RPCs), plus `EntryInfo` exactly as envd builds it (§6.1).
+//! watch RPCs), plus `EntryInfo` exactly as envd builds it.
 //!
 //! Every operation runs on the sandbox's [`super::isolation::FsWorker`] threads, so paths
 //! resolve in the sandbox's own mount namespace.

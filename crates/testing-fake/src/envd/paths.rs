@@ -1,4 +1,4 @@
-//! Path resolution as envd does it (§3.7): empty → workdir, `~` → home, `~other` → error,
+//! Path resolution as envd does it: empty → workdir, `~` → home, `~other` → error,
 //! relative → joined to the user's home and cleaned, absolute → as is.
 
 use crate::template::TemplateUser;

@@ -187,7 +187,7 @@ impl Table {
     }
 }
 
-/// The end event of Go's `ProcessState` (§8.3).
+/// The end event of Go's `ProcessState`.
 pub(crate) fn end_event(status: std::process::ExitStatus) -> EndEvent {
     if let Some(code) = status.code() {
         let s = format!("exit status {code}");
