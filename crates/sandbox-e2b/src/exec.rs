@@ -57,15 +57,7 @@ pub(crate) async fn exec(
     spec: ExecSpec,
     stop_wait: Duration,
 ) -> Result<ExecOutput, SandboxError> {
-    if spec.cancel.is_cancelled() {
-        return Err(SandboxError::Cancelled { op: OP });
-    }
-    for k in spec.env.keys() {
-        validate::env_name(OP, k)?;
-    }
-    if let Some(t) = &spec.tag {
-        validate::tag(OP, t)?;
-    }
+    validate::exec_spec(OP, &spec)?;
     let cwd = spec.cwd.as_deref().unwrap_or(WORKSPACE);
     validate::path(OP, cwd)?;
     let cwd = WorldPath::new(cwd).map_err(|e| SandboxError::invalid(OP, "cwd", e.to_string()))?;

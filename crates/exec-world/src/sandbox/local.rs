@@ -257,15 +257,7 @@ impl SandboxProvider for LocalSandboxes {
 
     async fn exec(&self, h: &SandboxHandle, spec: ExecSpec) -> Result<ExecOutput, SandboxError> {
         const OP: &str = "exec";
-        if spec.cancel.is_cancelled() {
-            return Err(SandboxError::Cancelled { op: OP });
-        }
-        for k in spec.env.keys() {
-            validate::env_name(OP, k)?;
-        }
-        if let Some(t) = &spec.tag {
-            validate::tag(OP, t)?;
-        }
+        validate::exec_spec(OP, &spec)?;
         let cwd = self.host_path(OP, h, spec.cwd.as_deref().unwrap_or(WORKSPACE))?;
         let dir = self.wake(OP, h).await?;
         let home = dir.join("workspace");

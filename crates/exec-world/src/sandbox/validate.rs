@@ -2,7 +2,7 @@
 //! limits and allowlist hosts. Each returns [`SandboxError::Invalid`] naming the
 //! operation, the value and the rule.
 
-use super::{Egress, SandboxError, SandboxLimits};
+use super::{Egress, ExecSpec, SandboxError, SandboxLimits};
 
 /// Longest path accepted (bytes).
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -71,6 +71,21 @@ pub fn env_name(op: &'static str, key: &str) -> Result<(), SandboxError> {
             "it must match ^[A-Za-z_][A-Za-z0-9_]*$",
         ))
     }
+}
+
+/// What every provider checks before an exec, before any request: not cancelled already,
+/// every env name, the tag.
+pub fn exec_spec(op: &'static str, spec: &ExecSpec) -> Result<(), SandboxError> {
+    if spec.cancel.is_cancelled() {
+        return Err(SandboxError::Cancelled { op });
+    }
+    for k in spec.env.keys() {
+        env_name(op, k)?;
+    }
+    if let Some(t) = &spec.tag {
+        tag(op, t)?;
+    }
+    Ok(())
 }
 
 /// A sandbox path: absolute, no NUL, no `..` segment, at most [`MAX_PATH_BYTES`].
