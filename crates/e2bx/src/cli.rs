@@ -48,7 +48,7 @@ pub struct Global {
     /// Template of fresh sandboxes (and of `sandbox create`).
     #[arg(long, global = true, default_value = "base", value_name = "T")]
     pub template: String,
-    /// Control-plane URL (default https://api.<domain>).
+    /// Control-plane URL (default `https://api.<domain>`).
     #[arg(long, global = true, env = "E2B_API_URL", hide_env_values = true)]
     pub api_url: Option<String>,
     /// E2B domain (default e2b.app).

@@ -140,7 +140,7 @@ impl Backend {
 
     /// The sandbox for one command: `--sandbox` connected (resumed if paused) and
     /// borrowed, or a fresh one from `--template`, owned (deleted at the end). Either way a
-    /// [`KeepAlive`] tops its lifetime up while the command runs (one open turn), and
+    /// `KeepAlive` tops its lifetime up while the command runs (one open turn), and
     /// never extends it blindly.
     pub async fn session(&self, g: &Global) -> CliResult<Session> {
         let opts = OwnerOptions::new(CreateOptions::new(g.template.clone()))

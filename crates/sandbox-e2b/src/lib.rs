@@ -1,6 +1,6 @@
 //! The conversation-sandbox provider (`sandbox@1`) on E2B: [`E2bSandboxes`], one E2B
 //! sandbox per conversation, implementing exec-world's
-//! [`SandboxProvider`](exec_world::sandbox::SandboxProvider) by composing `e2b-core`
+//! [`SandboxProvider`] by composing `e2b-core`
 //! (client, control shell), and `subprocess-e2b` (the exec wrapper and tree kill).
 //!
 //! * [`SandboxConfig`]: the strict deployment config (JSON or built).

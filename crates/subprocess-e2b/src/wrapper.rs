@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use exec_world::{EnvBase, ProcError};
 
-/// The wrapper script (POSIX sh): [`WRAPPER_BODY`] after exec-world's credential scrub
+/// The wrapper script (POSIX sh): `WRAPPER_BODY` after exec-world's credential scrub
 /// function (`exec_world::env_scrub::SH_SCRUB_FN`, the list every backend shares).
 pub fn wrapper_sh() -> &'static str {
     static SCRIPT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {

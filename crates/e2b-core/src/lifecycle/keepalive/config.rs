@@ -60,7 +60,7 @@ pub enum StopReason {
 
 pub(crate) type Observer = Arc<dyn Fn(&Renewal) + Send + Sync>;
 
-/// Keep-alive settings. See the [module docs](self) for the semantics.
+/// Keep-alive settings. See the [module docs](crate::lifecycle::keepalive) for the semantics.
 ///
 /// ```
 /// use std::time::Duration;
