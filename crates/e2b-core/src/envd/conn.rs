@@ -63,6 +63,12 @@ impl EnvdConn {
         self.access_token.iter().collect()
     }
 
+    /// The typed error of an envd answer that is not a success (body read within the
+    /// request timeout, secrets redacted).
+    pub(crate) async fn error_of(&self, resp: reqwest::Response) -> Error {
+        http::error_from(Surface::Envd, resp, self.request_timeout, &self.secrets()).await
+    }
+
     /// True when the sandbox's envd is at least `min` (unknown versions count as new).
     pub(crate) fn envd_at_least(&self, min: (u64, u64, u64)) -> bool {
         parse_version(&self.envd_version).is_none_or(|v| v >= min)
@@ -129,13 +135,7 @@ impl EnvdConn {
             .await
             .map_err(|e| self.send_error(e, "envd unary call"))?;
         if resp.status() != reqwest::StatusCode::OK {
-            return Err(http::error_from(
-                Surface::Envd,
-                resp,
-                self.request_timeout,
-                &self.secrets(),
-            )
-            .await);
+            return Err(self.error_of(resp).await);
         }
         let ct = http::media_type(&resp);
         if ct != CT_JSON {
@@ -228,13 +228,7 @@ impl EnvdConn {
             })?
             .map_err(|e| self.send_error(e, "envd stream handshake"))?;
         if resp.status() != reqwest::StatusCode::OK {
-            return Err(http::error_from(
-                Surface::Envd,
-                resp,
-                self.request_timeout,
-                &self.secrets(),
-            )
-            .await);
+            return Err(self.error_of(resp).await);
         }
         let ct = http::media_type(&resp);
         if ct != CT_CONNECT_JSON {

@@ -16,7 +16,6 @@ use sha2::{Digest as _, Sha256};
 use super::conn::EnvdConn;
 use crate::config::Secret;
 use crate::error::{Error, Surface};
-use crate::http;
 use crate::proto::filesystem::WriteInfo;
 use crate::retry::Idempotence;
 
@@ -315,13 +314,7 @@ impl EnvdConn {
             }
         };
         if !resp.status().is_success() {
-            return Err(http::error_from(
-                Surface::Envd,
-                resp,
-                self.request_timeout,
-                &self.secrets(),
-            )
-            .await);
+            return Err(self.error_of(resp).await);
         }
         let bytes = tokio::time::timeout(self.request_timeout, resp.bytes())
             .await
@@ -369,13 +362,7 @@ impl EnvdConn {
                         Error::from_reqwest(Surface::Envd, e, "download", self.request_timeout)
                     })?;
                 if !resp.status().is_success() {
-                    return Err(http::error_from(
-                        Surface::Envd,
-                        resp,
-                        self.request_timeout,
-                        &self.secrets(),
-                    )
-                    .await);
+                    return Err(self.error_of(resp).await);
                 }
                 Ok(resp)
             })
@@ -428,7 +415,7 @@ impl EnvdConn {
         if resp.status().is_success() {
             Ok(())
         } else {
-            Err(http::error_from(Surface::Envd, resp, self.request_timeout, &self.secrets()).await)
+            Err(self.error_of(resp).await)
         }
     }
 
