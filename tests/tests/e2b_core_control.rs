@@ -11,7 +11,7 @@ use e2b_core::{
 };
 use e2b_core_support::{client, config, emulator, sandbox};
 use futures::StreamExt as _;
-use testing_fake::{FaultAction, FaultRule, Surface as FakeSurface};
+use testing_fake::{FaultAction, FaultRule, Plane};
 
 #[tokio::test]
 async fn lifecycle_create_get_timeout_refresh_pause_connect_kill() {
@@ -33,15 +33,10 @@ async fn lifecycle_create_get_timeout_refresh_pause_connect_kill() {
     assert!(sb.access_token().is_some(), "secure by default");
     assert!(!sb.was_resumed());
     assert_eq!(
-        emu.counters()
-            .get_on(FakeSurface::Control, "POST /v2/sandboxes"),
+        emu.counters().get_on(Plane::Control, "POST /v2/sandboxes"),
         1
     );
-    assert_eq!(
-        emu.counters()
-            .get_on(FakeSurface::Control, "POST /sandboxes"),
-        0
-    );
+    assert_eq!(emu.counters().get_on(Plane::Control, "POST /sandboxes"), 0);
 
     let detail = c.get(sb.id()).await.expect("get");
     assert_eq!(detail.listed.sandbox_id, sb.id());
@@ -104,10 +99,8 @@ async fn lifecycle_create_get_timeout_refresh_pause_connect_kill() {
         .expect("connect running");
     assert!(!again.was_resumed());
     assert_eq!(
-        emu.counters().get_on(
-            FakeSurface::Control,
-            "POST /v2/sandboxes/{sandboxID}/connect"
-        ),
+        emu.counters()
+            .get_on(Plane::Control, "POST /v2/sandboxes/{sandboxID}/connect"),
         2
     );
 
@@ -126,17 +119,17 @@ async fn lifecycle_create_get_timeout_refresh_pause_connect_kill() {
     let err = sb.stat("/home/user", None).await.unwrap_err();
     assert!(err.is_sandbox_not_found(), "{err:?}");
     // a connection dropped on the way to a dead sandbox: the /health probe says "gone"
-    let health_before = emu.counters().get_on(FakeSurface::Envd, "GET /health");
+    let health_before = emu.counters().get_on(Plane::Envd, "GET /health");
     emu.faults().add(
         FaultRule::new(FaultAction::Reset)
-            .surface(FakeSurface::Envd)
+            .surface(Plane::Envd)
             .path_prefix("/filesystem.Filesystem/Stat")
             .times(1),
     );
     let err = sb.stat("/home/user", None).await.unwrap_err();
     assert!(err.is_sandbox_not_found(), "{err:?}");
     assert_eq!(
-        emu.counters().get_on(FakeSurface::Envd, "GET /health"),
+        emu.counters().get_on(Plane::Envd, "GET /health"),
         health_before + 1,
         "the reset was followed by one /health probe"
     );
@@ -208,11 +201,7 @@ async fn list_filters_and_pages() {
     want.sort();
     assert_eq!(all, want);
     assert!(!all.contains(&other.id().to_owned()));
-    assert!(
-        emu.counters()
-            .get_on(FakeSurface::Control, "GET /v2/sandboxes")
-            >= 4
-    );
+    assert!(emu.counters().get_on(Plane::Control, "GET /v2/sandboxes") >= 4);
 
     let running: Vec<_> = c
         .list(q.clone().states([SandboxState::Running]))
@@ -251,18 +240,14 @@ async fn v2_bare_404_falls_back_to_v1() {
             body: "404 page not found".into(),
             content_type: "text/plain; charset=utf-8".into(),
         })
-        .surface(FakeSurface::Control)
+        .surface(Plane::Control)
         .method("POST")
         .path_prefix(prefix)
     };
     emu.faults().add(bare("/v2/sandboxes"));
     let c = client(&emu);
     let sb = sandbox(&c).await;
-    assert_eq!(
-        emu.counters()
-            .get_on(FakeSurface::Control, "POST /sandboxes"),
-        1
-    );
+    assert_eq!(emu.counters().get_on(Plane::Control, "POST /sandboxes"), 1);
     // the fallback is remembered: connect goes to v1 at once
     let again = c
         .connect(sb.id(), ConnectOptions::default())
@@ -270,15 +255,13 @@ async fn v2_bare_404_falls_back_to_v1() {
         .expect("connect v1");
     assert!(!again.was_resumed());
     assert_eq!(
-        emu.counters().get_on(
-            FakeSurface::Control,
-            "POST /v2/sandboxes/{sandboxID}/connect"
-        ),
+        emu.counters()
+            .get_on(Plane::Control, "POST /v2/sandboxes/{sandboxID}/connect"),
         0
     );
     assert_eq!(
         emu.counters()
-            .get_on(FakeSurface::Control, "POST /sandboxes/{sandboxID}/connect"),
+            .get_on(Plane::Control, "POST /sandboxes/{sandboxID}/connect"),
         1
     );
 
@@ -290,7 +273,7 @@ async fn v2_bare_404_falls_back_to_v1() {
         .expect("connect fallback");
     assert_eq!(
         emu.counters()
-            .get_on(FakeSurface::Control, "POST /sandboxes/{sandboxID}/connect"),
+            .get_on(Plane::Control, "POST /sandboxes/{sandboxID}/connect"),
         2
     );
 
@@ -304,7 +287,7 @@ async fn v2_bare_404_falls_back_to_v1() {
     assert!(err.is_sandbox_not_found(), "{err:?}");
     assert_eq!(
         emu.counters()
-            .get_on(FakeSurface::Control, "POST /sandboxes/{sandboxID}/connect"),
+            .get_on(Plane::Control, "POST /sandboxes/{sandboxID}/connect"),
         2
     );
     emu.shutdown().await;
@@ -333,7 +316,7 @@ async fn e2b_404_and_bare_404_are_distinct() {
             body: "<html>not here</html>".into(),
             content_type: "text/html".into(),
         })
-        .surface(FakeSurface::Control)
+        .surface(Plane::Control)
         .method("GET")
         .path_prefix("/sandboxes/")
         .times(1),
@@ -345,7 +328,7 @@ async fn e2b_404_and_bare_404_are_distinct() {
             404,
             serde_json::json!({"code": 404, "message": "Sandbox gone"}),
         ))
-        .surface(FakeSurface::Control)
+        .surface(Plane::Control)
         .path_prefix("/sandboxes/")
         .times(1),
     );
@@ -401,7 +384,7 @@ async fn rate_limit_conflict_server_error_reset_and_timeout() {
     let sb = sandbox(&c).await;
     let on_get = |action: FaultAction| {
         FaultRule::new(action)
-            .surface(FakeSurface::Control)
+            .surface(Plane::Control)
             .method("GET")
             .path_prefix("/sandboxes/")
             .times(1)

@@ -19,7 +19,7 @@ use e2b_core::{
 use e2b_core_support::{client, config, emulator, sandbox, within};
 use futures::StreamExt as _;
 use sha2::{Digest as _, Sha256};
-use testing_fake::{FaultAction, FaultRule, Surface as FakeSurface};
+use testing_fake::{FaultAction, FaultRule, Plane};
 
 #[tokio::test]
 async fn processes_run_stream_and_exit() {
@@ -80,7 +80,7 @@ async fn processes_run_stream_and_exit() {
             body: "404 page not found".into(),
             content_type: "text/plain".into(),
         })
-        .surface(FakeSurface::Control)
+        .surface(Plane::Control)
         .path_prefix("/v2/sandboxes")
         .times(1),
     );
@@ -637,7 +637,7 @@ async fn signed_urls_work_without_headers() {
 
 fn envd_rule(action: FaultAction, path: &str) -> FaultRule {
     FaultRule::new(action)
-        .surface(FakeSurface::Envd)
+        .surface(Plane::Envd)
         .path_prefix(path)
         .times(1)
 }

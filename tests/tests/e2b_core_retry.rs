@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use e2b_core::retry::RetryPolicy;
 use e2b_core::{CREATE_TOKEN_KEY, Client, CreateOptions, EnvdApi, ListQuery};
-use testing_fake::{Emulator, EmulatorConfig, FaultAction, FaultRule, Surface};
+use testing_fake::{Emulator, EmulatorConfig, FaultAction, FaultRule, Plane};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
@@ -47,12 +47,12 @@ async fn idempotent_control_calls_retry_refusals_and_resets_a_capped_number_of_t
     let c = client_for(&emu, &emu.api_url());
     let sb = c.create(&CreateOptions::new("base")).await.expect("create");
     let key = "GET /sandboxes/{sandboxID}";
-    let count = || emu.counters().get_on(Surface::Control, key);
+    let count = || emu.counters().get_on(Plane::Control, key);
 
     // Two 503s, then success: three requests.
     emu.faults().add(
         FaultRule::new(status(503))
-            .surface(Surface::Control)
+            .surface(Plane::Control)
             .method("GET")
             .path_prefix("/sandboxes/")
             .times(2),
@@ -64,7 +64,7 @@ async fn idempotent_control_calls_retry_refusals_and_resets_a_capped_number_of_t
     // A reset connection, then success: two requests.
     emu.faults().add(
         FaultRule::new(FaultAction::Reset)
-            .surface(Surface::Control)
+            .surface(Plane::Control)
             .method("GET")
             .path_prefix("/sandboxes/")
             .times(1),
@@ -76,7 +76,7 @@ async fn idempotent_control_calls_retry_refusals_and_resets_a_capped_number_of_t
     // A 502 that never ends: the default number of attempts, then the error.
     emu.faults().add(
         FaultRule::new(status(502))
-            .surface(Surface::Control)
+            .surface(Plane::Control)
             .method("GET")
             .path_prefix("/sandboxes/"),
     );
@@ -97,10 +97,10 @@ async fn idempotent_control_calls_retry_refusals_and_resets_a_capped_number_of_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envd_unary_reads_and_the_download_handshake_retry() {
     let env = integration_tests::EmulatedSandbox::start(Duration::from_secs(20)).await;
-    let count = |k: &str| env.emu.counters().get_on(Surface::Envd, k);
+    let count = |k: &str| env.emu.counters().get_on(Plane::Envd, k);
     env.emu.faults().add(
         FaultRule::new(FaultAction::Reset)
-            .surface(Surface::Envd)
+            .surface(Plane::Envd)
             .path_prefix("/filesystem.Filesystem/Stat")
             .times(1),
     );
@@ -114,7 +114,7 @@ async fn envd_unary_reads_and_the_download_handshake_retry() {
         .expect("upload");
     env.emu.faults().add(
         FaultRule::new(status(503))
-            .surface(Surface::Envd)
+            .surface(Plane::Envd)
             .method("GET")
             .path_prefix("/files")
             .times(1),
@@ -133,16 +133,13 @@ async fn envd_unary_reads_and_the_download_handshake_retry() {
 async fn create_retries_a_refusal_and_checks_before_retrying_a_reset() {
     let emu = emulator().await;
     let c = client_for(&emu, &emu.api_url());
-    let creates = || {
-        emu.counters()
-            .get_on(Surface::Control, "POST /v2/sandboxes")
-    };
-    let lists = || emu.counters().get_on(Surface::Control, "GET /v2/sandboxes");
+    let creates = || emu.counters().get_on(Plane::Control, "POST /v2/sandboxes");
+    let lists = || emu.counters().get_on(Plane::Control, "GET /v2/sandboxes");
 
     // 503: nothing was done, retried at once.
     emu.faults().add(
         FaultRule::new(status(503))
-            .surface(Surface::Control)
+            .surface(Plane::Control)
             .method("POST")
             .path_prefix("/v2/sandboxes")
             .times(1),
@@ -156,7 +153,7 @@ async fn create_retries_a_refusal_and_checks_before_retrying_a_reset() {
     // A reset: maybe done, so the second attempt is preceded by a look-up by token.
     emu.faults().add(
         FaultRule::new(FaultAction::Reset)
-            .surface(Surface::Control)
+            .surface(Plane::Control)
             .method("POST")
             .path_prefix("/v2/sandboxes")
             .times(1),
@@ -271,9 +268,7 @@ async fn a_create_whose_answer_was_lost_is_not_duplicated() {
     let proxy = Proxy::start(emu.addr()).await;
     let c = client_for(&emu, &proxy.url);
     proxy.cut_next_create.store(true, Ordering::SeqCst);
-    let creates = emu
-        .counters()
-        .get_on(Surface::Control, "POST /v2/sandboxes");
+    let creates = emu.counters().get_on(Plane::Control, "POST /v2/sandboxes");
     let sb = c
         .create(&CreateOptions::new("base").metadata("case", "lost-answer"))
         .await
@@ -284,9 +279,7 @@ async fn a_create_whose_answer_was_lost_is_not_duplicated() {
     );
     // One create reached the control plane; the sandbox it made is the one returned.
     assert_eq!(
-        emu.counters()
-            .get_on(Surface::Control, "POST /v2/sandboxes")
-            - creates,
+        emu.counters().get_on(Plane::Control, "POST /v2/sandboxes") - creates,
         1
     );
     let all = c.list_all(ListQuery::new()).await.expect("list");

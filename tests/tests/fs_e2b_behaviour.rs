@@ -15,7 +15,7 @@ use exec_world::{
 use fs_e2b::{E2bFs, E2bFsOptions};
 use fs_e2b_support::{Env, env, scratch};
 use futures::StreamExt as _;
-use testing_fake::Surface;
+use testing_fake::Plane;
 
 fn wp(s: &str) -> WorldPath {
     WorldPath::new(s).expect("path")
@@ -97,11 +97,11 @@ async fn too_large_is_decided_without_a_download() {
         )
         .await
         .expect("write");
-    let before = env.emu.counters().get_on(Surface::Envd, "GET /files");
+    let before = env.emu.counters().get_on(Plane::Envd, "GET /files");
     let starts = env
         .emu
         .counters()
-        .get_on(Surface::Envd, "POST /process.Process/Start");
+        .get_on(Plane::Envd, "POST /process.Process/Start");
     match env.fs.read(&f, 1000).await {
         Err(FsError::TooLarge { limit, path }) => {
             assert_eq!((limit, path), (1000, f.clone()));
@@ -109,7 +109,7 @@ async fn too_large_is_decided_without_a_download() {
         other => panic!("expected TooLarge, got {other:?}"),
     }
     assert_eq!(
-        env.emu.counters().get_on(Surface::Envd, "GET /files"),
+        env.emu.counters().get_on(Plane::Envd, "GET /files"),
         before,
         "reads never use envd's root GET /files"
     );
@@ -117,7 +117,7 @@ async fn too_large_is_decided_without_a_download() {
     assert_eq!(
         env.emu
             .counters()
-            .get_on(Surface::Envd, "POST /process.Process/Start"),
+            .get_on(Plane::Envd, "POST /process.Process/Start"),
         starts + 1
     );
     // Through a symlink the size is the target's, not the link text's.
@@ -126,10 +126,7 @@ async fn too_large_is_decided_without_a_download() {
         env.fs.read(&dir.join("link").expect("path"), 1000).await,
         Err(FsError::TooLarge { .. })
     ));
-    assert_eq!(
-        env.emu.counters().get_on(Surface::Envd, "GET /files"),
-        before
-    );
+    assert_eq!(env.emu.counters().get_on(Plane::Envd, "GET /files"), before);
     assert_eq!(
         env.fs
             .read(&dir.join("link").expect("path"), 1 << 20)
@@ -436,7 +433,7 @@ async fn acting_user_owns_what_it_writes() {
         sh(&env, "stat -c '%U %a' /root/r.txt", &[]).await.trim(),
         "root 600"
     );
-    // The default user's control commands meet the permissions (envd's own /files
+    // The default user's shell commands meet the permissions (envd's own /files
     // routes run as envd and do not check them).
     assert!(matches!(
         env.fs.lstat(&wp("/root/r.txt")).await,

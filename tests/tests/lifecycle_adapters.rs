@@ -11,7 +11,7 @@ use e2b_core_support::{client, emulator};
 use exec_world::{Fs as _, SpawnSpec, Subprocess as _, WorldPath};
 use fs_e2b::{E2bFs, E2bFsOptions};
 use subprocess_e2b::E2bSubprocess;
-use testing_fake::Surface as FakeSurface;
+use testing_fake::Plane;
 
 #[tokio::test]
 async fn lifecycle_adapters_share_one_handle_and_one_tree() {
@@ -46,12 +46,12 @@ async fn lifecycle_adapters_share_one_handle_and_one_tree() {
     assert_eq!(&b[..], b"from fs");
 
     assert_eq!(
-        emu.counters().surface_total(FakeSurface::Control),
+        emu.counters().plane_total(Plane::Control),
         0,
         "fresh lease: no control-plane request"
     );
     let ka = h.keepalive().expect("keep-alive on");
     assert_eq!(ka.stats().renewals, 0);
-    assert!(emu.counters().surface_total(FakeSurface::Envd) > 0);
+    assert!(emu.counters().plane_total(Plane::Envd) > 0);
     owner.shutdown().await.expect("shutdown");
 }

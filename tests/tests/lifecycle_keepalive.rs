@@ -14,14 +14,14 @@ use e2b_core::lifecycle::{
 use e2b_core::proto::control::SandboxState;
 use e2b_core::{Client, EnvdApi, StartProcess};
 use e2b_core_support::{client, emulator};
-use testing_fake::{Emulator, Surface as FakeSurface};
+use testing_fake::{Emulator, Plane};
 
 const CONNECT: &str = "POST /v2/sandboxes/{sandboxID}/connect";
 const SET_TIMEOUT: &str = "POST /sandboxes/{sandboxID}/timeout";
 
 fn renewals_seen(emu: &Emulator) -> u64 {
-    emu.counters().get_on(FakeSurface::Control, CONNECT)
-        + emu.counters().get_on(FakeSurface::Control, SET_TIMEOUT)
+    emu.counters().get_on(Plane::Control, CONNECT)
+        + emu.counters().get_on(Plane::Control, SET_TIMEOUT)
 }
 
 async fn exec(api: &Arc<dyn EnvdApi>) {
@@ -73,7 +73,7 @@ async fn lifecycle_keepalive_off_sends_no_control_plane_request() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        emu.counters().surface_total(FakeSurface::Control),
+        emu.counters().plane_total(Plane::Control),
         0,
         "{:?}",
         emu.counters().snapshot().control
@@ -135,11 +135,11 @@ async fn lifecycle_keepalive_tops_up_only_when_needed() {
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
-        emu.counters().get_on(FakeSurface::Control, CONNECT),
+        emu.counters().get_on(Plane::Control, CONNECT),
         1,
         "one top-up"
     );
-    assert_eq!(emu.counters().get_on(FakeSurface::Control, SET_TIMEOUT), 0);
+    assert_eq!(emu.counters().get_on(Plane::Control, SET_TIMEOUT), 0);
     let r = seen.lock().unwrap_or_else(|p| p.into_inner())[0].clone();
     assert_eq!(r.number, 1);
     assert_eq!(r.reason, "start_process");
@@ -335,7 +335,7 @@ async fn thousand_execs(emu: &Emulator, c: &Client, timeout: Duration) -> (u64, 
     .expect("create");
     let h = owner.handle().await.expect("handle");
     let api = h.api();
-    let before = emu.counters().surface_total(FakeSurface::Control);
+    let before = emu.counters().plane_total(Plane::Control);
     let started = Instant::now();
     for _ in 0..1000 {
         exec(&api).await;
@@ -343,7 +343,7 @@ async fn thousand_execs(emu: &Emulator, c: &Client, timeout: Duration) -> (u64, 
     let elapsed = started.elapsed();
     // let a renewal asked for by the last exec land before counting
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let requests = emu.counters().surface_total(FakeSurface::Control) - before;
+    let requests = emu.counters().plane_total(Plane::Control) - before;
     let renewals = h
         .keepalive()
         .map(|k| k.stats().renewals)

@@ -13,7 +13,7 @@ use e2b_core::lifecycle::{
 };
 use e2b_core::{CreateOptions, EnvdApi, Error, StartProcess};
 use e2b_core_support::{client, emulator, within};
-use testing_fake::{FaultAction, FaultRule, Surface as FakeSurface};
+use testing_fake::{FaultAction, FaultRule, Plane};
 
 const DELETE: &str = "DELETE /sandboxes/{sandboxID}";
 
@@ -52,7 +52,7 @@ async fn lifecycle_setup_prepares_workdir_and_private_state_dir() {
     assert_eq!(h.state_dir(), "/home/user/workspace/.e2b-state");
     assert_eq!(h.sandbox_id(), owner.sandbox_id());
 
-    let shell = h.control_shell();
+    let shell = h.trusted_shell();
     assert!(
         shell.home().starts_with("/.e2b-control-"),
         "{}",
@@ -83,13 +83,13 @@ async fn lifecycle_setup_prepares_workdir_and_private_state_dir() {
         .expect("run");
     assert_ne!(denied.end.exit_code, 0);
 
-    // no login profile of the user's mutable home runs before control commands
+    // no login profile of the user's mutable home runs before shell commands
     sh(
         &api,
         "for f in .profile .bashrc .bash_profile; do echo 'touch /tmp/profile-ran' > /home/user/$f; done",
     )
     .await;
-    shell.run_ok("true", &[]).await.expect("control command");
+    shell.run_ok("true", &[]).await.expect("shell command");
 
     // setup again on the same sandbox is idempotent (reconnect by id)
     let again = SandboxOwner::connect(
@@ -129,7 +129,7 @@ async fn lifecycle_setup_prepares_workdir_and_private_state_dir() {
         owner.shutdown().await.expect("again"),
         ShutdownOutcome::Deleted
     );
-    assert_eq!(emu.counters().get_on(FakeSurface::Control, DELETE), 1);
+    assert_eq!(emu.counters().get_on(Plane::Control, DELETE), 1);
 }
 
 #[tokio::test]
@@ -186,13 +186,13 @@ async fn lifecycle_symlinked_reserved_dir_is_refused_and_the_sandbox_deleted() {
             .await
             .is_err_and(|e| e.is_sandbox_not_found())
     );
-    assert_eq!(emu.counters().get_on(FakeSurface::Control, DELETE), 1);
+    assert_eq!(emu.counters().get_on(Plane::Control, DELETE), 1);
     assert_eq!(
         owner.shutdown().await.expect("shutdown"),
         ShutdownOutcome::Deleted
     );
     assert_eq!(
-        emu.counters().get_on(FakeSurface::Control, DELETE),
+        emu.counters().get_on(Plane::Control, DELETE),
         1,
         "setup's cleanup is not repeated"
     );
@@ -258,7 +258,7 @@ async fn lifecycle_shutdown_waits_for_in_flight_setup_then_deletes() {
     let c = client(&emu);
     emu.faults().add(
         FaultRule::new(FaultAction::Delay(Duration::from_millis(1500)))
-            .surface(FakeSurface::Envd)
+            .surface(Plane::Envd)
             .path_prefix("/process.Process/Start")
             .times(1),
     );
@@ -271,7 +271,7 @@ async fn lifecycle_shutdown_waits_for_in_flight_setup_then_deletes() {
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
-        emu.counters().get_on(FakeSurface::Control, DELETE),
+        emu.counters().get_on(Plane::Control, DELETE),
         0,
         "setup still held"
     );
@@ -283,7 +283,7 @@ async fn lifecycle_shutdown_waits_for_in_flight_setup_then_deletes() {
     owner.setup_status().await.expect("setup succeeded");
     assert_eq!(
         emu.counters()
-            .get_on(FakeSurface::Envd, "POST /process.Process/Start"),
+            .get_on(Plane::Envd, "POST /process.Process/Start"),
         1
     );
     assert!(matches!(
@@ -330,7 +330,7 @@ async fn lifecycle_shutdown_of_a_gone_sandbox_is_silent() {
             body: "404 page not found".into(),
             content_type: "text/plain".into(),
         })
-        .surface(FakeSurface::Control)
+        .surface(Plane::Control)
         .method("DELETE")
         .times(1),
     );
@@ -350,9 +350,7 @@ async fn lifecycle_bring_your_own_sandbox_is_never_created_nor_deleted() {
     let emu = emulator().await;
     let c = client(&emu);
     let raw = c.create(&CreateOptions::new("base")).await.expect("create");
-    let creates = emu
-        .counters()
-        .get_on(FakeSurface::Control, "POST /v2/sandboxes");
+    let creates = emu.counters().get_on(Plane::Control, "POST /v2/sandboxes");
 
     let by_id = SandboxOwner::attach_id(&c, raw.id(), OwnerOptions::default())
         .await
@@ -387,10 +385,9 @@ async fn lifecycle_bring_your_own_sandbox_is_never_created_nor_deleted() {
         by_handle.shutdown().await.expect("shutdown"),
         ShutdownOutcome::Released
     );
-    assert_eq!(emu.counters().get_on(FakeSurface::Control, DELETE), 0);
+    assert_eq!(emu.counters().get_on(Plane::Control, DELETE), 0);
     assert_eq!(
-        emu.counters()
-            .get_on(FakeSurface::Control, "POST /v2/sandboxes"),
+        emu.counters().get_on(Plane::Control, "POST /v2/sandboxes"),
         creates
     );
     c.get(raw.id()).await.expect("still running");
@@ -418,7 +415,7 @@ async fn lifecycle_api_key_never_reaches_the_sandbox() {
     assert!(env.contains("APP_MODE=test"), "{env}");
     assert!(!env.contains(&key), "API key in the sandbox env");
     let root_env = h
-        .control_shell()
+        .trusted_shell()
         .run_ok("env", &[])
         .await
         .expect("root env")

@@ -13,7 +13,7 @@ use e2b_core::lifecycle::{
 use e2b_core::proto::control::SandboxState;
 use e2b_core::{CreateOptions, PauseOptions, StartProcess};
 use e2b_core_support::{client, emulator, within};
-use testing_fake::Surface as FakeSurface;
+use testing_fake::Plane;
 
 #[tokio::test]
 async fn lifecycle_reconnect_by_name_resumes_a_paused_sandbox_with_its_files() {
@@ -117,8 +117,7 @@ async fn lifecycle_reconnect_by_id_and_connect_or_create() {
         .expect("connect");
     assert_eq!(a.sandbox_id(), b.sandbox_id());
     assert_eq!(
-        emu.counters()
-            .get_on(FakeSurface::Control, "POST /v2/sandboxes"),
+        emu.counters().get_on(Plane::Control, "POST /v2/sandboxes"),
         1
     );
     b.handle().await.expect("handle");

@@ -22,30 +22,30 @@
 mod sdk_support;
 
 use sdk_support::{install_js, install_py, run_script};
-use testing_fake::{Emulator, Surface};
+use testing_fake::{Emulator, Plane};
 
 fn assert_reached(emu: &Emulator, create: &str, connect: &str) {
     let c = emu.counters();
     let snap = c.snapshot();
-    let at_least = |surface: Surface, key: &str, n: u64| {
+    let at_least = |surface: Plane, key: &str, n: u64| {
         assert!(
             c.get_on(surface, key) >= n,
             "expected ≥{n} × {key} on {}, counters: {snap:?}",
             surface.as_str()
         );
     };
-    at_least(Surface::Control, create, 1);
-    at_least(Surface::Control, "DELETE /sandboxes/{sandboxID}", 2);
-    at_least(Surface::Control, "GET /v2/sandboxes", 1);
-    at_least(Surface::Envd, "POST /process.Process/Start", 2);
-    at_least(Surface::Envd, "POST /files", 1);
-    at_least(Surface::Envd, "GET /files", 1);
-    at_least(Surface::Envd, "POST /filesystem.Filesystem/ListDir", 1);
-    at_least(Surface::Envd, "GET /health", 1);
-    at_least(Surface::Control, "POST /sandboxes/{sandboxID}/pause", 3);
-    at_least(Surface::Control, "POST /sandboxes/{sandboxID}/timeout", 1);
-    at_least(Surface::Control, "GET /sandboxes/{sandboxID}", 2);
-    at_least(Surface::Control, connect, 2);
+    at_least(Plane::Control, create, 1);
+    at_least(Plane::Control, "DELETE /sandboxes/{sandboxID}", 2);
+    at_least(Plane::Control, "GET /v2/sandboxes", 1);
+    at_least(Plane::Envd, "POST /process.Process/Start", 2);
+    at_least(Plane::Envd, "POST /files", 1);
+    at_least(Plane::Envd, "GET /files", 1);
+    at_least(Plane::Envd, "POST /filesystem.Filesystem/ListDir", 1);
+    at_least(Plane::Envd, "GET /health", 1);
+    at_least(Plane::Control, "POST /sandboxes/{sandboxID}/pause", 3);
+    at_least(Plane::Control, "POST /sandboxes/{sandboxID}/timeout", 1);
+    at_least(Plane::Control, "GET /sandboxes/{sandboxID}", 2);
+    at_least(Plane::Control, connect, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,7 +87,7 @@ async fn official_js_sdk_fidelity() {
     .await;
     let c = emu.counters();
     assert!(
-        c.get_on(Surface::Envd, "GET /files") >= 3,
+        c.get_on(Plane::Envd, "GET /files") >= 3,
         "signed downloads reached envd: {:?}",
         c.snapshot()
     );

@@ -18,7 +18,7 @@ fn v(s: &str) -> WorldPath {
 
 async fn world() -> World {
     let env = env().await;
-    let name = format!("scratch-{}", e2b_core::control_shell::random_suffix());
+    let name = format!("scratch-{}", e2b_core::trusted_shell::random_suffix());
     let fs = Rooted::new(Arc::new(env.fs.clone()), v("/home/user")).expect("rooted");
     let scratch = v(&format!("/{name}"));
     fs.mkdir(&scratch, false).await.expect("mkdir scratch");

@@ -16,11 +16,11 @@ use exec_world::sandbox::{
 use sandbox_e2b::{E2bSandboxes, NAME_METADATA_KEY};
 use sandbox_support::{config, env, host_processes_of, one, provider};
 use serde_json::json;
-use testing_fake::{FaultAction, FaultRule, Surface};
+use testing_fake::{FaultAction, FaultRule, Plane};
 
 fn connect_fault(action: FaultAction, times: u32) -> FaultRule {
     FaultRule::new(action)
-        .surface(Surface::Control)
+        .surface(Plane::Control)
         .method("POST")
         .path_prefix("/v2/sandboxes/")
         .times(times)
@@ -43,7 +43,7 @@ async fn gone_only_for_e2b_format_404() {
         content_type: "text/plain".into(),
     };
     let rule = FaultRule::new(bare)
-        .surface(Surface::Control)
+        .surface(Plane::Control)
         .method("POST")
         .times(2);
     faults.add(rule);
@@ -83,7 +83,7 @@ async fn gone_only_for_e2b_format_404() {
                 status,
                 json!({"code": status, "message": "x"}),
             ))
-            .surface(Surface::Control)
+            .surface(Plane::Control)
             .path_prefix(&format!("/sandboxes/{}/pause", o.h.id))
             .times(1),
         );
@@ -100,7 +100,7 @@ async fn gone_only_for_e2b_format_404() {
             body: "not here".into(),
             content_type: "text/plain".into(),
         })
-        .surface(Surface::Control)
+        .surface(Plane::Control)
         .method("DELETE")
         .times(1),
     );
@@ -119,14 +119,14 @@ async fn a_connect_without_access_token_is_gone() {
         ),
         1,
     ));
-    let before = o.env.emu.counters().snapshot().surface_total(Surface::Envd);
+    let before = o.env.emu.counters().snapshot().plane_total(Plane::Envd);
     let p = provider(&o.env.emu);
     let e = p
         .exec(&o.h, ExecSpec::new("true"))
         .await
         .expect_err("no token");
     assert!(e.is_gone(), "{e}");
-    let after = o.env.emu.counters().snapshot().surface_total(Surface::Envd);
+    let after = o.env.emu.counters().snapshot().plane_total(Plane::Envd);
     assert_eq!(before, after, "no unauthenticated envd request");
 }
 
@@ -344,11 +344,11 @@ async fn reboot_when_an_escaped_child_holds_the_output() {
     assert_eq!(r.stdout, "started\n");
     let snap = env.emu.counters().snapshot();
     assert_eq!(
-        snap.get_on(Surface::Control, "POST /sandboxes/{sandboxID}/pause"),
+        snap.get_on(Plane::Control, "POST /sandboxes/{sandboxID}/pause"),
         1
     );
     assert_eq!(
-        snap.get_on(Surface::Control, "POST /v2/sandboxes/{sandboxID}/connect"),
+        snap.get_on(Plane::Control, "POST /v2/sandboxes/{sandboxID}/connect"),
         1
     );
     let pid = p
@@ -384,9 +384,9 @@ async fn request_budget_on_a_fresh_lease() {
     let counters = o.env.emu.counters();
     let check = |what: &str, envd_max: u64| {
         let s = counters.snapshot();
-        assert_eq!(s.surface_total(Surface::Control), 0, "{what}: {s:?}");
+        assert_eq!(s.plane_total(Plane::Control), 0, "{what}: {s:?}");
         assert!(
-            (1..=envd_max).contains(&s.surface_total(Surface::Envd)),
+            (1..=envd_max).contains(&s.plane_total(Plane::Envd)),
             "{what}: {s:?}"
         );
         counters.reset();
@@ -422,7 +422,7 @@ async fn a_silent_command_outlives_a_proxy_that_drops_idle_streams() {
     let env = env().await;
     let idle_cut = || {
         FaultRule::new(FaultAction::CutIdle(Duration::from_secs(2)))
-            .surface(Surface::Envd)
+            .surface(Plane::Envd)
             .path_prefix("/process.Process/Start")
     };
     let cmd = || ExecSpec::new("sleep 5; echo done").timeout(Duration::from_secs(60));
@@ -507,12 +507,12 @@ async fn reboot_when_the_kill_cannot_run() {
         let busy = || FaultAction::json(503, json!({"code": 503, "message": "busy"}));
         let a = env.emu.faults().add(
             FaultRule::new(busy())
-                .surface(Surface::Envd)
+                .surface(Plane::Envd)
                 .path_prefix("/process.Process/Start"),
         );
         let b = env.emu.faults().add(
             FaultRule::new(busy())
-                .surface(Surface::Envd)
+                .surface(Plane::Envd)
                 .path_prefix("/process.Process/SendSignal"),
         );
         (a, b)
@@ -525,7 +525,7 @@ async fn reboot_when_the_kill_cannot_run() {
     assert!(r.timed_out && r.exit_code.is_none(), "{r:?}");
     let snap = env.emu.counters().snapshot();
     assert_eq!(
-        snap.get_on(Surface::Control, "POST /sandboxes/{sandboxID}/pause"),
+        snap.get_on(Plane::Control, "POST /sandboxes/{sandboxID}/pause"),
         1
     );
     assert_eq!(

@@ -16,7 +16,7 @@ use exec_world::{ProcError, SpawnSpec, Subprocess};
 use futures::StreamExt;
 use subprocess_e2b::E2bSubprocess;
 use subprocess_e2b_support::{env, proc_of};
-use testing_fake::{FaultAction, FaultRule, Surface as FakeSurface};
+use testing_fake::{FaultAction, FaultRule, Plane};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A tree: the shell, a background job, a `setsid`'d child and an orphaned `setsid`'d
@@ -120,7 +120,7 @@ async fn a_cut_stream_kills_the_tree_before_wait_reports() {
     // start event, wrapper header, `ready`, then ticks: cut after a few ticks.
     env.emu.faults().add(
         FaultRule::new(FaultAction::CutStream { after_frames: 6 })
-            .surface(FakeSurface::Envd)
+            .surface(Plane::Envd)
             .path_prefix("/process.Process/Start")
             .times(1),
     );
@@ -157,7 +157,7 @@ async fn bash_tool_terminates_when_its_stream_is_lost() {
     let file = format!("{}/pids-bash", p.cwd());
     env.emu.faults().add(
         FaultRule::new(FaultAction::CutStream { after_frames: 6 })
-            .surface(FakeSurface::Envd)
+            .surface(Plane::Envd)
             .path_prefix("/process.Process/Start")
             .times(1),
     );
@@ -285,7 +285,7 @@ async fn spawn_errors_name_the_operation_and_the_cause_once() {
             503,
             serde_json::json!({"code": "unavailable", "message": "envd is overloaded"}),
         ))
-        .surface(FakeSurface::Envd)
+        .surface(Plane::Envd)
         .path_prefix("/process.Process/Start")
         .times(1),
     );

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use subprocess_e2b::E2bSubprocess;
 use subprocess_e2b::spill::{SpillTarget, tee};
 use subprocess_e2b_support::{env, proc_of};
-use testing_fake::{FaultAction, FaultRule, Surface as FakeSurface};
+use testing_fake::{FaultAction, FaultRule, Plane};
 
 async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(60), fut)
@@ -42,7 +42,7 @@ async fn pid_is_none_until_the_wrapper_verified_the_group() {
     // envd's pid alone never becomes the child's pid.
     env.emu.faults().add(
         FaultRule::new(FaultAction::CutStream { after_frames: 1 })
-            .surface(FakeSurface::Envd)
+            .surface(Plane::Envd)
             .path_prefix("/process.Process/Start")
             .times(1),
     );
@@ -57,7 +57,7 @@ async fn pid_is_none_until_the_wrapper_verified_the_group() {
     // leader.
     env.emu.faults().add(
         FaultRule::new(FaultAction::Delay(Duration::from_millis(500)))
-            .surface(FakeSurface::Envd)
+            .surface(Plane::Envd)
             .path_prefix("/process.Process/Start")
             .times(1),
     );
@@ -357,9 +357,9 @@ async fn request_cost_of_one_spawn() {
     tokio::time::sleep(Duration::from_millis(200)).await; // a drop-kill would land here
     let snap = env.emu.counters().snapshot();
     eprintln!("one spawn: {snap:?}");
-    assert_eq!(snap.surface_total(FakeSurface::Control), 0, "{snap:?}");
+    assert_eq!(snap.plane_total(Plane::Control), 0, "{snap:?}");
     assert_eq!(snap.get("POST /process.Process/Start"), 1, "{snap:?}");
-    assert_eq!(snap.surface_total(FakeSurface::Envd), 1, "{snap:?}");
+    assert_eq!(snap.plane_total(Plane::Envd), 1, "{snap:?}");
 
     env.emu.counters().reset();
     let child = p.spawn(SpawnSpec::new("sleep").arg("100")).expect("spawn");
@@ -396,7 +396,7 @@ async fn request_cost_of_a_terminal() {
         .expect("terminate");
     let snap = env.emu.counters().snapshot();
     eprintln!("first terminal + write + terminate: {snap:?}");
-    assert_eq!(snap.surface_total(FakeSurface::Control), 0, "{snap:?}");
+    assert_eq!(snap.plane_total(Plane::Control), 0, "{snap:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -166,8 +166,8 @@ pub enum Error {
     /// Invalid configuration or argument (no API key, bad URL, ...).
     #[error("invalid configuration or argument: {0}")]
     Config(String),
-    /// An adapter-internal control command exited non-zero.
-    #[error("control command failed with exit code {exit_code}: {stderr}")]
+    /// An adapter-internal shell command exited non-zero.
+    #[error("shell command failed with exit code {exit_code}: {stderr}")]
     ControlCommand {
         /// Its exit code (-1 when killed).
         exit_code: i32,

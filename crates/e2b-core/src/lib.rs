@@ -14,12 +14,12 @@
 
 pub mod api;
 pub mod config;
-pub mod control_shell;
 pub mod envd;
 pub mod error;
 mod http;
 pub mod lifecycle;
 pub mod retry;
+pub mod trusted_shell;
 pub use e2b_proto as proto;
 pub mod sandbox;
 

@@ -11,10 +11,10 @@ use exec_world::{
     WorldPath, WriteOptions,
 };
 
-use crate::ctl::Ctl;
 use crate::meta::parse_records;
 use crate::options::E2bFsOptions;
 use crate::scripts;
+use crate::shell::Ctl;
 
 /// What every handle on one sandbox shares.
 #[derive(Debug)]
@@ -23,15 +23,15 @@ pub(crate) struct Shared {
     pub api: Arc<dyn EnvdApi>,
     /// The acting user (`None`: envd's default).
     pub user: Option<String>,
-    /// Control commands as that user.
+    /// Shell commands as that user.
     pub ctl: Ctl,
     /// Staging directory name prefix.
     pub staging_prefix: String,
     /// Remove abandoned staging dirs from a background task.
     pub background_cleanup: bool,
-    /// Lifetime of each control command.
+    /// Lifetime of each shell command.
     pub command_timeout: std::time::Duration,
-    /// Control commands as root (only to make the upload directory).
+    /// Shell commands as root (only to make the upload directory).
     pub root_ctl: Ctl,
     /// Root's private upload directory, once made (see [`crate::scripts::UPLOAD_DIR`]).
     pub upload_dir: std::sync::Mutex<Option<WorldPath>>,
@@ -255,7 +255,7 @@ impl Fs for E2bFs {
             return Ok(());
         }
         // Kinds about the destination name it; the rest name the source.
-        Err(match crate::ctl::classify(&out, &from, "rename") {
+        Err(match crate::shell::classify(&out, &from, "rename") {
             FsError::NotEmpty { .. } | FsError::AlreadyExists { .. } => {
                 FsError::NotEmpty { path: to }
             }

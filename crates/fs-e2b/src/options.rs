@@ -21,7 +21,7 @@ pub struct E2bFsOptions {
     /// Remove a staging directory from a background task when a write is dropped midway
     /// (default true; the directory is otherwise left behind).
     pub background_cleanup: bool,
-    /// Lifetime of each control command (envd kills it at expiry). Default 120 s.
+    /// Lifetime of each shell command (envd kills it at expiry). Default 120 s.
     pub command_timeout: Duration,
 }
 

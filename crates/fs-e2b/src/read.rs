@@ -19,10 +19,10 @@ use e2b_core::proto::process::{DataEvent, ProcessEvent, ProcessSelector, Signal}
 use exec_world::{ByteStream, FsError, WorldPath};
 use futures::StreamExt as _;
 
-use crate::ctl::{CtlOutput, EXIT_TOO_LARGE, classify};
 use crate::error::map_error;
 use crate::fs::Shared;
 use crate::scripts;
+use crate::shell::{EXIT_TOO_LARGE, ShellOutput, classify};
 
 /// Largest chunk `read_stream` yields.
 pub(crate) const CHUNK: usize = 1 << 20;
@@ -97,7 +97,7 @@ impl Reader {
                 limit,
             };
         }
-        let out = CtlOutput {
+        let out = ShellOutput {
             exit_code: code,
             stdout: Vec::new(),
             stderr: self.stderr.clone(),

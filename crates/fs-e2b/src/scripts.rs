@@ -1,6 +1,6 @@
-//! The shell scripts of the control commands. Each runs as `sh -c SCRIPT sh ARGS…` with
+//! The shell scripts of the shell commands. Each runs as `sh -c SCRIPT sh ARGS…` with
 //! paths only as positional parameters. Exit codes 64–69 name an error kind (see
-//! [`crate::ctl`]); any other failure is classified from `strerror` text (`LC_ALL=C`).
+//! [`crate::shell`]); any other failure is classified from `strerror` text (`LC_ALL=C`).
 
 /// `find -printf` format of one record: kind, mode, size, device, inode, mtime, ctime,
 /// link text, name; every field ends with NUL.

@@ -12,15 +12,15 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use e2b_core::control_shell::random_suffix;
+use e2b_core::trusted_shell::random_suffix;
 use exec_world::{ByteStream, Created, FsError, Version, WorldPath, WriteOptions};
 use futures::StreamExt as _;
 
-use crate::ctl::{CtlOutput, EXIT_EXISTS, classify};
 use crate::error::map_error;
 use crate::fs::Shared;
 use crate::meta::parse_records;
 use crate::scripts;
+use crate::shell::{EXIT_EXISTS, ShellOutput, classify};
 
 /// A staging directory (the user's) and an upload (in root's directory) that are removed
 /// unless disarmed: awaited by [`Stage::cleanup`], or from a spawned task when dropped
@@ -85,7 +85,7 @@ impl Stage {
         script: &str,
         args: &[&str],
         abs: &WorldPath,
-    ) -> Result<(CtlOutput, Stage), FsError> {
+    ) -> Result<(ShellOutput, Stage), FsError> {
         match self.sh.ctl.run_ok(script, args, abs, "write").await {
             Ok(out) => Ok((out, self)),
             Err(e) => {
@@ -160,7 +160,7 @@ async fn prepare(
     abs: &WorldPath,
     args: impl Fn(&Stage) -> Vec<String>,
     what: &str,
-) -> Result<(CtlOutput, Stage), FsError> {
+) -> Result<(ShellOutput, Stage), FsError> {
     let mut fresh = false;
     loop {
         let uploads = upload_dir(sh, fresh).await?;

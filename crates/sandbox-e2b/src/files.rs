@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use e2b_core::control_shell::{ControlShell, random_suffix};
+use e2b_core::trusted_shell::{TrustedShell, random_suffix};
 use exec_world::sandbox::{FileContent, FileStat, SKILLS, SandboxError, validate};
 
 use crate::errors::script_failed;
@@ -36,8 +36,8 @@ const SKILLS_WRITE_SH: &str = r#"umask 022; s=1
 mkdir -p -- "$(dirname -- "$1")" && cat -- "$2" > "$1" && chmod 0644 -- "$1" && s=0
 rm -f -- "$2"; exit $s"#;
 
-fn user_shell(a: &crate::lease::Attached, max_output: usize) -> ControlShell {
-    ControlShell::new(a.api.clone())
+fn user_shell(a: &crate::lease::Attached, max_output: usize) -> TrustedShell {
+    TrustedShell::new(a.api.clone())
         .user(SANDBOX_USER)
         .max_output(max_output)
 }
@@ -129,7 +129,7 @@ pub(crate) async fn write_file(
             let body = body.clone();
             async move {
                 let staging = format!("{UPLOAD_DIR}/{}", random_suffix());
-                let root = ControlShell::new(a.api.clone()).max_output(STDERR_ROOM);
+                let root = TrustedShell::new(a.api.clone()).max_output(STDERR_ROOM);
                 if let Err(e) = a.api.upload_bytes(&staging, Some("root"), body).await {
                     // Best effort: a partial upload must not stay behind.
                     let _ = root.run(r#"rm -f -- "$1""#, &[&staging]).await;

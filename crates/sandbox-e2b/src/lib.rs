@@ -1,7 +1,7 @@
 //! The conversation-sandbox provider (`sandbox@1`) on E2B: [`E2bSandboxes`], one E2B
 //! sandbox per conversation, implementing exec-world's
 //! [`SandboxProvider`] by composing `e2b-core`
-//! (client, control shell), and `subprocess-e2b` (the exec wrapper and tree kill).
+//! (client, trusted shell), and `subprocess-e2b` (the exec wrapper and tree kill).
 //!
 //! * [`SandboxConfig`]: the strict deployment config (JSON or built).
 //! * Lifecycle by name: `create` deletes every sandbox already carrying the name (listed
@@ -45,8 +45,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use e2b_core::control_shell::ControlShell;
 use e2b_core::proto::control::SandboxState;
+use e2b_core::trusted_shell::TrustedShell;
 use e2b_core::{Client, CreateOptions, ListQuery};
 use exec_world::sandbox::{
     CreateSpec, Egress, ExecOutput, ExecSpec, FileContent, FileStat, ResumeOutcome,
@@ -135,7 +135,7 @@ impl E2bSandboxes {
             .with_envd(op, &h.id, None, files::FILE_OP_NEED, |a| {
                 let args = args.clone();
                 async move {
-                    ControlShell::new(a.api.clone())
+                    TrustedShell::new(a.api.clone())
                         .user(lease::SANDBOX_USER)
                         .max_output(64 * 1024)
                         .run(SIGNAL_EXECS_SH, &args)

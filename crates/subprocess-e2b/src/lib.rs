@@ -28,7 +28,7 @@
 //!
 //! # Environment
 //!
-//! The trusted control shell (root, random root-level `HOME`, no profile) looks the user
+//! The trusted trusted shell (root, random root-level `HOME`, no profile) looks the user
 //! up with `getent passwd` (home, shell) and reads envd's `PATH`, once per adapter.
 //! Every process gets `EXEC_WORLD_SPAWN=<marker>` and:
 //! - [`EnvBase::Clean`](exec_world::EnvBase): `env -i` + exactly the explicit variables;
@@ -65,8 +65,8 @@
 //! # Signals and termination
 //!
 //! `Child::signal`: envd's SendSignal for TERM/KILL, `kill -s NAME PID` through the
-//! control shell for the others. `terminate(grace)` (and `Drop`, with no grace, from a
-//! background task) runs exec-world's `tree_script` through the control shell: TERM
+//! trusted shell for the others. `terminate(grace)` (and `Drop`, with no grace, from a
+//! background task) runs exec-world's `tree_script` through the trusted shell: TERM
 //! (terminals: HUP too) and CONT to the group, the session, their descendants and every
 //! process carrying the marker (which catches `setsid`'d and `nohup`'d escapees), up to
 //! `grace`, then KILL rounds until none is left; if it reports survivors or cannot run,
@@ -109,10 +109,10 @@
 //! `wait()` report it; if that kill cannot finish, dropping the child runs it again.
 
 mod child;
-mod control;
 mod errors;
 mod queue;
 mod session;
+mod shell;
 pub mod spill;
 mod status;
 mod subprocess;
@@ -120,8 +120,8 @@ mod terminal;
 mod world;
 pub mod wrapper;
 
-pub use control::UserInfo;
 pub use errors::map_error;
+pub use shell::UserInfo;
 pub use subprocess::{DEFAULT_OUTPUT_BUFFER, E2bSubprocess};
 
 /// The README's example, compiled as a doctest.

@@ -200,7 +200,7 @@ impl Session {
     }
 
     /// Sends `sig` to the process itself: envd's SendSignal for TERM/KILL when envd
-    /// knows the program's pid, else `kill -s` through the control shell.
+    /// knows the program's pid, else `kill -s` through the trusted shell.
     pub(crate) async fn signal_process(&self, sig: exec_world::Signal) -> Result<(), ProcError> {
         let s = self.started().await?;
         if self.ended() {
@@ -223,7 +223,7 @@ impl Session {
                 Err(e) => Err(map_error("sending a signal", e)),
             };
         }
-        self.world.control.signal(s.pid, sig, false).await
+        self.world.shell.signal(s.pid, sig, false).await
     }
 
     /// The kill path: exec-world's tree kill (TERM [+HUP] to group, session, descendants
@@ -242,7 +242,7 @@ impl Session {
     async fn kill_target(&self, s: Started, grace: Duration) -> Result<(), ProcError> {
         let tree = self
             .world
-            .control
+            .shell
             .kill_tree(s.pid, &self.marker, grace, self.terminal)
             .await;
         if !matches!(tree, Ok(true)) && s.envd_pid != NO_LEADER {
@@ -337,8 +337,8 @@ async fn start(world: &Arc<WorldShared>, mut launch: Launch) -> Result<ProcessSt
         }
         Some((cols, rows)) => {
             let dir = world.state_dir(&info).await?;
-            let file = format!("{dir}/term-{}.sh", e2b_core::control_shell::random_suffix());
-            world.control.make_private_file(&file, &info.name).await?;
+            let file = format!("{dir}/term-{}.sh", e2b_core::trusted_shell::random_suffix());
+            world.shell.make_private_file(&file, &info.name).await?;
             world
                 .api
                 .upload_bytes(

@@ -11,8 +11,8 @@ use exec_world::{
 };
 
 use crate::child::E2bChild;
-use crate::control::UserInfo;
 use crate::session::{Launch, Session};
+use crate::shell::UserInfo;
 use crate::terminal::E2bTerminal;
 use crate::world::WorldShared;
 use crate::wrapper::{WrapArgs, validate};
@@ -110,7 +110,7 @@ impl E2bSubprocess {
         }
     }
 
-    /// The sandbox user as the trusted control shell found it (`getent passwd`).
+    /// The sandbox user as the trusted trusted shell found it (`getent passwd`).
     pub async fn user_info(&self) -> Result<UserInfo, ProcError> {
         self.world.user_info().await
     }
@@ -165,7 +165,7 @@ impl Subprocess for E2bSubprocess {
         } else {
             program.to_owned()
         };
-        self.world.control.which(&info.path, &program).await
+        self.world.shell.which(&info.path, &program).await
     }
 
     fn spawn(&self, spec: SpawnSpec) -> Result<Child, ProcError> {

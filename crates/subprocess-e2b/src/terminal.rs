@@ -1,6 +1,6 @@
 //! `E2bTerminal`: the [`TerminalBackend`] over envd's PTY. Input is SendInput `pty`
 //! bytes, resize is envd's Update, signals go to the terminal's foreground process
-//! group (`kill -s NAME -- -TPGID` through the control shell), terminate runs the tree
+//! group (`kill -s NAME -- -TPGID` through the trusted shell), terminate runs the tree
 //! kill with hang-up over the whole session.
 
 use std::sync::Arc;
@@ -82,7 +82,7 @@ impl TerminalBackend for E2bTerminal {
         if self.session.ended() {
             return Ok(());
         }
-        self.session.world.control.signal(s.pid, sig, true).await
+        self.session.world.shell.signal(s.pid, sig, true).await
     }
 
     async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError> {

@@ -1,4 +1,4 @@
-//! What every process of one adapter shares: the envd API, the control shell, the
+//! What every process of one adapter shares: the envd API, the trusted shell, the
 //! settings, and two values found once and cached (the user lookup and the private
 //! state directory for terminal spec files).
 
@@ -9,12 +9,12 @@ use e2b_core::EnvdApi;
 use exec_world::ProcError;
 use tokio::sync::OnceCell;
 
-use crate::control::{Control, UserInfo};
+use crate::shell::{Shell, UserInfo};
 
 /// Shared by an [`E2bSubprocess`](crate::E2bSubprocess) and its processes.
 pub(crate) struct WorldShared {
     pub(crate) api: Arc<dyn EnvdApi>,
-    pub(crate) control: Control,
+    pub(crate) shell: Shell,
     pub(crate) user: Option<String>,
     pub(crate) output_buffer: usize,
     pub(crate) process_timeout: Option<Duration>,
@@ -39,7 +39,7 @@ impl WorldShared {
         process_timeout: Option<Duration>,
     ) -> WorldShared {
         WorldShared {
-            control: Control::new(api.clone()),
+            shell: Shell::new(api.clone()),
             api,
             user,
             output_buffer,
@@ -54,16 +54,16 @@ impl WorldShared {
         let _ = self.info.set(info);
     }
 
-    /// The user lookup (first call: one or two control commands; then cached; a failed
+    /// The user lookup (first call: one or two shell commands; then cached; a failed
     /// lookup is retried by the next call).
     pub(crate) async fn user_info(&self) -> Result<UserInfo, ProcError> {
         self.info
             .get_or_try_init(|| async {
                 let name = match &self.user {
                     Some(u) => u.clone(),
-                    None => self.control.default_user_name().await?,
+                    None => self.shell.default_user_name().await?,
                 };
-                self.control.lookup(&name).await
+                self.shell.lookup(&name).await
             })
             .await
             .cloned()
@@ -76,9 +76,9 @@ impl WorldShared {
             .get_or_try_init(|| async {
                 let dir = format!(
                     "/tmp/.e2bx-proc-{}",
-                    e2b_core::control_shell::random_suffix()
+                    e2b_core::trusted_shell::random_suffix()
                 );
-                self.control.make_state_dir(&dir, &info.name).await?;
+                self.shell.make_state_dir(&dir, &info.name).await?;
                 Ok(dir)
             })
             .await

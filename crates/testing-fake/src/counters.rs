@@ -13,19 +13,19 @@ use serde::{Deserialize, Serialize};
 /// Which HTTP surface a request was addressed to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Surface {
+pub enum Plane {
     /// The control-plane REST API (`X-API-KEY`).
     Control,
     /// envd, reached through the shared sandbox host (`E2b-Sandbox-Id`).
     Envd,
 }
 
-impl Surface {
+impl Plane {
     /// Wire name (`control` / `envd`).
     pub fn as_str(self) -> &'static str {
         match self {
-            Surface::Control => "control",
-            Surface::Envd => "envd",
+            Plane::Control => "control",
+            Plane::Envd => "envd",
         }
     }
 }
@@ -48,19 +48,19 @@ impl CounterSnapshot {
     }
 
     /// Requests with this route key on one surface.
-    pub fn get_on(&self, surface: Surface, key: &str) -> u64 {
+    pub fn get_on(&self, surface: Plane, key: &str) -> u64 {
         let map = match surface {
-            Surface::Control => &self.control,
-            Surface::Envd => &self.envd,
+            Plane::Control => &self.control,
+            Plane::Envd => &self.envd,
         };
         map.get(key).copied().unwrap_or(0)
     }
 
     /// All requests on one surface.
-    pub fn surface_total(&self, surface: Surface) -> u64 {
+    pub fn plane_total(&self, surface: Plane) -> u64 {
         match surface {
-            Surface::Control => self.control.values().sum(),
-            Surface::Envd => self.envd.values().sum(),
+            Plane::Control => self.control.values().sum(),
+            Plane::Envd => self.envd.values().sum(),
         }
     }
 }
@@ -79,12 +79,12 @@ impl Counters {
     }
 
     /// Count one request.
-    pub(crate) fn record(&self, surface: Surface, key: &str) {
+    pub(crate) fn record(&self, surface: Plane, key: &str) {
         let mut s = self.lock();
         s.total += 1;
         let map = match surface {
-            Surface::Control => &mut s.control,
-            Surface::Envd => &mut s.envd,
+            Plane::Control => &mut s.control,
+            Plane::Envd => &mut s.envd,
         };
         *map.entry(key.to_owned()).or_insert(0) += 1;
     }
@@ -95,8 +95,8 @@ impl Counters {
     }
 
     /// Requests on one surface.
-    pub fn surface_total(&self, surface: Surface) -> u64 {
-        self.lock().surface_total(surface)
+    pub fn plane_total(&self, surface: Plane) -> u64 {
+        self.lock().plane_total(surface)
     }
 
     /// Requests with this route key (`"POST /v2/sandboxes"`) on either surface.
@@ -105,7 +105,7 @@ impl Counters {
     }
 
     /// Requests with this route key on one surface (`GET /health` exists on both).
-    pub fn get_on(&self, surface: Surface, key: &str) -> u64 {
+    pub fn get_on(&self, surface: Plane, key: &str) -> u64 {
         self.lock().get_on(surface, key)
     }
 
@@ -122,10 +122,10 @@ impl Counters {
 
 /// The route key of a request: `"METHOD /path"` with sandbox ids (and other ids in control
 /// paths) replaced by their `{name}` templates.
-pub(crate) fn route_key(surface: Surface, method: &http::Method, path: &str) -> String {
+pub(crate) fn route_key(surface: Plane, method: &http::Method, path: &str) -> String {
     let path = match surface {
-        Surface::Envd => path.to_owned(),
-        Surface::Control => control_template(path),
+        Plane::Envd => path.to_owned(),
+        Plane::Control => control_template(path),
     };
     format!("{} {}", method.as_str(), path)
 }
@@ -159,23 +159,23 @@ mod tests {
     fn control_keys_use_templates() {
         let m = http::Method::POST;
         assert_eq!(
-            route_key(Surface::Control, &m, "/sandboxes/iabc/pause"),
+            route_key(Plane::Control, &m, "/sandboxes/iabc/pause"),
             "POST /sandboxes/{sandboxID}/pause"
         );
         assert_eq!(
-            route_key(Surface::Control, &m, "/v2/sandboxes/iabc/connect"),
+            route_key(Plane::Control, &m, "/v2/sandboxes/iabc/connect"),
             "POST /v2/sandboxes/{sandboxID}/connect"
         );
         assert_eq!(
-            route_key(Surface::Control, &m, "/v2/sandboxes"),
+            route_key(Plane::Control, &m, "/v2/sandboxes"),
             "POST /v2/sandboxes"
         );
         assert_eq!(
-            route_key(Surface::Control, &http::Method::GET, "/sandboxes/metrics"),
+            route_key(Plane::Control, &http::Method::GET, "/sandboxes/metrics"),
             "GET /sandboxes/metrics"
         );
         assert_eq!(
-            route_key(Surface::Envd, &m, "/process.Process/Start"),
+            route_key(Plane::Envd, &m, "/process.Process/Start"),
             "POST /process.Process/Start"
         );
     }
@@ -183,13 +183,13 @@ mod tests {
     #[test]
     fn snapshot_and_reset() {
         let c = Counters::default();
-        c.record(Surface::Control, "GET /health");
-        c.record(Surface::Envd, "GET /health");
-        c.record(Surface::Envd, "GET /files");
+        c.record(Plane::Control, "GET /health");
+        c.record(Plane::Envd, "GET /health");
+        c.record(Plane::Envd, "GET /files");
         assert_eq!(c.total(), 3);
         assert_eq!(c.get("GET /health"), 2);
-        assert_eq!(c.get_on(Surface::Envd, "GET /health"), 1);
-        assert_eq!(c.surface_total(Surface::Envd), 2);
+        assert_eq!(c.get_on(Plane::Envd, "GET /health"), 1);
+        assert_eq!(c.plane_total(Plane::Envd), 2);
         c.reset();
         assert_eq!(c.total(), 0);
         assert_eq!(c.snapshot(), CounterSnapshot::default());

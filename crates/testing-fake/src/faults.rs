@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::counters::Surface;
+use crate::counters::Plane;
 
 /// What a matching rule does to the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,8 +73,8 @@ impl FaultAction {
 /// One fault rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FaultRule {
-    /// Surface to match; `None` = both.
-    pub surface: Option<Surface>,
+    /// Plane to match; `None` = both.
+    pub surface: Option<Plane>,
     /// Method to match (`"POST"`); `None` = any.
     pub method: Option<String>,
     /// The request path must start with this (`""` = every path).
@@ -102,7 +102,7 @@ impl FaultRule {
     }
 
     /// Only this surface.
-    pub fn surface(mut self, surface: Surface) -> Self {
+    pub fn surface(mut self, surface: Plane) -> Self {
         self.surface = Some(surface);
         self
     }
@@ -152,7 +152,7 @@ pub struct FaultId(pub u64);
 
 /// What the dispatcher knows about a request when it consults the rules.
 pub(crate) struct RequestFacts<'a> {
-    pub surface: Surface,
+    pub surface: Plane,
     pub method: &'a str,
     pub path: &'a str,
     pub sandbox_id: Option<&'a str>,
@@ -260,7 +260,7 @@ impl Faults {
 pub struct FaultRuleWire {
     /// `control` / `envd`; absent = both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub surface: Option<Surface>,
+    pub surface: Option<Plane>,
     /// HTTP method; absent = any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
@@ -387,7 +387,7 @@ impl From<&FaultRule> for FaultRuleWire {
 mod tests {
     use super::*;
 
-    fn facts<'a>(surface: Surface, method: &'a str, path: &'a str) -> RequestFacts<'a> {
+    fn facts<'a>(surface: Plane, method: &'a str, path: &'a str) -> RequestFacts<'a> {
         RequestFacts {
             surface,
             method,
@@ -401,15 +401,15 @@ mod tests {
         let f = Faults::default();
         f.add(
             FaultRule::new(FaultAction::Reset)
-                .surface(Surface::Control)
+                .surface(Plane::Control)
                 .path_prefix("/sandboxes")
                 .times(1),
         );
-        let r = f.fire(&facts(Surface::Envd, "GET", "/sandboxes"));
+        let r = f.fire(&facts(Plane::Envd, "GET", "/sandboxes"));
         assert!(r.terminal.is_none());
-        let r = f.fire(&facts(Surface::Control, "GET", "/sandboxes/x"));
+        let r = f.fire(&facts(Plane::Control, "GET", "/sandboxes/x"));
         assert_eq!(r.terminal, Some(FaultAction::Reset));
-        let r = f.fire(&facts(Surface::Control, "GET", "/sandboxes/x"));
+        let r = f.fire(&facts(Plane::Control, "GET", "/sandboxes/x"));
         assert!(r.terminal.is_none());
         assert!(f.rules().is_empty());
     }

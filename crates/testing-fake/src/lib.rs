@@ -58,6 +58,6 @@ mod proxy;
 mod server;
 pub mod template;
 
-pub use counters::{CounterSnapshot, Counters, Surface};
+pub use counters::{CounterSnapshot, Counters, Plane};
 pub use faults::{FaultAction, FaultId, FaultRule, Faults};
 pub use server::{Emulator, EmulatorConfig, EmulatorError};

@@ -25,7 +25,7 @@ use tower::ServiceExt;
 
 use crate::control;
 use crate::control::store::Store;
-use crate::counters::{Counters, Surface, route_key};
+use crate::counters::{Counters, Plane, route_key};
 use crate::faults::{FaultAction, Faults, RequestFacts};
 use crate::proxy::{self, Target};
 
@@ -117,11 +117,11 @@ async fn dispatch(shared: Arc<Shared>, req: Request) -> Result<Response, ResetCo
     let (surface, sandbox_id) = match &target {
         Target::Control => {
             let id = control_sandbox_id(&path);
-            (Surface::Control, id)
+            (Plane::Control, id)
         }
-        Target::Envd { sandbox_id, .. } => (Surface::Envd, Some(sandbox_id.clone())),
+        Target::Envd { sandbox_id, .. } => (Plane::Envd, Some(sandbox_id.clone())),
         Target::Invalid(_) => (
-            Surface::Envd,
+            Plane::Envd,
             req.headers()
                 .get(headers::SANDBOX_ID)
                 .and_then(|v| v.to_str().ok())

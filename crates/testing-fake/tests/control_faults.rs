@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use support::{Env, read_frames};
-use testing_fake::{FaultAction, FaultRule, Surface};
+use testing_fake::{FaultAction, FaultRule, Plane};
 
 #[tokio::test]
 async fn proxy_answers() {
@@ -95,7 +95,7 @@ async fn status_delay_and_reset_faults() {
             503,
             json!({"code": 503, "message": "no capacity"}),
         ))
-        .surface(Surface::Control)
+        .surface(Plane::Control)
         .method("POST")
         .path_prefix("/v2/sandboxes")
         .times(1),
@@ -153,7 +153,7 @@ async fn status_delay_and_reset_faults() {
             body: "bad gateway".into(),
             content_type: "text/plain".into(),
         })
-        .surface(Surface::Envd)
+        .surface(Plane::Envd)
         .sandbox(id)
         .times(1),
     );
@@ -175,7 +175,7 @@ async fn cut_stream_and_drop_token_faults() {
 
     env.emu.faults().add(
         FaultRule::new(FaultAction::CutStream { after_frames: 2 })
-            .surface(Surface::Envd)
+            .surface(Plane::Envd)
             .path_prefix("/process.Process/Start")
             .times(1),
     );
@@ -187,7 +187,7 @@ async fn cut_stream_and_drop_token_faults() {
     // the token is dropped before envd: envd answers 401
     env.emu.faults().add(
         FaultRule::new(FaultAction::DropAccessToken)
-            .surface(Surface::Envd)
+            .surface(Plane::Envd)
             .path_prefix("/process.Process/")
             .times(1),
     );
@@ -224,9 +224,9 @@ async fn counters_count_every_request() {
     assert_eq!(c.get("POST /v2/sandboxes"), 1);
     assert_eq!(c.get("GET /sandboxes/{sandboxID}"), 1);
     assert_eq!(c.get("GET /v2/sandboxes"), 2);
-    assert_eq!(c.get_on(Surface::Envd, "GET /health"), 1);
-    assert_eq!(c.surface_total(Surface::Control), 4);
-    assert_eq!(c.surface_total(Surface::Envd), 1);
+    assert_eq!(c.get_on(Plane::Envd, "GET /health"), 1);
+    assert_eq!(c.plane_total(Plane::Control), 4);
+    assert_eq!(c.plane_total(Plane::Envd), 1);
     assert_eq!(c.total(), 5);
     let snap = c.snapshot();
     assert_eq!(snap.envd["GET /health"], 1);

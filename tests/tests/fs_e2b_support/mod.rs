@@ -49,7 +49,7 @@ pub async fn env() -> Env {
 pub async fn scratch(fs: &E2bFs) -> WorldPath {
     let p = WorldPath::new(format!(
         "/home/user/scratch-{}",
-        e2b_core::control_shell::random_suffix()
+        e2b_core::trusted_shell::random_suffix()
     ))
     .expect("path");
     fs.mkdir(&p, false).await.expect("mkdir scratch");

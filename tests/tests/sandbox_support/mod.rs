@@ -82,7 +82,7 @@ pub async fn root_sh(env: &Env, id: &str, script: &str) -> String {
 /// Runs `script` with positional `args` as root in the sandbox; stdout as text.
 pub async fn root_sh_args(env: &Env, id: &str, script: &str, args: &[&str]) -> String {
     let api = root_api(env, id).await;
-    let out = e2b_core::control_shell::ControlShell::new(api)
+    let out = e2b_core::trusted_shell::TrustedShell::new(api)
         .run(script, args)
         .await
         .expect("root command");

@@ -166,7 +166,7 @@ impl Client {
     /// connected to and returned instead of creating another. A timeout is not retried
     /// (the request may still be running).
     pub async fn create_raw(&self, body: &NewSandbox) -> Result<WireSandbox, Error> {
-        let token = crate::control_shell::random_suffix();
+        let token = crate::trusted_shell::random_suffix();
         let mut body = body.clone();
         body.metadata
             .get_or_insert_with(BTreeMap::new)

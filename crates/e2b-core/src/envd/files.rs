@@ -220,7 +220,7 @@ async fn upload_watchdog(p: Arc<Progress>, idle: Option<Duration>, answer: Durat
 fn multipart(path: &str, body: ByteStream) -> (String, ByteStream) {
     // 20 random characters (RandomState is seeded from the OS): the boundary cannot
     // plausibly occur in the content.
-    let boundary = format!("e2b-core-{}", crate::control_shell::random_suffix());
+    let boundary = format!("e2b-core-{}", crate::trusted_shell::random_suffix());
     // Quotes, CR and LF cannot appear inside the quoted filename.
     let filename: String = path
         .chars()

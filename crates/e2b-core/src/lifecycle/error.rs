@@ -47,7 +47,7 @@ pub enum LifecycleError {
     Prepare {
         /// The path being prepared.
         path: String,
-        /// Bounded stderr of the control command.
+        /// Bounded stderr of the shell command.
         message: String,
     },
     /// The owner is shutting down (or shut down): no new handles.

@@ -12,13 +12,13 @@ use tokio::sync::watch;
 
 use crate::api::{Client, CreateOptions};
 use crate::config::DEFAULT_SANDBOX_TIMEOUT;
-use crate::control_shell::ControlShell;
 use crate::lifecycle::error::LifecycleError;
 use crate::lifecycle::keepalive::{KeepAlive, KeepAliveConfig};
 use crate::lifecycle::setup::{
     self, DEFAULT_STATE_DIR, DEFAULT_WORKDIR, DEFAULT_WORKDIR_OWNER, Prepared,
 };
 use crate::sandbox::EnvdApi;
+use crate::trusted_shell::TrustedShell;
 
 /// Metadata key holding a sandbox's logical name (see [`OwnerOptions::name`]).
 pub const NAME_METADATA_KEY: &str = "e2b-core.name";
@@ -184,9 +184,9 @@ impl OwnedHandle {
         &self.state_dir
     }
 
-    /// A control shell on this handle (root, random root-level `HOME`).
-    pub fn control_shell(&self) -> ControlShell {
-        ControlShell::new(self.api.clone())
+    /// A trusted shell on this handle (root, random root-level `HOME`).
+    pub fn trusted_shell(&self) -> TrustedShell {
+        TrustedShell::new(self.api.clone())
     }
 
     /// The keep-alive, when on.
@@ -304,7 +304,7 @@ impl SandboxOwner {
         let task_inner = Arc::downgrade(&inner);
         tokio::spawn(async move {
             let prepared = if opts.prepare {
-                let shell = ControlShell::new(api.clone());
+                let shell = TrustedShell::new(api.clone());
                 setup::prepare(
                     &shell,
                     &workdir,

@@ -1,10 +1,10 @@
 //! Preparing a sandbox for the adapters: validating the working directory (before any
 //! request) and creating it plus a private adapter state directory inside it, through the
-//! control shell (root, random root-level `HOME`, positional arguments), refusing any
+//! trusted shell (root, random root-level `HOME`, positional arguments), refusing any
 //! reserved path that is a symlink or not a directory.
 
-use crate::control_shell::ControlShell;
 use crate::lifecycle::error::{LifecycleError, PathKind};
+use crate::trusted_shell::TrustedShell;
 
 /// Default working directory.
 pub const DEFAULT_WORKDIR: &str = "/home/user/workspace";
@@ -124,7 +124,7 @@ pub struct Prepared {
 /// must come from [`normalize_workdir`]. New workdir components are given to `owner`
 /// (`None`: left to root).
 pub async fn prepare(
-    shell: &ControlShell,
+    shell: &TrustedShell,
     workdir: &str,
     state_name: &str,
     owner: Option<&str>,

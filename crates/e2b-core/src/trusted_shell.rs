@@ -1,8 +1,8 @@
-//! The adapter-internal control shell: short trusted commands (mkdir, chmod, atomic
+//! The adapter-internal trusted shell: short trusted commands (mkdir, chmod, atomic
 //! link, group kill …) run inside the sandbox through envd, for the adapters and the
 //! lifecycle owner.
 //!
-//! A control command is `/bin/sh -c SCRIPT sh ARG…`: arguments travel as positional
+//! A shell command is `/bin/sh -c SCRIPT sh ARG…`: arguments travel as positional
 //! parameters, never spliced into the script, so no quoting mistake can turn a path into
 //! code. It runs as a trusted user (default `root`) with a random root-level `HOME` that
 //! does not exist, and without `-l`, so no login profile from the sandbox user's mutable
@@ -19,10 +19,10 @@ use crate::error::{Error, Surface};
 use crate::proto::process::{DataEvent, ProcessEvent};
 use crate::sandbox::EnvdApi;
 
-/// Default bound on what a control command may print on each stream.
+/// Default bound on what a shell command may print on each stream.
 pub const DEFAULT_MAX_OUTPUT: usize = 1 << 20;
 
-/// What a control command produced.
+/// What a shell command produced.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ControlOutput {
     /// Exit code (-1 when killed by a signal).
@@ -48,13 +48,13 @@ impl ControlOutput {
 ///
 /// ```no_run
 /// # async fn demo(api: std::sync::Arc<dyn e2b_core::EnvdApi>) -> Result<(), e2b_core::Error> {
-/// use e2b_core::control_shell::ControlShell;
-/// let shell = ControlShell::new(api);
+/// use e2b_core::trusted_shell::TrustedShell;
+/// let shell = TrustedShell::new(api);
 /// shell.run_ok(r#"mkdir -p -- "$1" && chmod 0700 -- "$1""#, &["/home/user/.state"]).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
-pub struct ControlShell {
+pub struct TrustedShell {
     api: Arc<dyn EnvdApi>,
     user: Option<String>,
     home: String,
@@ -63,10 +63,10 @@ pub struct ControlShell {
     max_output: usize,
 }
 
-impl ControlShell {
-    /// A control shell running as `root` with a fresh random root-level `HOME`.
+impl TrustedShell {
+    /// A trusted shell running as `root` with a fresh random root-level `HOME`.
     pub fn new(api: Arc<dyn EnvdApi>) -> Self {
-        ControlShell {
+        TrustedShell {
             api,
             user: Some("root".to_owned()),
             home: format!("/.e2b-control-{}", random_suffix()),
@@ -106,7 +106,7 @@ impl ControlShell {
         self
     }
 
-    /// The `HOME` control commands see.
+    /// The `HOME` shell commands see.
     pub fn home(&self) -> &str {
         &self.home
     }
@@ -158,7 +158,7 @@ impl ControlShell {
         if !ended {
             return Err(Error::protocol(
                 Surface::Envd,
-                "control command stream ended without an end event",
+                "shell command stream ended without an end event",
             ));
         }
         Ok(out)

@@ -1,12 +1,12 @@
-//! Running the control commands of [`crate::scripts`] as the acting user, and turning a
+//! Running the shell commands of [`crate::scripts`] as the acting user, and turning a
 //! failed one into an [`FsError`] of the right kind.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use e2b_core::EnvdApi;
-use e2b_core::control_shell::ControlShell;
 use e2b_core::envd::ProcessStream;
+use e2b_core::trusted_shell::TrustedShell;
 use exec_world::{FsError, WorldPath};
 
 use crate::error::map_error;
@@ -28,9 +28,9 @@ pub(crate) const EXIT_TOO_LARGE: i32 = 68;
 /// Exit code: not a regular file (a FIFO, socket or device is never opened).
 pub(crate) const EXIT_NOT_REGULAR: i32 = 69;
 
-/// What a control command produced.
+/// What a shell command produced.
 #[derive(Debug)]
-pub(crate) struct CtlOutput {
+pub(crate) struct ShellOutput {
     /// Exit code (-1 when killed).
     pub exit_code: i32,
     /// stdout (bounded).
@@ -39,17 +39,17 @@ pub(crate) struct CtlOutput {
     pub stderr: Vec<u8>,
 }
 
-/// Runs control commands as one user.
+/// Runs shell commands as one user.
 #[derive(Debug, Clone)]
 pub(crate) struct Ctl {
-    shell: ControlShell,
+    shell: TrustedShell,
 }
 
 impl Ctl {
     /// A runner over `api` acting as `user` (`None`: envd's default user).
     pub(crate) fn new(api: Arc<dyn EnvdApi>, user: Option<String>, timeout: Duration) -> Self {
         Ctl {
-            shell: ControlShell::new(api)
+            shell: TrustedShell::new(api)
                 .acting_user(user)
                 .env("LC_ALL", "C")
                 .timeout(Some(timeout))
@@ -66,7 +66,7 @@ impl Ctl {
         args: &[&str],
         path: &WorldPath,
         what: &str,
-    ) -> Result<CtlOutput, FsError> {
+    ) -> Result<ShellOutput, FsError> {
         let out = self
             .shell
             .run(script, args)
@@ -74,10 +74,10 @@ impl Ctl {
             .map_err(|e| map_error(e, path, what))?;
         if out.truncated {
             return Err(FsError::other(format!(
-                "{what} {path}: control command output exceeds {MAX_OUTPUT} bytes"
+                "{what} {path}: shell command output exceeds {MAX_OUTPUT} bytes"
             )));
         }
-        Ok(CtlOutput {
+        Ok(ShellOutput {
             exit_code: out.exit_code,
             stdout: out.stdout,
             stderr: out.stderr,
@@ -115,7 +115,7 @@ impl Ctl {
         args: &[&str],
         path: &WorldPath,
         what: &str,
-    ) -> Result<CtlOutput, FsError> {
+    ) -> Result<ShellOutput, FsError> {
         let out = self.run(script, args, path, what).await?;
         if out.exit_code != 0 {
             return Err(classify(&out, path, what));
@@ -124,9 +124,9 @@ impl Ctl {
     }
 }
 
-/// The error of a failed control command: our exit codes first, then the `strerror`
+/// The error of a failed shell command: our exit codes first, then the `strerror`
 /// text that ends the last line of stderr (`LC_ALL=C`), then a few tool phrases.
-pub(crate) fn classify(out: &CtlOutput, path: &WorldPath, what: &str) -> FsError {
+pub(crate) fn classify(out: &ShellOutput, path: &WorldPath, what: &str) -> FsError {
     let path = path.clone();
     match out.exit_code {
         EXIT_NOT_FOUND => return FsError::NotFound { path },
@@ -184,8 +184,8 @@ pub(crate) fn classify(out: &CtlOutput, path: &WorldPath, what: &str) -> FsError
 mod tests {
     use super::*;
 
-    fn out(code: i32, stderr: &str) -> CtlOutput {
-        CtlOutput {
+    fn out(code: i32, stderr: &str) -> ShellOutput {
+        ShellOutput {
             exit_code: code,
             stdout: Vec::new(),
             stderr: stderr.as_bytes().to_vec(),
@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn classifies_exit_codes_and_strerror() {
         let p = WorldPath::new("/a/b").expect("path");
-        let k = |o: CtlOutput| classify(&o, &p, "test");
+        let k = |o: ShellOutput| classify(&o, &p, "test");
         assert!(matches!(k(out(64, "")), FsError::NotFound { .. }));
         assert!(matches!(k(out(67, "")), FsError::IsADirectory { .. }));
         assert!(matches!(

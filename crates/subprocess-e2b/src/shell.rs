@@ -1,11 +1,11 @@
-//! Trusted commands through e2b-core's control shell (root, positional arguments, a
+//! Trusted commands through e2b-core's trusted shell (root, positional arguments, a
 //! random root-level `HOME`, no login profile): the user lookup, `which`, the private
 //! state directory, signals to a pid or a terminal's foreground group, and the
 //! exec-world tree kill.
 
 use std::time::Duration;
 
-use e2b_core::control_shell::ControlShell;
+use e2b_core::trusted_shell::TrustedShell;
 use e2b_core::{EnvdApi, StartProcess};
 use exec_world::{ProcError, Signal};
 
@@ -57,14 +57,14 @@ exit 0"#;
 
 /// Trusted commands for one adapter.
 #[derive(Clone, Debug)]
-pub(crate) struct Control {
-    pub(crate) shell: ControlShell,
+pub(crate) struct Shell {
+    pub(crate) shell: TrustedShell,
 }
 
-impl Control {
-    pub(crate) fn new(api: std::sync::Arc<dyn EnvdApi>) -> Control {
-        Control {
-            shell: ControlShell::new(api).max_output(64 << 10),
+impl Shell {
+    pub(crate) fn new(api: std::sync::Arc<dyn EnvdApi>) -> Shell {
+        Shell {
+            shell: TrustedShell::new(api).max_output(64 << 10),
         }
     }
 
@@ -192,7 +192,7 @@ impl Control {
         hangup: bool,
     ) -> Result<bool, ProcError> {
         let argv = exec_world::tree_script::kill_tree_argv(leader, marker, grace, hangup);
-        // argv = sh -c SCRIPT NAME ARGS…: run SCRIPT through the control shell with ARGS.
+        // argv = sh -c SCRIPT NAME ARGS…: run SCRIPT through the trusted shell with ARGS.
         let script = argv.get(2).cloned().unwrap_or_default();
         let args: Vec<&str> = argv.iter().skip(4).map(String::as_str).collect();
         let shell = self
