@@ -132,6 +132,32 @@ pub(crate) fn join_self(fd: i32) {
     let _ = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
 }
 
+/// True when `pid` (alive, or a zombie not yet reaped) is in the cgroup `dir`: listed in
+/// its `cgroup.procs` (one short file), or else (a zombie is not listed) its
+/// `/proc/<pid>/cgroup` v2 line ends with the last two components of `dir`
+/// (`exec-world-<our pid>/<marker>`, unique to the spawn).
+pub(crate) fn holds(dir: &Path, pid: u32) -> bool {
+    if members(dir).contains(&pid) {
+        return true;
+    }
+    let (Some(spawn), Some(ours)) = (
+        dir.file_name().and_then(|n| n.to_str()),
+        dir.parent()
+            .and_then(Path::file_name)
+            .and_then(|n| n.to_str()),
+    ) else {
+        return false;
+    };
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return false;
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .and_then(|p| p.trim_end().strip_suffix(spawn))
+        .and_then(|p| p.strip_suffix('/'))
+        .is_some_and(|p| p.ends_with(&format!("/{ours}")))
+}
+
 /// The pids in the cgroup `dir` (empty when it is gone).
 pub(crate) fn members(dir: &Path) -> Vec<u32> {
     std::fs::read_to_string(dir.join("cgroup.procs"))

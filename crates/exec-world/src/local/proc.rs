@@ -154,6 +154,8 @@ impl Reaped {
         let pid = child
             .id()
             .ok_or_else(|| ProcError::other("spawned child has no pid"))?;
+        // Before the reaper runs: the tree checks the unreaped leader's cgroup.
+        let tree = Tree::new(pid, marker, cgroup);
         let (tx, rx) = watch::channel(None);
         tokio::spawn(async move {
             let r = child.wait().await.map(to_status).map_err(|e| e.to_string());
@@ -161,7 +163,7 @@ impl Reaped {
         });
         Ok(Reaped {
             pid,
-            tree: Tree::new(pid, marker, cgroup),
+            tree,
             status: rx,
         })
     }
@@ -261,7 +263,7 @@ impl ChildBackend for LocalChild {
 impl Drop for LocalChild {
     fn drop(&mut self) {
         if !self.detached {
-            self.reaped.tree.kill_now();
+            self.reaped.tree.kill_on_drop();
         }
     }
 }

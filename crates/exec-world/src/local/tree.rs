@@ -14,6 +14,13 @@
 //!    even a process that left the session, cleared its environment and lost its parent
 //!    chain is found, and `cgroup.kill` ends them all at once.
 //!
+//! When the leader is verified in its cgroup (`contained`: its `/proc/<pid>/cgroup` names
+//! the spawn's cgroup before it was reaped), every process it ever starts is in that cgroup
+//! too, so the cgroup's `cgroup.procs` alone is the member list: the scan reads one file
+//! instead of all of `/proc` (the whole cost of a `Drop` on the hot path). Otherwise the
+//! `/proc` scan (1-3) finds the members, and `Drop` runs it on a thread of its own so the
+//! dropping task does not wait for it.
+//!
 //! Without a cgroup, only a process that both left the session *and* cleared its
 //! environment, after its parent chain to us was broken, escapes. Reading other users'
 //! `environ` needs root or the same user. This process and its ancestors are never
@@ -85,15 +92,29 @@ pub(crate) struct Tree {
     marker: String,
     /// The spawn's own cgroup, when it got one.
     cgroup: Option<PathBuf>,
+    /// The leader was seen in `cgroup` (so all its descendants are there).
+    contained: bool,
 }
 
 impl Tree {
+    /// The tree of the spawn `leader` (not reaped yet: its cgroup membership is checked).
     pub(crate) fn new(leader: u32, marker: String, cgroup: Option<PathBuf>) -> Tree {
+        let contained = cgroup.as_deref().is_some_and(|d| cgroup::holds(d, leader));
         Tree {
             leader,
             marker,
             cgroup,
+            contained,
         }
+    }
+
+    /// The live members of a contained tree: its cgroup's processes (never this process
+    /// or its ancestors, which are outside it), with their process group.
+    fn cgroup_members(&self, dir: &std::path::Path) -> Vec<(u32, u32)> {
+        cgroup::members(dir)
+            .into_iter()
+            .filter_map(|pid| read_stat(pid).filter(|s| !s.zombie).map(|s| (pid, s.pgrp)))
+            .collect()
     }
 
     /// `cgroup.kill` of the spawn's cgroup (no-op without one).
@@ -112,6 +133,11 @@ impl Tree {
 
     /// The live members (see the module docs) with their process group.
     fn scan(&self) -> Vec<(u32, u32)> {
+        if self.contained
+            && let Some(dir) = &self.cgroup
+        {
+            return self.cgroup_members(dir);
+        }
         let needle = format!("{MARKER_VAR}={}", self.marker).into_bytes();
         let protected = protected();
         let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -183,8 +209,8 @@ impl Tree {
         }
     }
 
-    /// SIGKILL rounds until a scan finds no member (bounded). Synchronous: used by Drop.
-    pub(crate) fn kill_now(&self) {
+    /// SIGKILL rounds until a scan finds no member (bounded). Synchronous.
+    fn kill_now(&self) {
         for _ in 0..200 {
             let m = self.scan();
             if m.is_empty() {
@@ -199,6 +225,23 @@ impl Tree {
             leader = self.leader,
             "processes survived 200 SIGKILL rounds"
         );
+    }
+
+    /// Ends the tree when its handle is dropped: at once when contained (`cgroup.kill`,
+    /// then the one-file scan), else the `/proc` scan and kill rounds on a thread of their
+    /// own (inline when no thread can be started).
+    pub(crate) fn kill_on_drop(&self) {
+        if self.contained {
+            self.kill_now();
+            return;
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("exec-world-reap".into())
+            .spawn(move || me.kill_now());
+        if spawned.is_err() {
+            self.kill_now();
+        }
     }
 
     /// `scan` off the async workers (it reads a few files per process in `/proc`).
