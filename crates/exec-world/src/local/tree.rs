@@ -31,7 +31,9 @@
 //! scan finds no member, so processes forked meanwhile are caught by the next round.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::cgroup;
@@ -94,6 +96,9 @@ pub(crate) struct Tree {
     cgroup: Option<PathBuf>,
     /// The leader was seen in `cgroup` (so all its descendants are there).
     contained: bool,
+    /// `cgroup` was handed back (empty) and may serve another spawn now: never read,
+    /// signalled or removed through this tree again. Shared by the tree's clones.
+    released: Arc<AtomicBool>,
 }
 
 impl Tree {
@@ -105,12 +110,21 @@ impl Tree {
             marker,
             cgroup,
             contained,
+            released: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The spawn's cgroup while this tree still owns it.
+    fn own_cgroup(&self) -> Option<&Path> {
+        if self.released.load(Ordering::Acquire) {
+            return None;
+        }
+        self.cgroup.as_deref()
     }
 
     /// The live members of a contained tree: its cgroup's processes (never this process
     /// or its ancestors, which are outside it), with their process group.
-    fn cgroup_members(&self, dir: &std::path::Path) -> Vec<(u32, u32)> {
+    fn cgroup_members(&self, dir: &Path) -> Vec<(u32, u32)> {
         cgroup::members(dir)
             .into_iter()
             .filter_map(|pid| read_stat(pid).filter(|s| !s.zombie).map(|s| (pid, s.pgrp)))
@@ -119,24 +133,29 @@ impl Tree {
 
     /// `cgroup.kill` of the spawn's cgroup (no-op without one).
     fn kill_cgroup(&self) {
-        if let Some(dir) = &self.cgroup {
+        if let Some(dir) = self.own_cgroup() {
             cgroup::kill(dir);
         }
     }
 
-    /// Removes the spawn's cgroup once nothing is left in it.
+    /// Hands the spawn's cgroup back once nothing is left in it (once per tree).
     fn done(&self) {
-        if let Some(dir) = &self.cgroup {
+        if let Some(dir) = self.own_cgroup()
+            && !self.released.swap(true, Ordering::AcqRel)
+        {
             cgroup::remove(dir);
         }
     }
 
     /// The live members (see the module docs) with their process group.
     fn scan(&self) -> Vec<(u32, u32)> {
-        if self.contained
-            && let Some(dir) = &self.cgroup
-        {
-            return self.cgroup_members(dir);
+        if self.contained {
+            // Released: it was empty then, and every member of a contained tree is born
+            // in it, so none is left.
+            return match self.own_cgroup() {
+                Some(dir) => self.cgroup_members(dir),
+                None => Vec::new(),
+            };
         }
         let needle = format!("{MARKER_VAR}={}", self.marker).into_bytes();
         let protected = protected();
@@ -157,7 +176,7 @@ impl Tree {
             }
         }
         let mut members: HashMap<u32, u32> = HashMap::new();
-        if let Some(dir) = &self.cgroup {
+        if let Some(dir) = self.own_cgroup() {
             for pid in cgroup::members(dir) {
                 if let Some(st) = stats.get(&pid)
                     && !st.zombie
