@@ -80,6 +80,12 @@ pub struct Metadata {
     pub symlink_target: Option<String>,
     /// The content version (see [`Version`]).
     pub version: Version,
+    /// The owner's user name (its uid in decimal when the world has no name for it),
+    /// when the backend knows it.
+    pub owner: Option<String>,
+    /// The owning group's name (its gid in decimal when unnamed), when the backend
+    /// knows it.
+    pub group: Option<String>,
 }
 
 impl Metadata {
@@ -99,7 +105,24 @@ impl Metadata {
             mtime,
             symlink_target,
             version,
+            owner: None,
+            group: None,
         }
+    }
+
+    /// The same metadata with its owner and group names.
+    ///
+    /// ```
+    /// # use exec_world::{FileKind, Metadata, Version};
+    /// let v = Version { size: 0, mtime: None, token: "t".into() };
+    /// let m = Metadata::new(FileKind::File, 0, Some(0o644), None, None, v)
+    ///     .with_owner("user", "user");
+    /// assert_eq!(m.owner.as_deref(), Some("user"));
+    /// ```
+    pub fn with_owner(mut self, owner: impl Into<String>, group: impl Into<String>) -> Metadata {
+        self.owner = Some(owner.into());
+        self.group = Some(group.into());
+        self
     }
 
     /// True for a regular file.

@@ -97,6 +97,10 @@ pub(crate) fn to_metadata(m: &std::fs::Metadata, target: Option<String>) -> Meta
         target,
         version,
     )
+    .with_owner(
+        super::owners::user_name(m.uid()),
+        super::owners::group_name(m.gid()),
+    )
 }
 
 async fn lstat_path(abs: &WorldPath, path: &Path) -> Result<Metadata, Error> {
