@@ -26,9 +26,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use exec_world::{
-    ExitStatus, OutputStream, ProcError, SpawnSpec, StdinMode, Subprocess, WorldPath,
-};
+use exec_world::{Error, ExitStatus, OutputStream, SpawnSpec, StdinMode, Subprocess, WorldPath};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
@@ -224,7 +222,7 @@ pub enum BashError {
     InvalidRequest(String),
     /// Starting or talking to the process failed.
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] Error),
 }
 
 /// The bash tool over one world's [`Subprocess`]. Cheap to clone; the shell's path is
@@ -332,7 +330,7 @@ impl BashTool {
         tokio::pin!(stop);
         let mut stopped: Option<Stop> = None;
         let mut status: Option<ExitStatus> = None;
-        let mut lost: Option<ProcError> = None;
+        let mut lost: Option<Error> = None;
         {
             let wait = child.wait();
             tokio::pin!(wait);
@@ -395,12 +393,11 @@ impl BashTool {
                     }
                 }
             };
-            let st = terminated.map_err(|_| ProcError::Timeout {
-                context: format!(
-                    "terminating the command: no confirmation within {:?} (the kill is \
-                     retried in the background)",
+            let st = terminated.map_err(|_| {
+                Error::timeout("terminating the command").with_detail(format!(
+                    "no confirmation within {:?} (the kill is retried in the background)",
                     req.grace + KILL_BOUND
-                ),
+                ))
             })??;
             if status.is_none() {
                 status = Some(st);
@@ -473,14 +470,14 @@ impl Drain {
     }
 
     /// The next item; pending forever once done (guarded by `done()` in selects).
-    async fn next(&mut self) -> Option<Result<bytes::Bytes, ProcError>> {
+    async fn next(&mut self) -> Option<Result<bytes::Bytes, Error>> {
         match self.stream.as_mut() {
             Some(s) => s.next().await,
             None => std::future::pending().await,
         }
     }
 
-    fn take(&mut self, item: Option<Result<bytes::Bytes, ProcError>>) {
+    fn take(&mut self, item: Option<Result<bytes::Bytes, Error>>) {
         match item {
             Some(Ok(chunk)) => self.capture.push(&chunk),
             Some(Err(e)) => {

@@ -292,7 +292,11 @@ mod tests {
                 ErrorKind::Other,
                 false,
             ),
-            (Error::Config("no key".into()), ErrorKind::InvalidSpec, false),
+            (
+                Error::Config("no key".into()),
+                ErrorKind::InvalidSpec,
+                false,
+            ),
             (
                 Error::ControlCommand {
                     exit_code: 1,
@@ -366,7 +370,9 @@ mod tests {
         };
         let shown = late.into_world("read").with_path("/x").to_string();
         assert_eq!(shown, "read /x: timed out: download handshake after 3s");
-        let busy = server(503).into_world("starting sh in /home/user").to_string();
+        let busy = server(503)
+            .into_world("starting sh in /home/user")
+            .to_string();
         assert_eq!(busy.matches("transport error").count(), 1, "{busy}");
         assert!(busy.contains("HTTP 503") && busy.contains("busy"), "{busy}");
     }

@@ -457,7 +457,10 @@ mod tests {
         assert_eq!(eio.kind(), ErrorKind::Other);
         assert!(eio.to_string().starts_with("stat /x: "), "{eio}");
         assert!(std::error::Error::source(&eio).is_some());
-        assert_eq!(Error::from_io(&x, "stat", io::Error::other("x")).path(), Some("/x"));
+        assert_eq!(
+            Error::from_io(&x, "stat", io::Error::other("x")).path(),
+            Some("/x")
+        );
     }
 
     #[test]

@@ -224,7 +224,10 @@ impl Target {
     /// The target of an absolute path; [`ErrorKind::InvalidPath`](crate::ErrorKind::InvalidPath) if it is relative.
     pub fn from_absolute(path: &WorldPath) -> Result<Target, Error> {
         if !path.is_absolute() {
-            return Err(Error::invalid_path(path.to_string(), "not an absolute path"));
+            return Err(Error::invalid_path(
+                path.to_string(),
+                "not an absolute path",
+            ));
         }
         Ok(Target {
             path: path.normalize(),

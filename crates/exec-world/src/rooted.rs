@@ -61,7 +61,10 @@ impl Rooted {
     /// the virtual cwd starts at `/`. The root itself is trusted (the host chose it).
     pub fn new(inner: Arc<dyn Fs>, root: WorldPath) -> Result<Rooted, Error> {
         if !root.is_absolute() {
-            return Err(Error::invalid_path(root.to_string(), "the root of a rooted view must be absolute"));
+            return Err(Error::invalid_path(
+                root.to_string(),
+                "the root of a rooted view must be absolute",
+            ));
         }
         Ok(Rooted {
             inner,
@@ -140,7 +143,10 @@ impl Rooted {
             }
             links += 1;
             if links > MAX_LINKS {
-                return Err(Error::invalid_path(asked.to_string(), format!("more than {MAX_LINKS} symbolic links")));
+                return Err(Error::invalid_path(
+                    asked.to_string(),
+                    format!("more than {MAX_LINKS} symbolic links"),
+                ));
             }
             let text = meta.symlink_target.ok_or_else(|| {
                 Error::other(format!(

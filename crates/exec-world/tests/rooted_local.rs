@@ -123,10 +123,16 @@ async fn symlinks_resolve_inside_the_root() {
     );
     for p in ["/out/secret.txt", "/rel"] {
         let r = fs.read(&v(p), 100).await;
-        assert!(matches!(r, Err(ref e) if e.kind() == ErrorKind::NotFound), "{p}: {r:?}");
+        assert!(
+            matches!(r, Err(ref e) if e.kind() == ErrorKind::NotFound),
+            "{p}: {r:?}"
+        );
     }
     let r = fs.stat(&v("/loop1")).await;
-    assert!(matches!(r, Err(ref e) if e.kind() == ErrorKind::InvalidPath), "loop: {r:?}");
+    assert!(
+        matches!(r, Err(ref e) if e.kind() == ErrorKind::InvalidPath),
+        "loop: {r:?}"
+    );
     // Writes through a link to the outside land inside the root, or nowhere.
     fs.write(
         &v("/out/planted.txt"),

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use exec_world::{FileKind, FsError, Metadata, Version};
+use exec_world::{Error, FileKind, Metadata, Version};
 
 /// Fields per record (see `scripts::fmt!`).
 const FIELDS: usize = 11;
@@ -36,7 +36,7 @@ pub(crate) struct Record {
 }
 
 /// Every record of `out` (records are eleven NUL-terminated fields).
-pub(crate) fn parse_records(out: &[u8]) -> Result<Vec<Record>, FsError> {
+pub(crate) fn parse_records(out: &[u8]) -> Result<Vec<Record>, Error> {
     let mut fields: Vec<String> = out
         .split(|&b| b == 0)
         .map(|f| String::from_utf8_lossy(f).into_owned())
@@ -46,7 +46,7 @@ pub(crate) fn parse_records(out: &[u8]) -> Result<Vec<Record>, FsError> {
         fields.pop();
     }
     if fields.len() % FIELDS != 0 {
-        return Err(FsError::other(format!(
+        return Err(Error::other(format!(
             "unexpected find output: {} fields",
             fields.len()
         )));

@@ -429,7 +429,10 @@ pub async fn proc_cancel_terminates(w: &World) {
         child.wait_or_cancel(&cancel, Duration::from_millis(200)),
     )
     .await;
-    assert!(matches!(r, Err(ref e) if e.kind() == ErrorKind::Cancelled), "{r:?}");
+    assert!(
+        matches!(r, Err(ref e) if e.kind() == ErrorKind::Cancelled),
+        "{r:?}"
+    );
     let alive = survivors(w.proc.as_ref(), &pids).await;
     assert!(alive.is_empty(), "survivors of cancel: {alive:?}");
 }

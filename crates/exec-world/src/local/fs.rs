@@ -42,9 +42,11 @@ pub struct LocalFs {
 impl LocalFs {
     /// The local file system with this process's current directory as cwd.
     pub fn new() -> Result<LocalFs, Error> {
-        let cwd = std::env::current_dir()
-            .map_err(|e| Error::other(format!("current directory: {e}")))?;
-        let cwd = cwd.to_str().ok_or_else(|| Error::invalid_path(cwd.display().to_string(), "current directory is not UTF-8"))?;
+        let cwd =
+            std::env::current_dir().map_err(|e| Error::other(format!("current directory: {e}")))?;
+        let cwd = cwd.to_str().ok_or_else(|| {
+            Error::invalid_path(cwd.display().to_string(), "current directory is not UTF-8")
+        })?;
         LocalFs::at(WorldPath::new(cwd)?)
     }
 

@@ -39,7 +39,9 @@ impl LocalSubprocess {
     /// Local processes whose default cwd is this process's current directory.
     pub fn new() -> Result<LocalSubprocess, Error> {
         let cwd = std::env::current_dir().map_err(|e| Error::io("current directory", e))?;
-        let cwd = cwd.to_str().ok_or_else(|| Error::invalid_spec("current directory is not UTF-8"))?;
+        let cwd = cwd
+            .to_str()
+            .ok_or_else(|| Error::invalid_spec("current directory is not UTF-8"))?;
         let cwd = WorldPath::new(cwd).map_err(|e| Error::invalid_spec(e.to_string()))?;
         Ok(LocalSubprocess::at(cwd))
     }

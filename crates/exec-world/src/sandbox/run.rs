@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Child, ExitStatus, OutputStream, Error};
+use crate::{Child, Error, ExitStatus, OutputStream};
 
 /// What [`run_capped`] saw.
 #[derive(Debug, Default)]
