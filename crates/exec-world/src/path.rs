@@ -224,10 +224,7 @@ impl Target {
     /// The target of an absolute path; [`ErrorKind::InvalidPath`](crate::ErrorKind::InvalidPath) if it is relative.
     pub fn from_absolute(path: &WorldPath) -> Result<Target, Error> {
         if !path.is_absolute() {
-            return Err(Error::invalid_path(
-                path.to_string(),
-                "not an absolute path",
-            ));
+            return Err(Error::invalid_path(path, "not an absolute path"));
         }
         Ok(Target {
             path: path.normalize(),
@@ -236,7 +233,7 @@ impl Target {
 
     /// Parses a `file:` URI (`file:///p` or `file://localhost/p`), percent-decoding it.
     pub fn from_uri(uri: &str) -> Result<Target, Error> {
-        let invalid = |reason: &str| Error::invalid_path(uri.to_string(), reason.to_string());
+        let invalid = |reason: &str| Error::invalid_path(uri, reason);
         let rest = uri
             .strip_prefix("file://")
             .ok_or_else(|| invalid("not a file:// URI"))?;

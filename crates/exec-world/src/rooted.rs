@@ -62,7 +62,7 @@ impl Rooted {
     pub fn new(inner: Arc<dyn Fs>, root: WorldPath) -> Result<Rooted, Error> {
         if !root.is_absolute() {
             return Err(Error::invalid_path(
-                root.to_string(),
+                &root,
                 "the root of a rooted view must be absolute",
             ));
         }
@@ -144,7 +144,7 @@ impl Rooted {
             links += 1;
             if links > MAX_LINKS {
                 return Err(Error::invalid_path(
-                    asked.to_string(),
+                    &asked,
                     format!("more than {MAX_LINKS} symbolic links"),
                 ));
             }
