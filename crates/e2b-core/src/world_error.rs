@@ -1,5 +1,5 @@
 //! The one table from this crate's [`Error`] to exec-world's
-//! [`ErrorKind`](exec_world::ErrorKind), used by every E2B adapter (fs-e2b,
+//! [`ErrorKind`], used by every E2B adapter (fs-e2b,
 //! subprocess-e2b) and by the sandbox provider (sandbox-e2b).
 //!
 //! It lives here, not in exec-world, so exec-world stays free of HTTP and E2B: this crate

@@ -98,7 +98,11 @@ impl fmt::Display for ErrorKind {
 }
 
 /// What went wrong with a file or process operation: a kind, the operation and path it
-/// concerns, whether it is temporary, and its source. See the [module docs](self).
+/// concerns, whether it is temporary, and its source.
+///
+/// `Display` says `<op> <path>: <kind>: <detail>`, each part once and only when known;
+/// the source is kept as a value ([`std::error::Error::source`]), not repeated in the
+/// text. Cheap to clone (one `Arc`).
 #[derive(Clone)]
 pub struct Error(Arc<Inner>);
 
