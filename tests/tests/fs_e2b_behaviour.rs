@@ -1,7 +1,8 @@
 //! Behaviours of `E2bFs` the conformance suite does not prove: construction and cwd
 //! rules, TooLarge without a download (emulator counters), content past the checked size,
 //! reads as the acting user (root-only files, planted links, a path swapped midway), staging directories (0700, the acting user's, never left behind), versions
-//! on identical rewrites, symlinks, ownership, and `Gone` after the sandbox is killed.
+//! on identical rewrites, symlinks, ownership, `Gone` after the sandbox is killed, and the
+//! kind, temporariness and text of envd's HTTP failures.
 
 mod fs_e2b_support;
 
@@ -15,7 +16,7 @@ use exec_world::{
 use fs_e2b::{E2bFs, E2bFsOptions};
 use fs_e2b_support::{Env, env, scratch};
 use futures::StreamExt as _;
-use testing_fake::Plane;
+use testing_fake::{FaultAction, FaultRule, Plane};
 
 fn wp(s: &str) -> WorldPath {
     WorldPath::new(s).expect("path")
@@ -641,4 +642,111 @@ async fn a_dropped_read_stream_leaves_no_reader_running() {
         left, "0",
         "the reader was killed when its stream was dropped"
     );
+}
+
+/// Fails the next envd `Start` (every fs operation begins with one) with `action`.
+fn fail_next_start(env: &Env, action: FaultAction) {
+    env.emu.faults().add(
+        FaultRule::new(action)
+            .surface(Plane::Envd)
+            .path_prefix("/process.Process/Start")
+            .times(1),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envd_failures_have_one_kind_and_name_operation_path_and_cause_once() {
+    let env = env().await;
+    let f = scratch(&env.fs).await.join("f").expect("path");
+    // A first write makes the handle's upload directory: the next write's first `Start`
+    // is its own prepare step.
+    env.fs
+        .write(&f, bytes_stream(&b"x"[..]), WriteOptions::default())
+        .await
+        .expect("first write");
+    let text = |status: u16, body: &str| FaultAction::Status {
+        status,
+        body: body.into(),
+        content_type: "text/plain".into(),
+    };
+    // A reset connection: Transport, temporary, the operation and path once.
+    fail_next_start(&env, FaultAction::Reset);
+    let e = env.fs.stat(&f).await.expect_err("reset");
+    assert_eq!(
+        (e.kind(), e.is_temporary()),
+        (ErrorKind::Transport, true),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with(&format!("stat {f}: transport error: ")),
+        "{msg}"
+    );
+    assert_eq!(msg.matches("transport error").count(), 1, "{msg}");
+    assert_eq!(msg.matches(f.as_str()).count(), 1, "{msg}");
+    // 503: Transport, temporary, the status and envd's words kept.
+    fail_next_start(
+        &env,
+        FaultAction::json(
+            503,
+            serde_json::json!({"code": "unavailable", "message": "envd is overloaded"}),
+        ),
+    );
+    let e = env.fs.read(&f, 10).await.expect_err("503");
+    assert_eq!(
+        (e.kind(), e.is_temporary()),
+        (ErrorKind::Transport, true),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with(&format!("read {f}: transport error: ")),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("503") && msg.contains("envd is overloaded"),
+        "{msg}"
+    );
+    // 429: Transport and temporary, as on every other adapter (fs-e2b said Other).
+    fail_next_start(&env, text(429, "slow down"));
+    let e = env
+        .fs
+        .write(&f, bytes_stream(&b"x"[..]), WriteOptions::default())
+        .await
+        .expect_err("429");
+    assert_eq!(
+        (e.kind(), e.is_temporary()),
+        (ErrorKind::Transport, true),
+        "{e:?}"
+    );
+    assert!(e.to_string().starts_with(&format!("write {f}: ")), "{e}");
+    // 401: PermissionDenied, not temporary (fs-e2b said Other).
+    fail_next_start(&env, text(401, "bad access token"));
+    let e = env.fs.lstat(&f).await.expect_err("401");
+    assert_eq!(
+        (e.kind(), e.is_temporary()),
+        (ErrorKind::PermissionDenied, false),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("bad access token"), "{e}");
+    // 500 without a Connect code: Other, not temporary, the status kept.
+    fail_next_start(&env, text(500, "it broke"));
+    let e = env.fs.read_dir(&f).await.expect_err("500");
+    assert_eq!(
+        (e.kind(), e.is_temporary()),
+        (ErrorKind::Other, false),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("500") && e.to_string().contains("it broke"),
+        "{e}"
+    );
+    // The source is e2b-core's error, as a value.
+    let src = std::error::Error::source(&e).expect("source");
+    assert!(src.downcast_ref::<e2b_core::Error>().is_some(), "{src:?}");
+    // Nothing of the faults is left: the next operation succeeds.
+    env.fs
+        .write(&f, bytes_stream(&b"x"[..]), WriteOptions::default())
+        .await
+        .expect("write after the faults");
 }
