@@ -1,6 +1,10 @@
 //! The curl contender: one `curl` process per `POST /files` and per `GET /files`, the
 //! payload streamed from a file on disk (`-T`), the download to a file on disk (SHA-256 checked).
 
+use std::io::Write as _;
+
+use futures::StreamExt as _;
+
 use super::child::{AnyError, Outcome};
 use super::files::{self, Body};
 use super::opts::var;
@@ -30,13 +34,21 @@ pub async fn run(figure: &str) -> Result<Outcome, AnyError> {
         c.args(extra).arg(&url);
         c
     };
-    // The source file is the caller's data, not curl's work: written before the timing.
+    // The source file is the caller's data, not curl's work: written before the timing,
+    // chunk by chunk (this process's peak RSS is then curl's, not the payload's).
     let size = var(if figure == "files_small" {
         "WB_SMALL_BYTES"
     } else {
         "WB_LARGE_BYTES"
     });
-    std::fs::write(&src, data::vec(size).await)?;
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&src)?);
+        let mut chunks = std::pin::pin!(data::stream(size));
+        while let Some(b) = chunks.next().await {
+            f.write_all(&b)?;
+        }
+        f.flush()?;
+    }
     let out = files::run(
         figure,
         |_: Body| async {

@@ -41,7 +41,7 @@ pub async fn tokio_run(figure: &str) -> Result<Outcome, AnyError> {
         f if f.starts_with("exec_c") => {
             child::concurrent(var("WB_ROUNDS"), var("WB_CONC"), tokio_true).await
         }
-        "flood" => flood(|size| tokio_flood(size)).await,
+        "flood" => flood(tokio_flood).await,
         other => Err(format!("tokio: no figure {other}").into()),
     }
 }
