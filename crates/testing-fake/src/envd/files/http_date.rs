@@ -1,46 +1,27 @@
-//! HTTP dates (`Last-Modified`, `If-Modified-Since`) as unix seconds.
+//! HTTP dates (`Last-Modified`, `If-Modified-Since`) as unix seconds, through the
+//! `httpdate` crate (hyper's date code) rather than a hand-written formatter and parser.
 
-/// `secs` as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`); empty when out of range.
+use std::time::{Duration, UNIX_EPOCH};
+
+/// The last second an HTTP date can name (9999-12-31T23:59:59Z).
+const LAST_SECOND: i64 = 253_402_300_799;
+
+/// `secs` as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`); empty when out of the
+/// range HTTP dates cover (1970 to 9999).
 pub(super) fn http_date(secs: i64) -> String {
-    let Ok(t) = time::OffsetDateTime::from_unix_timestamp(secs) else {
-        return String::new();
-    };
-    const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    format!(
-        "{}, {:02} {} {:04} {:02}:{:02}:{:02} GMT",
-        DAYS[t.weekday().number_days_from_monday() as usize],
-        t.day(),
-        MONTHS[u8::from(t.month()) as usize - 1],
-        t.year(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
+    match u64::try_from(secs) {
+        Ok(s) if secs <= LAST_SECOND => {
+            httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(s))
+        }
+        _ => String::new(),
+    }
 }
 
-/// Parse an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) to unix seconds.
+/// An HTTP date to unix seconds: IMF-fixdate, RFC 850 or asctime, the three forms Go's
+/// `http.ParseTime` (so envd) accepts.
 pub(super) fn parse_http_date(s: &str) -> Option<i64> {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let parts: Vec<&str> = s.split_whitespace().collect();
-    let [_, day, mon, year, hms, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    let month = MONTHS.iter().position(|m| m == mon)? as u8 + 1;
-    let mut t = hms.split(':').map(|x| x.parse::<u8>().ok());
-    let (h, m, sec) = (t.next()??, t.next()??, t.next()??);
-    let date = time::Date::from_calendar_date(
-        year.parse().ok()?,
-        time::Month::try_from(month).ok()?,
-        day.parse().ok()?,
-    )
-    .ok()?;
-    let dt = date.with_hms(h, m, sec).ok()?.assume_utc();
-    Some(dt.unix_timestamp())
+    let t = httpdate::parse_http_date(s).ok()?;
+    i64::try_from(t.duration_since(UNIX_EPOCH).ok()?.as_secs()).ok()
 }
 
 #[cfg(test)]
@@ -53,6 +34,18 @@ mod tests {
             parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
             Some(784_111_777)
         );
+        assert_eq!(
+            parse_http_date("Sunday, 06-Nov-94 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(
+            parse_http_date("Sun Nov  6 08:49:37 1994"),
+            Some(784_111_777)
+        );
+        assert_eq!(parse_http_date("yesterday"), None);
         assert_eq!(http_date(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(http_date(LAST_SECOND), "Fri, 31 Dec 9999 23:59:59 GMT");
+        assert_eq!(http_date(-1), "");
+        assert_eq!(http_date(LAST_SECOND + 1), "");
     }
 }
