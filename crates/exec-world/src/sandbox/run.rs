@@ -30,6 +30,28 @@ pub struct RunOutcome {
     pub stuck: bool,
 }
 
+impl RunOutcome {
+    /// The [`ExecOutput`](super::ExecOutput) a provider answers: the shell's exit code
+    /// ([`exit_code_of`]) and both streams as text ([`utf8_cut`]).
+    ///
+    /// ```
+    /// use exec_world::{ExitStatus, sandbox::RunOutcome};
+    /// let r = RunOutcome { status: Some(ExitStatus { code: Some(3), signal: None }),
+    ///     stdout: b"hi".to_vec(), ..Default::default() };
+    /// assert_eq!(r.output().exit_code, Some(3));
+    /// assert_eq!(r.output().stdout, "hi");
+    /// ```
+    pub fn output(&self) -> super::ExecOutput {
+        super::ExecOutput {
+            exit_code: self.status.as_ref().and_then(exit_code_of),
+            stdout: utf8_cut(&self.stdout, self.truncated),
+            stderr: utf8_cut(&self.stderr, self.truncated),
+            truncated: self.truncated,
+            timed_out: self.timed_out,
+        }
+    }
+}
+
 struct Budget {
     left: usize,
     truncated: bool,

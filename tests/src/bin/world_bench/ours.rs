@@ -35,7 +35,6 @@ async fn spawn_flood(p: &subprocess_e2b::E2bSubprocess, size: u64) -> Result<u64
 /// subprocess-e2b / fs-e2b on `figure`.
 pub async fn run(figure: &str) -> Result<Outcome, AnyError> {
     let (client, sandbox, api) = sandbox_env::sandbox().await?;
-    let home = WorldPath::new("/home/user")?;
     let out = if figure.starts_with("files") {
         let fs = fs_e2b::E2bFs::new(api.clone(), fs_e2b::E2bFsOptions::new("/home/user"))?;
         let path = WorldPath::new("/home/user/wb-ours.bin")?;
@@ -53,7 +52,10 @@ pub async fn run(figure: &str) -> Result<Outcome, AnyError> {
         )
         .await
     } else {
-        let p = subprocess_e2b::E2bSubprocess::new(api.clone(), home);
+        let p = subprocess_e2b::E2bSubprocess::new(
+            api.clone(),
+            subprocess_e2b::E2bSubprocessOptions::new("/home/user"),
+        )?;
         match figure {
             "exec_seq" => child::sequential(var("WB_ITER"), || spawn_true(&p)).await,
             f if f.starts_with("exec_c") => {
