@@ -71,14 +71,7 @@ pub(crate) async fn read_file(
         }
         _ => return Err(script_failed(OP, path, &out.stderr)),
     }
-    let mut data = out.stdout;
-    let truncated = data.len() as u64 > max_bytes;
-    data.truncate(
-        usize::try_from(max_bytes)
-            .unwrap_or(usize::MAX)
-            .min(data.len()),
-    );
-    Ok(Some(FileContent { data, truncated }))
+    Ok(Some(FileContent::capped(out.stdout, max_bytes)))
 }
 
 pub(crate) async fn stat(

@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use super::{
     CreateSpec, ExecOutput, ExecSpec, FileContent, FileStat, ResumeOutcome, SANDBOX_ID_VAR,
     SandboxCapabilities, SandboxError, SandboxHandle, SandboxProvider, TAG_VAR, UNTAGGED,
-    WORKSPACE, exit_code_of, run_capped, signal_execs_args, utf8_cut, validate,
+    WORKSPACE, run_capped, signal_execs_args, validate,
 };
 use crate::{LocalSubprocess, SpawnSpec, Subprocess, WorldPath};
 
@@ -288,13 +288,7 @@ impl SandboxProvider for LocalSandboxes {
         )
         .await
         .map_err(|e| SandboxError::from_source(OP, None, e))?;
-        Ok(ExecOutput {
-            exit_code: r.status.as_ref().and_then(exit_code_of),
-            stdout: utf8_cut(&r.stdout, r.truncated),
-            stderr: utf8_cut(&r.stderr, r.truncated),
-            truncated: r.truncated,
-            timed_out: r.timed_out,
-        })
+        Ok(r.exec_output())
     }
 
     async fn read_file(
@@ -335,13 +329,7 @@ impl SandboxProvider for LocalSandboxes {
             .read_to_end(&mut data)
             .await
             .map_err(|e| io_err("read_file", path, e))?;
-        let truncated = data.len() as u64 > max_bytes;
-        data.truncate(
-            usize::try_from(max_bytes)
-                .unwrap_or(usize::MAX)
-                .min(data.len()),
-        );
-        Ok(Some(FileContent { data, truncated }))
+        Ok(Some(FileContent::capped(data, max_bytes)))
     }
 
     async fn write_file(

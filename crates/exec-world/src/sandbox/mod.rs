@@ -233,6 +233,16 @@ pub struct FileContent {
     pub truncated: bool,
 }
 
+impl FileContent {
+    /// The first `max_bytes` of `data`, read with one byte more than that so that a
+    /// longer file shows as `truncated`.
+    pub fn capped(mut data: Vec<u8>, max_bytes: u64) -> FileContent {
+        let truncated = data.len() as u64 > max_bytes;
+        data.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
+        FileContent { data, truncated }
+    }
+}
+
 /// Size and kind of a path (symlinks followed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileStat {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
+use super::ExecOutput;
 use crate::{Child, ExitStatus, OutputStream, ProcError};
 
 /// What [`run_capped`] saw.
@@ -28,6 +29,20 @@ pub struct RunOutcome {
     /// After a stop, the tree kill failed or did not finish (with the end of the output)
     /// within the stop wait: something may still run.
     pub stuck: bool,
+}
+
+impl RunOutcome {
+    /// The run as the sandbox contract reports it: the exit code ([`exit_code_of`]) and
+    /// the output as text ([`utf8_cut`]).
+    pub fn exec_output(&self) -> ExecOutput {
+        ExecOutput {
+            exit_code: self.status.as_ref().and_then(exit_code_of),
+            stdout: utf8_cut(&self.stdout, self.truncated),
+            stderr: utf8_cut(&self.stderr, self.truncated),
+            truncated: self.truncated,
+            timed_out: self.timed_out,
+        }
+    }
 }
 
 struct Budget {
