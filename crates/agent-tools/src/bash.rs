@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use exec_world::{
-    Child, ExitStatus, OutputStream, ProcError, SpawnSpec, StdinMode, Subprocess, WorldPath,
+    Child, Error, ExitStatus, OutputStream, SpawnSpec, StdinMode, Subprocess, WorldPath,
 };
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -226,7 +226,7 @@ pub enum BashError {
     InvalidRequest(String),
     /// Starting or talking to the process failed.
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] Error),
 }
 
 /// The bash tool over one world's [`Subprocess`]. Cheap to clone; the shell's path is
@@ -396,7 +396,7 @@ async fn wait_for_exit<S: Future<Output = Stop>>(
     pipes: &mut Pipes,
     linger: Duration,
     mut stop: Pin<&mut S>,
-) -> Result<Ran, ProcError> {
+) -> Result<Ran, Error> {
     let wait = child.wait();
     tokio::pin!(wait);
     let mut status = None;
@@ -442,7 +442,7 @@ async fn terminate_and_collect(
     child: &Child,
     pipes: &mut Pipes,
     grace: Duration,
-) -> Result<ExitStatus, ProcError> {
+) -> Result<ExitStatus, Error> {
     let bound = grace + KILL_BOUND;
     let term = tokio::time::timeout(bound, child.terminate(grace));
     tokio::pin!(term);
@@ -452,11 +452,10 @@ async fn terminate_and_collect(
             () = pipes.step() => {}
         }
     };
-    let status = terminated.map_err(|_| ProcError::Timeout {
-        context: format!(
-            "terminating the command: no confirmation within {bound:?} (the kill is \
-             retried in the background)"
-        ),
+    let status = terminated.map_err(|_| {
+        Error::timeout("terminating the command").with_detail(format!(
+            "no confirmation within {bound:?} (the kill is retried in the background)"
+        ))
     })??;
     let final_drain = tokio::time::sleep(FINAL_DRAIN);
     tokio::pin!(final_drain);
@@ -540,14 +539,14 @@ impl Drain {
     }
 
     /// The next item; pending forever once done (guarded by `done()` in selects).
-    async fn next(&mut self) -> Option<Result<bytes::Bytes, ProcError>> {
+    async fn next(&mut self) -> Option<Result<bytes::Bytes, Error>> {
         match self.stream.as_mut() {
             Some(s) => s.next().await,
             None => std::future::pending().await,
         }
     }
 
-    fn take(&mut self, item: Option<Result<bytes::Bytes, ProcError>>) {
+    fn take(&mut self, item: Option<Result<bytes::Bytes, Error>>) {
         match item {
             Some(Ok(chunk)) => self.capture.push(&chunk),
             Some(Err(e)) => {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use e2b_core::EnvdApi;
-use exec_world::ProcError;
+use exec_world::Error;
 use tokio::sync::OnceCell;
 
 use crate::shell::{Shell, UserInfo};
@@ -56,7 +56,7 @@ impl WorldShared {
 
     /// The user lookup (first call: one or two shell commands; then cached; a failed
     /// lookup is retried by the next call).
-    pub(crate) async fn user_info(&self) -> Result<UserInfo, ProcError> {
+    pub(crate) async fn user_info(&self) -> Result<UserInfo, Error> {
         self.info
             .get_or_try_init(|| async {
                 let name = match &self.user {
@@ -71,7 +71,7 @@ impl WorldShared {
 
     /// The private state directory (`/tmp/.e2bx-proc-<random>`, 0700, owned by the
     /// user), created on first use.
-    pub(crate) async fn state_dir(&self, info: &UserInfo) -> Result<String, ProcError> {
+    pub(crate) async fn state_dir(&self, info: &UserInfo) -> Result<String, Error> {
         self.state_dir
             .get_or_try_init(|| async {
                 let dir = format!(
