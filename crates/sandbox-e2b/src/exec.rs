@@ -85,7 +85,7 @@ pub(crate) async fn exec(
     if r.stuck {
         leases.reboot(id).await;
     }
-    Ok(r.exec_output())
+    Ok(r.output())
 }
 
 fn start_error(id: &str, e: exec_world::Error) -> SandboxError {

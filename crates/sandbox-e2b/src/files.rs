@@ -63,11 +63,7 @@ pub(crate) async fn read_file(
         0 => {}
         3 | 4 => return Ok(None),
         5 => {
-            return Err(SandboxError::failed(
-                OP,
-                Some(path),
-                "not a regular file (a FIFO, socket or device is never read)",
-            ));
+            return Err(SandboxError::not_regular_file(OP, path));
         }
         _ => return Err(script_failed(OP, path, &out.stderr)),
     }

@@ -288,7 +288,7 @@ impl SandboxProvider for LocalSandboxes {
         )
         .await
         .map_err(|e| SandboxError::from_source(OP, None, e))?;
-        Ok(r.exec_output())
+        Ok(r.output())
     }
 
     async fn read_file(
@@ -318,11 +318,7 @@ impl SandboxProvider for LocalSandboxes {
             return Ok(None);
         }
         if !meta.is_file() {
-            return Err(SandboxError::failed(
-                "read_file",
-                Some(path),
-                "not a regular file (a FIFO, socket or device is never read)",
-            ));
+            return Err(SandboxError::not_regular_file("read_file", path));
         }
         let mut data = Vec::new();
         f.take(max_bytes.saturating_add(1))

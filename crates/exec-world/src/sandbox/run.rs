@@ -8,7 +8,6 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
-use super::ExecOutput;
 use crate::output::utf8_complete_len;
 use crate::{Child, Error, ExitStatus, OutputStream};
 
@@ -33,10 +32,18 @@ pub struct RunOutcome {
 }
 
 impl RunOutcome {
-    /// The run as the sandbox contract reports it: the exit code ([`exit_code_of`]) and
-    /// the output as text ([`utf8_cut`]).
-    pub fn exec_output(&self) -> ExecOutput {
-        ExecOutput {
+    /// The [`ExecOutput`](super::ExecOutput) a provider answers: the shell's exit code
+    /// ([`exit_code_of`]) and both streams as text ([`utf8_cut`]).
+    ///
+    /// ```
+    /// use exec_world::{ExitStatus, sandbox::RunOutcome};
+    /// let r = RunOutcome { status: Some(ExitStatus { code: Some(3), signal: None }),
+    ///     stdout: b"hi".to_vec(), ..Default::default() };
+    /// assert_eq!(r.output().exit_code, Some(3));
+    /// assert_eq!(r.output().stdout, "hi");
+    /// ```
+    pub fn output(&self) -> super::ExecOutput {
+        super::ExecOutput {
             exit_code: self.status.as_ref().and_then(exit_code_of),
             stdout: utf8_cut(&self.stdout, self.truncated),
             stderr: utf8_cut(&self.stderr, self.truncated),
