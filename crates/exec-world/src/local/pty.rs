@@ -208,6 +208,6 @@ impl TerminalBackend for LocalTerminal {
 
 impl Drop for LocalTerminal {
     fn drop(&mut self) {
-        self.reaped.tree.kill_now();
+        self.reaped.tree.kill_on_drop();
     }
 }
