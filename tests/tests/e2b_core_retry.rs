@@ -309,3 +309,33 @@ async fn a_dropped_pooled_connection_does_not_fail_the_next_call() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goaway_never_fails_the_next_call() {
+    let emu = emulator().await;
+    for http2 in [true, false] {
+        let cfg = integration_tests::emulator_config(&emu, Duration::from_secs(20)).http2(http2);
+        // No retries: the next call must succeed on its own, not by being sent again.
+        let c = Client::new(cfg)
+            .expect("client")
+            .with_retry_policy(RetryPolicy::none());
+        let sb = c.create(&CreateOptions::new("base")).await.expect("create");
+        let api = sb.into_api();
+        for round in 0..5 {
+            // The next request is answered, then its connection is shut down (GOAWAY).
+            emu.faults()
+                .add(FaultRule::new(FaultAction::GoAway).times(1));
+            let first = api.run(e2b_core::StartProcess::new("true")).await;
+            assert!(first.is_ok(), "http2 {http2} round {round}: {first:?}");
+            for what in ["start", "stat"] {
+                let next = match what {
+                    "start" => api.run(e2b_core::StartProcess::new("true")).await.map(drop),
+                    _ => api.stat("/", None).await.map(drop),
+                };
+                if let Err(e) = next {
+                    panic!("http2 {http2} round {round}: the {what} after a GOAWAY failed: {e}");
+                }
+            }
+        }
+    }
+}

@@ -15,7 +15,7 @@ use exec_world::{
 use fs_e2b::{E2bFs, E2bFsOptions};
 use fs_e2b_support::{Env, env, scratch};
 use futures::StreamExt as _;
-use testing_fake::Plane;
+use testing_fake::{FaultAction, FaultRule, Plane};
 
 fn wp(s: &str) -> WorldPath {
     WorldPath::new(s).expect("path")
@@ -97,6 +97,8 @@ async fn too_large_is_decided_without_a_download() {
         )
         .await
         .expect("write");
+    // A first read asks the acting user's ids once per handle.
+    assert_eq!(env.fs.read(&f, 1 << 20).await.expect("read").len(), 1 << 20);
     let before = env.emu.counters().get_on(Plane::Envd, "GET /files");
     let starts = env
         .emu
@@ -111,9 +113,9 @@ async fn too_large_is_decided_without_a_download() {
     assert_eq!(
         env.emu.counters().get_on(Plane::Envd, "GET /files"),
         before,
-        "reads never use envd's root GET /files"
+        "TooLarge is decided before envd's GET /files"
     );
-    // One reader process, which exits before sending a byte of content.
+    // One reader process, which exits before any byte of content moves.
     assert_eq!(
         env.emu
             .counters()
@@ -134,6 +136,11 @@ async fn too_large_is_decided_without_a_download() {
             .expect("read via link")
             .len(),
         1 << 20
+    );
+    // The content came through one GET of the reader's descriptor.
+    assert_eq!(
+        env.emu.counters().get_on(Plane::Envd, "GET /files"),
+        before + 1
     );
 }
 
@@ -607,36 +614,110 @@ async fn a_dropped_read_stream_leaves_no_reader_running() {
     let env = env().await;
     let dir = scratch(&env.fs).await;
     let f = dir.join("sparse-big").expect("path");
-    // 1 TiB that takes no disk: no reader gets through it while the test runs.
+    // 1 TiB that takes no disk: no read gets through it while the test runs.
     assert_eq!(
         sh_as_user(&env, r#"truncate -s 1T "$1""#, &[f.as_str()]).await,
         0
     );
+    // Processes of the read: the reader's root parent (perl, which never reaps the
+    // holder), and any process holding the file open.
+    let script = r#"n=0
+for p in /proc/[0-9]*; do
+  case $(readlink "$p/exe" 2>/dev/null) in */perl*) n=$((n + 1));; esac
+  ls -l "$p/fd" 2>/dev/null | grep -q -- "$1" && n=$((n + 1))
+done
+echo "$n""#;
+    let args = [f.as_str()];
+    let running = || sh(&env, script, &args);
+    let idle = running().await.trim().to_string();
     let mut s = env.fs.read_stream(&f).await.expect("read_stream");
     let first = s.next().await.expect("a chunk").expect("bytes");
     assert!(!first.is_empty());
-    // Processes holding the file open (the reader has exec'd `cat`, so its command line
-    // does not name the file).
-    let script =
-        r#"for p in /proc/[0-9]*; do ls -l "$p/fd" 2>/dev/null; done | grep -c -- "$1"; true"#;
-    let args = [f.as_str()];
-    let running = || sh(&env, script, &args);
-    assert_ne!(
-        running().await.trim(),
-        "0",
-        "the reader runs while streamed"
-    );
+    assert_ne!(running().await.trim(), idle, "the read runs while streamed");
     drop(s);
     let mut left = String::new();
     for _ in 0..100 {
         left = running().await.trim().to_string();
-        if left == "0" {
+        if left == idle {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        left, "0",
-        "the reader was killed when its stream was dropped"
+        left, idle,
+        "the read's processes end when its stream is dropped"
     );
+}
+
+/// Pids of the sandbox processes with `path` open on fd 3 (seen as root).
+async fn holders_of(env: &Env, path: &WorldPath) -> Vec<String> {
+    let script = r#"for p in /proc/[0-9]*; do
+  [ "$(readlink "$p/fd/3" 2>/dev/null)" = "$1" ] && echo "${p#/proc/}"
+done; true"#;
+    sh(env, script, &[path.as_str()])
+        .await
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_process_holding_a_read_is_out_of_the_users_reach() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    let f = dir.join("held").expect("path");
+    env.fs
+        .write(
+            &f,
+            bytes_stream(&b"held bytes"[..]),
+            WriteOptions::default(),
+        )
+        .await
+        .expect("write");
+    for kill in [false, true] {
+        // envd's GET waits 3 s: the holder keeps the file open on fd 3 meanwhile.
+        env.emu.faults().add(
+            FaultRule::new(FaultAction::Delay(Duration::from_secs(3)))
+                .surface(Plane::Envd)
+                .method("GET")
+                .path_prefix("/files")
+                .times(1),
+        );
+        let (fs, path) = (env.fs.clone(), f.clone());
+        let read = tokio::spawn(async move { fs.read(&path, 1 << 20).await });
+        let mut pids = Vec::new();
+        for _ in 0..100 {
+            pids = holders_of(&env, &f).await;
+            if !pids.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let [pid] = &pids[..] else {
+            panic!("one process holds the file, found {pids:?}");
+        };
+        // The user (its owner) can neither use its descriptor nor list or attach to it:
+        // the holder is non-dumpable, so it cannot be made to hold another file.
+        for probe in [
+            r#"exec cat "/proc/$1/fd/3""#,
+            r#"exec ls "/proc/$1/fd""#,
+            r#"exec cat "/proc/$1/environ""#,
+        ] {
+            assert_ne!(
+                sh_as_user(&env, probe, &[pid]).await,
+                0,
+                "as the user: {probe} succeeded"
+            );
+        }
+        if kill {
+            // Killed by the user: it stays a zombie (the root wrapper never reaps it), so
+            // its pid cannot be reused and root has nothing to read.
+            assert_eq!(sh_as_user(&env, r#"kill -9 "$1""#, &[pid]).await, 0);
+            let got = read.await.expect("join");
+            assert!(got.is_err(), "a read whose holder was killed: {got:?}");
+        } else {
+            let got = read.await.expect("join").expect("read");
+            assert_eq!(&got[..], b"held bytes");
+        }
+    }
 }

@@ -14,10 +14,15 @@ const ERROR_BODY_READ_LIMIT: usize = 64 * 1024;
 /// The reqwest client shared by the control plane and every sandbox handle. No global
 /// timeout (streams must outlive it); each call sets its own.
 pub(crate) fn build_client(cfg: &Config) -> Result<reqwest::Client, Error> {
-    reqwest::Client::builder()
+    let b = reqwest::Client::builder()
         .connect_timeout(cfg.connect_timeout)
-        .user_agent(cfg.user_agent.clone())
-        .build()
+        .user_agent(cfg.user_agent.clone());
+    let b = if cfg.http2 {
+        b.http2_prior_knowledge()
+    } else {
+        b
+    };
+    b.build()
         .map_err(|e| Error::Config(format!("cannot build the HTTP client: {e}")))
 }
 

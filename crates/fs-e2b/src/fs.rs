@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     pub root_ctl: Ctl,
     /// Root's private upload directory, once made (see [`crate::scripts::UPLOAD_DIR`]).
     pub upload_dir: std::sync::Mutex<Option<WorldPath>>,
+    /// The acting user's uid, gid and groups (decimal), once asked (see [`crate::read`]).
+    pub identity: std::sync::Mutex<Option<[String; 3]>>,
 }
 
 impl Shared {
@@ -82,6 +84,7 @@ impl E2bFs {
                 command_timeout: opts.command_timeout,
                 root_ctl,
                 upload_dir: std::sync::Mutex::new(None),
+                identity: std::sync::Mutex::new(None),
             }),
             cwd: cwd.normalize(),
         })

@@ -7,10 +7,10 @@
 //! | operation | how |
 //! | --- | --- |
 //! | `stat` / `lstat` / `read_dir` | one shell command: GNU `find [-L] … -printf` (kind, mode, size, device, inode, mtime and ctime with nanoseconds, link text) |
-//! | `read` | a process running as the acting user (never envd's `GET /files`, which opens files as root): it opens the file once, checks its kind and size (`TooLarge` before a byte is sent), prints the size, then at most `max_bytes + 1` bytes over envd's process stream |
-//! | `read_stream` | the same reader without a limit, yielded in chunks of at most 1 MiB; dropping the stream kills the reader |
-//! | `write` | shell command as the user: checks, `mkdir -m 0700` of a random sibling staging dir; `POST /files` into root's private upload dir (`/tmp/.e2b-upload-…`, root 0711, made once per handle: envd writes as root and follows links, so it never writes where the user can plant one); shell command as the user: link or copy the upload into the staging dir, `chmod`, `mv -T` over the target, stat of the renamed inode through an open descriptor; envd `Remove` of the upload |
-//! | `create_if_absent` | same upload and staging, then `ln -T staged target` (a hard link fails if anything exists at the target) |
+//! | `read` | root starts a `perl` reader that forks a holder; the holder becomes the acting user without exec'ing (so it stays non-dumpable), opens the file with that user's rights, checks its kind and size (`TooLarge` before a byte moves) and holds it; envd's `GET /files` of `/proc/PID/fd/FD` then reads that open file, never a path the user controls (see `src/read.rs`); at most `max_bytes + 1` bytes are taken |
+//! | `read_stream` | the same, streamed in chunks of at most 1 MiB; dropping the stream ends the read's processes |
+//! | `write` | one process as the user: checks, `mkdir -m 0700` of a random sibling staging dir, `ready`; meanwhile `POST /files` into root's private upload dir (`/tmp/.e2b-upload-…`, root 0711, made once per handle: envd writes as root and follows links, so it never writes where the user can plant one); then `commit` on its stdin: it links or copies the upload into the staging dir, `chmod`, `mv -T` over the target, stat of the renamed inode through an open descriptor; envd `Remove` of the upload |
+//! | `create_if_absent` | the same process and upload, committed with `ln -T staged target` (a hard link fails if anything exists at the target) |
 //! | `mkdir` / `remove` / `rename` | shell commands (`mkdir [-p]`, `rmdir` / `rm [-rf]`, `mv -T`) |
 //!
 //! Root (envd's `/files` routes and file RPCs) never acts on a path the user controls:

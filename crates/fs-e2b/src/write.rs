@@ -12,6 +12,9 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use e2b_core::EnvdApi;
+use e2b_core::envd::ProcessStream;
+use e2b_core::proto::process::{DataEvent, ProcessEvent, ProcessInput, ProcessSelector, Signal};
 use e2b_core::trusted_shell::random_suffix;
 use exec_world::{ByteStream, Created, FsError, Version, WorldPath, WriteOptions};
 use futures::StreamExt as _;
@@ -78,23 +81,6 @@ impl Stage {
         remove_stage(&self.sh, &self.dir, &self.upload).await;
     }
 
-    /// Runs one control step of a write (non-zero exit: the classified error); on any
-    /// failure the stage is removed (it may exist when a step after its mkdir failed).
-    async fn run_step(
-        self,
-        script: &str,
-        args: &[&str],
-        abs: &WorldPath,
-    ) -> Result<(ShellOutput, Stage), FsError> {
-        match self.sh.ctl.run_ok(script, args, abs, "write").await {
-            Ok(out) => Ok((out, self)),
-            Err(e) => {
-                self.cleanup().await;
-                Err(e)
-            }
-        }
-    }
-
     /// Nothing was created (a prepare step refused): nothing to remove.
     fn disarm(mut self) {
         self.armed = false;
@@ -130,9 +116,10 @@ impl Drop for Stage {
     }
 }
 
-/// Root's upload directory of this handle, made on first use (or again, under a new
-/// name, when `fresh`: a prepare step found the old one gone or writable by the user).
-async fn upload_dir(sh: &Shared, fresh: bool) -> Result<WorldPath, FsError> {
+/// Root's upload directory of this handle, made on first
+/// use (or again, under a new name, when `fresh`: a write found the old one gone or
+/// writable by the user).
+pub(crate) async fn upload_dir(sh: &Shared, fresh: bool) -> Result<WorldPath, FsError> {
     if !fresh && let Some(d) = sh.upload_dir.lock().ok().and_then(|g| g.clone()) {
         return Ok(d);
     }
@@ -151,32 +138,214 @@ async fn upload_dir(sh: &Shared, fresh: bool) -> Result<WorldPath, FsError> {
     Ok(dir)
 }
 
-/// Runs a prepare script whose argument `upload_arg` is the upload directory, making the
-/// directory first if needed and again once if the script finds it unsafe (exit 70).
-/// Returns the output and the stage (nothing created yet when the exit is not 0).
-async fn prepare(
+/// One process of the acting user driving a write ([`scripts::WRITE`] or
+/// [`scripts::CREATE`]): it prepares, says `ready`, waits for `commit` while the upload
+/// happens, then moves the upload into place.
+struct Holder {
+    events: ProcessStream,
+    api: Arc<dyn EnvdApi>,
+    pid: u32,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+/// Most bytes kept of each of a holder's stdout and stderr.
+const MAX_HOLDER_OUTPUT: usize = 64 << 10;
+
+/// How long a write holder may live (the upload happens while it waits).
+const HOLDER_LIFETIME: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// What a holder did next.
+enum Said {
+    /// It printed `ready`.
+    Ready,
+    /// It exited with this code (output kept in the holder).
+    Exited(i32),
+}
+
+impl Holder {
+    /// Runs until `ready` (when `until_ready`) or the exit.
+    async fn next(
+        &mut self,
+        until_ready: bool,
+        abs: &WorldPath,
+        what: &str,
+    ) -> Result<Said, FsError> {
+        loop {
+            if until_ready && self.stdout.ends_with(b"ready\n") {
+                self.stdout.clear();
+                return Ok(Said::Ready);
+            }
+            match self.events.next().await {
+                Some(Ok(ProcessEvent::Data(DataEvent::Stdout(b)))) => keep(&mut self.stdout, &b),
+                Some(Ok(ProcessEvent::Data(DataEvent::Stderr(b) | DataEvent::Pty(b)))) => {
+                    keep(&mut self.stderr, &b)
+                }
+                Some(Ok(ProcessEvent::End(end))) => return Ok(Said::Exited(end.exit_code)),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(map_error(e, abs, what)),
+                None => {
+                    return Err(FsError::other(format!(
+                        "{what} {abs}: the writer's stream ended without its exit status"
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Tells the holder `line` (`commit` or `abort`).
+    fn tell(
+        &self,
+        line: &str,
+        abs: &WorldPath,
+        what: &str,
+    ) -> impl Future<Output = Result<(), FsError>> + Send + 'static {
+        let (api, pid) = (self.api.clone(), self.pid);
+        let input = ProcessInput::Stdin(format!("{line}\n").into_bytes());
+        let (abs, what) = (abs.clone(), what.to_owned());
+        async move {
+            api.send_input(ProcessSelector::Pid(pid), input)
+                .await
+                .map_err(|e| map_error(e, &abs, &what))
+        }
+    }
+
+    /// SIGKILL to the holder (best effort).
+    fn kill(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (api, pid) = (self.api.clone(), self.pid);
+        async move {
+            if let Err(e) = api
+                .send_signal(ProcessSelector::Pid(pid), Signal::Sigkill)
+                .await
+            {
+                tracing::debug!(error = %e, "killing a write holder failed");
+            }
+        }
+    }
+
+    /// The output so far, with `code`.
+    fn output(&self, code: i32) -> ShellOutput {
+        ShellOutput {
+            exit_code: code,
+            stdout: self.stdout.clone(),
+            stderr: self.stderr.clone(),
+        }
+    }
+}
+
+/// Appends `b` to `out` up to [`MAX_HOLDER_OUTPUT`].
+fn keep(out: &mut Vec<u8>, b: &[u8]) {
+    let room = MAX_HOLDER_OUTPUT.saturating_sub(out.len());
+    out.extend_from_slice(&b[..room.min(b.len())]);
+}
+
+/// Starts the holder `script` (its arguments from the stage) and waits for `ready`,
+/// making the upload directory first if needed and again once if the script finds it
+/// unsafe (exit 70). `Err(output)` when the holder exited before `ready` (nothing of the
+/// stage was created).
+async fn start_holder(
     sh: &Arc<Shared>,
     script: &str,
     abs: &WorldPath,
     args: impl Fn(&Stage) -> Vec<String>,
     what: &str,
-) -> Result<(ShellOutput, Stage), FsError> {
+) -> Result<Result<(Holder, Stage), ShellOutput>, FsError> {
     let mut fresh = false;
     loop {
         let uploads = upload_dir(sh, fresh).await?;
         let stage = Stage::next_to(sh, abs, &uploads)?;
         let argv = args(&stage);
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        match sh.ctl.run(script, &argv, abs, what).await {
-            Ok(o) if o.exit_code == scripts::EXIT_UPLOAD_DIR && !fresh => {
+        let events = sh
+            .ctl
+            .start(
+                script,
+                &argv,
+                Some(HOLDER_LIFETIME.max(sh.command_timeout)),
+                true,
+                abs,
+                what,
+            )
+            .await;
+        let events = match events {
+            Ok(ev) => ev,
+            Err(e) => {
+                stage.disarm();
+                return Err(e);
+            }
+        };
+        let pid = events.pid();
+        let mut h = Holder {
+            events,
+            api: sh.api.clone(),
+            pid,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        };
+        let said = tokio::time::timeout(sh.command_timeout, h.next(true, abs, what))
+            .await
+            .map_err(|_| FsError::Timeout {
+                context: format!(
+                    "{what} {abs}: the writer's ready after {:?}",
+                    sh.command_timeout
+                ),
+            });
+        match said {
+            Ok(Ok(Said::Ready)) => return Ok(Ok((h, stage))),
+            Ok(Ok(Said::Exited(code))) if code == scripts::EXIT_UPLOAD_DIR && !fresh => {
                 stage.disarm();
                 fresh = true;
             }
-            Ok(o) => return Ok((o, stage)),
-            Err(e) => {
+            Ok(Ok(Said::Exited(code))) => {
+                stage.disarm();
+                return Ok(Err(h.output(code)));
+            }
+            Ok(Err(e)) | Err(e) => {
+                h.kill().await;
                 stage.cleanup().await;
                 return Err(e);
             }
+        }
+    }
+}
+
+/// Uploads `data` into the stage's upload file, then tells the holder to commit and
+/// waits for its exit; on an upload failure the holder is told to abort (it removes the
+/// staging dir) and the upload is removed.
+async fn upload_and_commit(
+    sh: &Arc<Shared>,
+    mut h: Holder,
+    stage: Stage,
+    abs: &WorldPath,
+    data: ByteStream,
+    what: &str,
+) -> Result<ShellOutput, FsError> {
+    if let Err(e) = upload(sh, abs, &stage.upload, data).await {
+        if h.tell("abort", abs, what).await.is_err()
+            || !matches!(h.next(false, abs, what).await, Ok(Said::Exited(_)))
+        {
+            h.kill().await;
+            stage.cleanup().await;
+        } else {
+            stage.finish().await;
+        }
+        return Err(e);
+    }
+    let done = async {
+        h.tell("commit", abs, what).await?;
+        h.next(false, abs, what).await
+    };
+    match done.await {
+        Ok(Said::Exited(code)) => {
+            stage.finish().await;
+            Ok(h.output(code))
+        }
+        Ok(Said::Ready) | Err(_) => {
+            h.kill().await;
+            stage.cleanup().await;
+            Err(FsError::other(format!(
+                "{what} {abs}: the writer did not finish"
+            )))
         }
     }
 }
@@ -214,6 +383,14 @@ async fn upload(
     }
 }
 
+/// The upload directory argument of a stage.
+fn uploads_of(st: &Stage) -> String {
+    st.upload
+        .parent()
+        .map(|p| p.to_string())
+        .unwrap_or_default()
+}
+
 /// See [`exec_world::Fs::write`].
 pub(crate) async fn write(
     sh: &Arc<Shared>,
@@ -223,9 +400,13 @@ pub(crate) async fn write(
 ) -> Result<Version, FsError> {
     let parent = abs.parent().unwrap_or_else(WorldPath::root);
     let create_parents = if opts.create_parents { "1" } else { "0" };
-    let (out, stage) = prepare(
+    let mode = opts
+        .mode
+        .map(|m| format!("{:o}", m & 0o7777))
+        .unwrap_or_default();
+    let started = start_holder(
         sh,
-        scripts::WRITE_PREPARE,
+        scripts::WRITE,
         abs,
         |st| {
             vec![
@@ -233,37 +414,22 @@ pub(crate) async fn write(
                 parent.to_string(),
                 st.dir.to_string(),
                 create_parents.to_owned(),
-                st.upload
-                    .parent()
-                    .map(|p| p.to_string())
-                    .unwrap_or_default(),
+                uploads_of(st),
+                st.upload.to_string(),
+                mode.clone(),
             ]
         },
         "write",
     )
     .await?;
+    let (h, stage) = match started {
+        Ok(hs) => hs,
+        Err(out) => return Err(classify(&out, abs, "write")),
+    };
+    let out = upload_and_commit(sh, h, stage, abs, data, "write").await?;
     if out.exit_code != 0 {
-        stage.cleanup().await;
         return Err(classify(&out, abs, "write"));
     }
-    let dir = stage.dir.clone();
-    let existing = String::from_utf8_lossy(&out.stdout);
-    let existing = u32::from_str_radix(existing.trim(), 8).ok();
-    let mode = opts.mode.or(existing).unwrap_or(0o644) & 0o7777;
-    let file = stage.upload.clone();
-    if let Err(e) = upload(sh, abs, &file, data).await {
-        stage.cleanup().await;
-        return Err(e);
-    }
-    let mode = format!("{mode:o}");
-    let (out, stage) = stage
-        .run_step(
-            scripts::WRITE_COMMIT,
-            &[file.as_str(), abs.as_str(), &mode, dir.as_str()],
-            abs,
-        )
-        .await?;
-    stage.finish().await;
     let rec = parse_records(&out.stdout)?
         .into_iter()
         .next()
@@ -278,65 +444,32 @@ pub(crate) async fn create_if_absent(
     data: Bytes,
 ) -> Result<Created, FsError> {
     let parent = abs.parent().unwrap_or_else(WorldPath::root);
-    let (o, stage) = prepare(
+    let started = start_holder(
         sh,
-        scripts::CREATE_PREPARE,
+        scripts::CREATE,
         abs,
         |st| {
             vec![
                 abs.to_string(),
                 parent.to_string(),
                 st.dir.to_string(),
-                st.upload
-                    .parent()
-                    .map(|p| p.to_string())
-                    .unwrap_or_default(),
+                uploads_of(st),
+                st.upload.to_string(),
             ]
         },
         "create_if_absent",
     )
     .await?;
-    match o.exit_code {
-        0 => {}
-        EXIT_EXISTS => {
-            stage.disarm();
-            return Ok(Created::AlreadyExisted);
-        }
-        _ => {
-            stage.disarm();
-            return Err(classify(&o, abs, "create_if_absent"));
-        }
-    }
-    let file = stage.upload.clone();
-    if let Err(e) = upload(sh, abs, &file, exec_world::bytes_stream(data)).await {
-        stage.cleanup().await;
-        return Err(e);
-    }
-    let out = sh
-        .ctl
-        .run(
-            scripts::CREATE_COMMIT,
-            &[file.as_str(), abs.as_str(), stage.dir.as_str()],
-            abs,
-            "create_if_absent",
-        )
-        .await;
-    match out {
-        Ok(o) if o.exit_code == 0 => {
-            stage.finish().await;
-            Ok(Created::Created)
-        }
-        Ok(o) if o.exit_code == EXIT_EXISTS => {
-            stage.finish().await;
-            Ok(Created::AlreadyExisted)
-        }
-        Ok(o) => {
-            stage.finish().await;
-            Err(classify(&o, abs, "create_if_absent"))
-        }
-        Err(e) => {
-            stage.cleanup().await;
-            Err(e)
-        }
+    let (h, stage) = match started {
+        Ok(hs) => hs,
+        Err(out) if out.exit_code == EXIT_EXISTS => return Ok(Created::AlreadyExisted),
+        Err(out) => return Err(classify(&out, abs, "create_if_absent")),
+    };
+    let data = exec_world::bytes_stream(data);
+    let out = upload_and_commit(sh, h, stage, abs, data, "create_if_absent").await?;
+    match out.exit_code {
+        0 => Ok(Created::Created),
+        EXIT_EXISTS => Ok(Created::AlreadyExisted),
+        _ => Err(classify(&out, abs, "create_if_absent")),
     }
 }
