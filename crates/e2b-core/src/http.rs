@@ -26,6 +26,62 @@ pub(crate) fn build_client(cfg: &Config) -> Result<reqwest::Client, Error> {
         .map_err(|e| Error::Config(format!("cannot build the HTTP client: {e}")))
 }
 
+/// Sends `rb`, a request that can be repeated safely (a read); when it fails the way a
+/// request does on a pooled connection the server had already dropped (HTTP/1.1: closed
+/// before any byte of the answer; HTTP/2: the connection broke under the stream), sends
+/// it once more on a fresh connection, whatever the retry policy. hyper resends by
+/// itself only when nothing was written yet; a connection closed by the peer while it sat
+/// in the pool usually takes the request first.
+///
+/// Only for repeatable requests: the client cannot tell this from a server that received
+/// the request and died before answering, so a call that is not idempotent (process
+/// `Start`, an upload, create) is never resent here. Timeouts and connect errors are left
+/// to the retry policy; a streamed body cannot be cloned and is sent once.
+pub(crate) async fn send_resending_stale(
+    rb: reqwest::RequestBuilder,
+) -> Result<reqwest::Response, reqwest::Error> {
+    let again = rb.try_clone();
+    match rb.send().await {
+        Err(e) if is_stale_connection(&e) => match again {
+            Some(again) => {
+                tracing::debug!(error = %e, "request on a dropped pooled connection: sent again");
+                again.send().await
+            }
+            None => Err(e),
+        },
+        r => r,
+    }
+}
+
+/// True for the errors of a request sent on a connection the peer had closed: hyper's
+/// "connection closed before message completed", or a broken pipe / reset / abort while
+/// sending (HTTP/2 reports it as the connection's I/O error).
+pub(crate) fn is_stale_connection(e: &reqwest::Error) -> bool {
+    if e.is_timeout() || e.is_connect() || e.is_body() || e.is_decode() {
+        return false;
+    }
+    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = src {
+        if let Some(h) = s.downcast_ref::<hyper::Error>()
+            && h.is_incomplete_message()
+        {
+            return true;
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+            )
+        {
+            return true;
+        }
+        src = s.source();
+    }
+    false
+}
+
 /// Read at most [`ERROR_BODY_READ_LIMIT`] bytes of a body (for error messages).
 pub(crate) async fn read_bounded(resp: reqwest::Response, timeout: Duration) -> Vec<u8> {
     let mut out = Vec::new();
