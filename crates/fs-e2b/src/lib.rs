@@ -7,15 +7,16 @@
 //! | operation | how |
 //! | --- | --- |
 //! | `stat` / `lstat` / `read_dir` | one shell command: GNU `find [-L] … -printf` (kind, mode, size, device, inode, mtime and ctime with nanoseconds, link text) |
-//! | `read` | root starts a `perl` reader that forks a holder; the holder becomes the acting user without exec'ing (so it stays non-dumpable), opens the file with that user's rights, checks its kind and size (`TooLarge` before a byte moves) and holds it; envd's `GET /files` of `/proc/PID/fd/FD` then reads that open file, never a path the user controls (see `src/read.rs`); at most `max_bytes + 1` bytes are taken |
-//! | `read_stream` | the same, streamed in chunks of at most 1 MiB; dropping the stream ends the read's processes |
-//! | `write` | one process as the user: checks, `mkdir -m 0700` of a random sibling staging dir, `ready`; meanwhile `POST /files` into root's private upload dir (`/tmp/.e2b-upload-…`, root 0711, made once per handle: envd writes as root and follows links, so it never writes where the user can plant one); then `commit` on its stdin: it links or copies the upload into the staging dir, `chmod`, `mv -T` over the target, stat of the renamed inode through an open descriptor; envd `Remove` of the upload |
-//! | `create_if_absent` | the same process and upload, committed with `ln -T staged target` (a hard link fails if anything exists at the target) |
+//! | `read` | a holder process of the acting user (forked by a root `perl` wrapper, it becomes the user without exec'ing, so it stays non-dumpable) opens the file with that user's rights, checks its kind and size (`TooLarge` before a byte moves) and holds it; envd's `GET /files` of `/proc/PID/fd/FD` reads that open file, never a path the user controls; then the holder's stdin is closed and it ends (see `src/holder.rs`); at most `max_bytes + 1` bytes are taken |
+//! | `read_stream` | the same, streamed in chunks of at most 1 MiB (no process runs while it streams) |
+//! | `write` | a holder of the acting user checks the parent (made when asked) and the target, makes a random sibling staging dir (0700) and creates `data` in it; envd's `POST /files` writes `/proc/PID/fd/FD`, the file the holder created and holds; on `commit` (stdin) the holder sets the mode, renames it over the target and prints the record of the new inode through its descriptor. Three requests: start, upload, commit |
+//! | `create_if_absent` | the same holder and upload, committed with a hard link to the target (fails if anything exists there) |
 //! | `mkdir` / `remove` / `rename` | shell commands (`mkdir [-p]`, `rmdir` / `rm [-rf]`, `mv -T`) |
 //!
 //! Root (envd's `/files` routes and file RPCs) never acts on a path the user controls:
-//! reads come from a process running as the user, uploads land in root's own directory,
-//! and everything in the user's directories is done by the user's processes.
+//! it reads and writes only files a holder of the user opened (through the holder's
+//! descriptor), and everything in the user's directories is done by the user's
+//! processes. Holders need `perl` (Debian's essential `perl-base`).
 //!
 //! Shell commands run as the acting user (`sh -c SCRIPT sh ARGS…`, paths only as
 //! positional arguments, `LC_ALL=C`), so permissions and ownership are the user's. They
@@ -28,6 +29,7 @@
 
 mod error;
 mod fs;
+mod holder;
 mod meta;
 mod options;
 mod read;
