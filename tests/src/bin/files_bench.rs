@@ -1,13 +1,15 @@
 //! `files-bench`: fs-e2b's file transfers against curl on the same emulator, in one run.
 //!
-//! Run: `cargo run --release -p integration-tests --bin files-bench [-- --size-mib M --small N --http2]`
+//! Run: `cargo run --release -p integration-tests --bin files-bench [-- --size-mib M --small N --execs N --rounds R --http2]`
 //!
 //! Prints, for a large file (`--size-mib`, default 256) and for `--small` (default 100)
 //! files of 1 MiB: write then read through `E2bFs` (as the default user) and through
 //! `curl` (`POST` then `GET /files`, one curl process per request), in MiB/s of data moved
 //! both ways, the ratio fs-e2b / curl and this process's peak RSS (VmHWM, reset before
 //! each figure). `--http2` makes e2b-core speak HTTP/2 (prior knowledge) instead of
-//! HTTP/1.1. The emulator runs in a child process (this binary with `--serve-emulator`),
+//! HTTP/1.1. Then, to compare the protocols on execs: the p50 of `--execs` (default 200)
+//! sequential raw e2b-core runs of `true`, and the p50 of `--rounds` (default 10) rounds
+//! of 64 concurrent ones. The emulator runs in a child process (this binary with `--serve-emulator`),
 //! so the memory figure is the client's alone. Figures, not assertions.
 
 use std::collections::BTreeMap;
@@ -38,7 +40,9 @@ async fn main() {
     let size_mib = flag("--size-mib").unwrap_or(256);
     let small = flag("--small").unwrap_or(100);
     let http2 = args.iter().any(|a| a == "--http2");
-    if let Err(e) = run(size_mib, small, http2).await {
+    let execs = flag("--execs").unwrap_or(200);
+    let rounds = flag("--rounds").unwrap_or(10);
+    if let Err(e) = run(size_mib, small, http2, execs, rounds).await {
         eprintln!("files-bench: {e}");
         std::process::exit(1);
     }
@@ -139,7 +143,56 @@ fn report(name: &str, bytes: u64, secs: f64) -> f64 {
     mib_s
 }
 
-async fn run(size_mib: u64, small: u64, http2: bool) -> Result<(), AnyError> {
+/// The p50 of `times`, in milliseconds.
+fn p50_ms(mut times: Vec<std::time::Duration>) -> f64 {
+    times.sort();
+    times
+        .get(times.len() / 2)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+/// Exec figures: sequential runs of `true`, then rounds of 64 concurrent ones.
+async fn exec_figures(
+    api: &std::sync::Arc<dyn e2b_core::EnvdApi>,
+    execs: u64,
+    rounds: u64,
+) -> Result<(), AnyError> {
+    let one = || e2b_core::StartProcess::new("true");
+    for _ in 0..5 {
+        api.run(one()).await?;
+    }
+    let mut seq = Vec::new();
+    for _ in 0..execs {
+        let t = Instant::now();
+        let out = api.run(one()).await?;
+        seq.push(t.elapsed());
+        if out.end.exit_code != 0 {
+            return Err("true failed".into());
+        }
+    }
+    println!("
+exec `true`, raw e2b-core run, sequential x{execs}");
+    println!("  p50 {:.2} ms", p50_ms(seq));
+    let mut per_round = Vec::new();
+    let mut errors = 0usize;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let all = futures::future::join_all((0..64).map(|_| api.run(one()))).await;
+        per_round.push(t.elapsed());
+        errors += all.iter().filter(|r| r.is_err()).count();
+    }
+    println!("64 concurrent execs x{rounds} rounds");
+    println!("  p50 per round {:.1} ms, errors {errors}", p50_ms(per_round));
+    Ok(())
+}
+
+async fn run(
+    size_mib: u64,
+    small: u64,
+    http2: bool,
+    execs: u64,
+    rounds: u64,
+) -> Result<(), AnyError> {
     let exe = std::env::current_exe()?;
     let mut child = tokio::process::Command::new(exe)
         .arg("--serve-emulator")
@@ -257,6 +310,8 @@ async fn run(size_mib: u64, small: u64, http2: bool) -> Result<(), AnyError> {
         "  ratio fs-e2b / curl: {:.2}x (target >= 0.5x)",
         ours / curl_small
     );
+
+    exec_figures(&sandbox.clone().into_api(), execs, rounds).await?;
 
     let _ = std::fs::remove_dir_all(&scratch);
     let _ = client.kill(sandbox.id()).await;
