@@ -1,19 +1,19 @@
 //! What the conformance suite does not prove about `E2bSubprocess` on the emulator: the
 //! pid is the verified group id (never envd's start event alone), credential-shaped
 //! variables are scrubbed, terminal argv/env stay off envd's command lines, a chatty
-//! command keeps host memory bounded, the spill file holds the output, and the request
-//! cost of one spawn.
+//! command keeps host memory bounded, the spill file holds the output, the request
+//! cost of one spawn, and construction (options, builder methods that keep the caches).
 
 mod subprocess_e2b_support;
 
 use std::time::Duration;
 
 use e2b_core::CreateOptions;
-use exec_world::{EnvBase, ProcError, SpawnSpec, Subprocess, TerminalSpec, WorldPath};
+use exec_world::{EnvBase, ErrorKind, SpawnSpec, Subprocess, TerminalSpec, WorldPath};
 use fs_e2b::{E2bFs, E2bFsOptions};
 use futures::StreamExt;
-use subprocess_e2b::E2bSubprocess;
 use subprocess_e2b::spill::{SpillTarget, tee};
+use subprocess_e2b::{E2bSubprocess, E2bSubprocessOptions};
 use subprocess_e2b_support::{env, proc_of};
 use testing_fake::{FaultAction, FaultRule, Plane};
 
@@ -49,7 +49,10 @@ async fn pid_is_none_until_the_wrapper_verified_the_group() {
     let child = p.spawn(SpawnSpec::new("sleep").arg("30")).expect("spawn");
     assert_eq!(child.pid(), None);
     let r = within("started", child.started()).await;
-    assert!(matches!(r, Err(ProcError::Transport { .. })), "{r:?}");
+    assert!(
+        matches!(&r, Err(e) if e.kind() == ErrorKind::Transport),
+        "{r:?}"
+    );
     assert_eq!(child.pid(), None, "no pid without the verified header");
     drop(child);
 
@@ -373,6 +376,50 @@ async fn request_cost_of_one_spawn() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn builder_methods_keep_the_cached_lookups() {
+    let env = env().await;
+    let starts = || {
+        env.emu
+            .counters()
+            .get_on(Plane::Envd, "POST /process.Process/Start")
+    };
+    // The cwd must be absolute; nothing is sent to refuse it.
+    let before = starts();
+    let e = E2bSubprocess::new(env.api.clone(), E2bSubprocessOptions::new("home/user"))
+        .expect_err("relative cwd");
+    assert_eq!(e.kind(), ErrorKind::InvalidPath, "{e}");
+    assert_eq!(starts(), before);
+    // The default user, looked up once by the first handle.
+    let p = proc_of(&env).await;
+    let q = p
+        .clone()
+        .output_buffer(64 << 10)
+        .process_timeout(Some(Duration::from_secs(60)));
+    let before = starts();
+    let (out, st) = output(&q, SpawnSpec::new("echo").arg("hi")).await;
+    assert_eq!((out.as_str(), st.success()), ("hi\n", true));
+    // One Start: the spawn (before, a builder call dropped the lookup: 3).
+    assert_eq!(starts() - before, 1, "settings changed, lookup kept");
+    // Another user gets its own lookup, once; switching back costs nothing.
+    let u = E2bSubprocess::new(
+        env.api.clone(),
+        E2bSubprocessOptions::new("/tmp").user("user"),
+    )
+    .expect("adapter");
+    output(&u, SpawnSpec::new("true")).await;
+    let r = u.clone().user("root");
+    let before = starts();
+    let (out, _) = output(&r, SpawnSpec::new("id").arg("-un")).await;
+    assert_eq!(out, "root\n");
+    assert_eq!(starts() - before, 2, "root: its lookup, then the spawn");
+    let back = r.user("user").process_timeout(None);
+    let before = starts();
+    let (out, _) = output(&back, SpawnSpec::new("id").arg("-un")).await;
+    assert_eq!(out, "user\n");
+    assert_eq!(starts() - before, 1, "user's lookup kept across the switch");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn request_cost_of_a_terminal() {
     let env = env().await;
     let p = proc_of(&env).await;
@@ -411,11 +458,11 @@ async fn a_killed_sandbox_is_gone() {
         .spawn(SpawnSpec::new("true"))
         .expect("spawn returns at once");
     let r = within("started", child.started()).await;
-    assert!(matches!(r, Err(ProcError::Gone { .. })), "{r:?}");
+    assert!(matches!(&r, Err(e) if e.kind() == ErrorKind::Gone), "{r:?}");
     assert!(matches!(
         within("wait", child.wait()).await,
-        Err(ProcError::Gone { .. })
+        Err(e) if e.kind() == ErrorKind::Gone
     ));
     let w = within("which", p.which("sh")).await;
-    assert!(matches!(w, Err(ProcError::Gone { .. })), "{w:?}");
+    assert!(matches!(&w, Err(e) if e.kind() == ErrorKind::Gone), "{w:?}");
 }

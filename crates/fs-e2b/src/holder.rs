@@ -17,10 +17,9 @@ use std::time::Duration;
 use e2b_core::EnvdApi;
 use e2b_core::envd::ProcessStream;
 use e2b_core::proto::process::{DataEvent, ProcessEvent, ProcessInput, ProcessSelector, Signal};
-use exec_world::{FsError, WorldPath};
+use exec_world::{Error, WorldPath};
 use futures::StreamExt as _;
 
-use crate::error::map_error;
 use crate::fs::Shared;
 use crate::scripts;
 use crate::shell::{EXIT_TOO_LARGE, ShellOutput, classify};
@@ -58,7 +57,7 @@ impl Holder {
         line: &str,
         abs: &WorldPath,
         what: &str,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), Error> {
         self.released = true;
         self.api
             .send_input(
@@ -66,17 +65,17 @@ impl Holder {
                 ProcessInput::Stdin(format!("{line}\n").into_bytes()),
             )
             .await
-            .map_err(|e| map_error(e, abs, what))
+            .map_err(|e| e.into_world(what).with_path(abs))
     }
 
     /// Closes the holder's stdin (it lets go of its file and ends); fails when the
     /// wrapper is gone.
-    pub(crate) async fn release(&mut self, abs: &WorldPath, what: &str) -> Result<(), FsError> {
+    pub(crate) async fn release(&mut self, abs: &WorldPath, what: &str) -> Result<(), Error> {
         self.released = true;
         self.api
             .close_stdin(self.selector())
             .await
-            .map_err(|e| map_error(e, abs, what))
+            .map_err(|e| e.into_world(what).with_path(abs))
     }
 
     /// Waits for the wrapper's exit: its exit code and output after the status line.
@@ -84,7 +83,7 @@ impl Holder {
         mut self,
         abs: &WorldPath,
         what: &str,
-    ) -> Result<ShellOutput, FsError> {
+    ) -> Result<ShellOutput, Error> {
         loop {
             match self.events.next().await {
                 Some(Ok(ProcessEvent::Data(
@@ -102,11 +101,13 @@ impl Holder {
                     });
                 }
                 Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(map_error(e, abs, what)),
+                Some(Err(e)) => return Err(e.into_world(what).with_path(abs)),
                 None => {
-                    return Err(FsError::other(format!(
-                        "{what} {abs}: the holder's stream ended without its exit status"
-                    )));
+                    return Err(
+                        Error::other("the holder's stream ended without its exit status")
+                            .with_op(what)
+                            .with_path(abs),
+                    );
                 }
             }
         }
@@ -158,17 +159,16 @@ pub(crate) fn failure(
     abs: &WorldPath,
     limit: Option<u64>,
     what: &str,
-) -> FsError {
+) -> Error {
     match (code, limit) {
-        (EXIT_TOO_LARGE, Some(limit)) => FsError::TooLarge {
-            path: abs.clone(),
-            limit,
-        },
-        (scripts::EXIT_UNPROTECTED, _) => FsError::other(format!(
-            "{what} {abs}: the holder cannot be made unreachable by the user's other processes \
+        (EXIT_TOO_LARGE, Some(limit)) => Error::too_large(abs, limit).with_op(what),
+        (scripts::EXIT_UNPROTECTED, _) => Error::other(format!(
+            "the holder cannot be made unreachable by the user's other processes \
              (needs perl): {}",
             String::from_utf8_lossy(text).trim()
-        )),
+        ))
+        .with_op(what)
+        .with_path(abs),
         _ => classify(
             &ShellOutput {
                 exit_code: code,
@@ -182,7 +182,7 @@ pub(crate) fn failure(
 }
 
 /// The acting user's uid, gid and groups, asked once per handle.
-async fn identity(sh: &Shared) -> Result<[String; 3], FsError> {
+async fn identity(sh: &Shared) -> Result<[String; 3], Error> {
     if let Some(id) = sh.identity.lock().ok().and_then(|g| g.clone()) {
         return Ok(id);
     }
@@ -199,9 +199,8 @@ async fn identity(sh: &Shared) -> Result<[String; 3], FsError> {
             [u.to_owned(), g.to_owned(), groups.to_owned()]
         }
         _ => {
-            return Err(FsError::other(format!(
-                "identify the acting user: unexpected output {text:?}"
-            )));
+            return Err(Error::other(format!("unexpected output {text:?}"))
+                .with_op("identify the acting user"));
         }
     };
     if let Ok(mut g) = sh.identity.lock() {
@@ -220,7 +219,7 @@ pub(crate) async fn start(
     lifetime: Duration,
     abs: &WorldPath,
     what: &str,
-) -> Result<Result<Held, (i32, Vec<u8>)>, FsError> {
+) -> Result<Result<Held, (i32, Vec<u8>)>, Error> {
     let [uid, gid, groups] = identity(sh).await?;
     let mut argv: Vec<&str> = vec![script, &uid, &gid, &groups];
     argv.extend_from_slice(args);
@@ -245,13 +244,17 @@ pub(crate) async fn start(
     };
     let (text, line) = tokio::time::timeout(sh.command_timeout, status_line(&mut h, abs, what))
         .await
-        .map_err(|_| FsError::Timeout {
-            context: format!(
-                "{what} {abs}: the holder's status after {:?}",
+        .map_err(|_| {
+            Error::timeout(what).with_path(abs).with_detail(format!(
+                "the holder's status after {:?}",
                 sh.command_timeout
-            ),
+            ))
         })??;
-    let bad = || FsError::other(format!("{what} {abs}: unreadable holder status {line:?}"));
+    let bad = || {
+        Error::other(format!("unreadable holder status {line:?}"))
+            .with_op(what)
+            .with_path(abs)
+    };
     if let Some(code) = line.strip_prefix('e') {
         let code = code.parse::<i32>().map_err(|_| bad())?;
         h.released = true;
@@ -280,7 +283,7 @@ async fn status_line(
     h: &mut Holder,
     abs: &WorldPath,
     what: &str,
-) -> Result<(Vec<u8>, String), FsError> {
+) -> Result<(Vec<u8>, String), Error> {
     let mut out = Vec::new();
     let mut scanned = 0;
     loop {
@@ -297,9 +300,9 @@ async fn status_line(
             scanned = end + 1;
         }
         if out.len() > MAX_OUTPUT {
-            return Err(FsError::other(format!(
-                "{what} {abs}: the holder printed no status"
-            )));
+            return Err(Error::other("the holder printed no status")
+                .with_op(what)
+                .with_path(abs));
         }
         match h.events.next().await {
             Some(Ok(ProcessEvent::Data(
@@ -310,11 +313,11 @@ async fn status_line(
                 return Err(failure(end.exit_code, &out, abs, None, what));
             }
             Some(Ok(_)) => {}
-            Some(Err(e)) => return Err(map_error(e, abs, what)),
+            Some(Err(e)) => return Err(e.into_world(what).with_path(abs)),
             None => {
-                return Err(FsError::other(format!(
-                    "{what} {abs}: the holder's stream ended without its status"
-                )));
+                return Err(Error::other("the holder's stream ended without its status")
+                    .with_op(what)
+                    .with_path(abs));
             }
         }
     }

@@ -15,10 +15,9 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use exec_world::{ByteStream, FsError, WorldPath};
+use exec_world::{ByteStream, Error, WorldPath};
 use futures::StreamExt as _;
 
-use crate::error::map_error;
 use crate::fs::Shared;
 use crate::holder;
 use crate::scripts;
@@ -39,7 +38,7 @@ async fn open(
     abs: &WorldPath,
     limit: Option<u64>,
     what: &'static str,
-) -> Result<(u64, e2b_core::envd::Download), FsError> {
+) -> Result<(u64, e2b_core::envd::Download), Error> {
     let limit_arg = match limit {
         Some(l) if l < NO_LIMIT_FROM => l.to_string(),
         _ => String::new(),
@@ -65,33 +64,34 @@ async fn open(
         .rest
         .first()
         .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| FsError::other(format!("{what} {abs}: the holder printed no size")))?;
+        .ok_or_else(|| {
+            Error::other("the holder printed no size")
+                .with_op(what)
+                .with_path(abs)
+        })?;
     let mut h = held.holder;
     let dl = sh
         .api
         .download(&held.fd_path, sh.user())
         .await
-        .map_err(|e| map_error(e, abs, what))?;
+        .map_err(|e| e.into_world(what).with_path(abs))?;
     h.release(abs, what).await.map_err(|e| {
-        FsError::other(format!(
-            "{what} {abs}: the holder ended before its file was read ({e})"
-        ))
+        Error::other(format!("the holder ended before its file was read ({e})"))
+            .with_op(what)
+            .with_path(abs)
     })?;
     Ok((size, dl))
 }
 
 /// The whole file if it has at most `max` bytes: TooLarge from the size of the opened
 /// file before any byte is sent, and again if it grew since (the download is cut).
-pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Result<Bytes, FsError> {
+pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Result<Bytes, Error> {
     let (size, mut dl) = open(sh, abs, Some(max), "read").await?;
     let mut buf = BytesMut::with_capacity(usize::try_from(size.min(max)).unwrap_or(0));
     while let Some(piece) = dl.next().await {
-        let piece = piece.map_err(|e| map_error(e, abs, "read"))?;
+        let piece = piece.map_err(|e| e.into_world("read").with_path(abs))?;
         if (buf.len() as u64).saturating_add(piece.len() as u64) > max {
-            return Err(FsError::TooLarge {
-                path: abs.clone(),
-                limit: max,
-            });
+            return Err(Error::too_large(abs, max).with_op("read"));
         }
         buf.extend_from_slice(&piece);
     }
@@ -99,7 +99,7 @@ pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Resu
 }
 
 /// Splits `b` into pieces of at most [`CHUNK`] bytes.
-fn chunks(mut b: Bytes) -> Vec<Result<Bytes, FsError>> {
+fn chunks(mut b: Bytes) -> Vec<Result<Bytes, Error>> {
     let mut parts = Vec::with_capacity(b.len() / CHUNK + 1);
     while b.len() > CHUNK {
         parts.push(Ok(b.split_to(CHUNK)));
@@ -111,7 +111,7 @@ fn chunks(mut b: Bytes) -> Vec<Result<Bytes, FsError>> {
 }
 
 /// The file as a stream of chunks of at most [`CHUNK`] bytes.
-pub(crate) async fn read_stream(sh: &Shared, abs: &WorldPath) -> Result<ByteStream, FsError> {
+pub(crate) async fn read_stream(sh: &Shared, abs: &WorldPath) -> Result<ByteStream, Error> {
     let (_size, dl) = open(sh, abs, None, "read_stream").await?;
     let path = abs.clone();
     let s = futures::stream::unfold(Some(dl), move |state| {
@@ -121,7 +121,7 @@ pub(crate) async fn read_stream(sh: &Shared, abs: &WorldPath) -> Result<ByteStre
             match dl.next().await {
                 Some(Ok(b)) => Some((futures::stream::iter(chunks(b)), Some(dl))),
                 Some(Err(e)) => {
-                    let e = map_error(e, &path, "read_stream");
+                    let e = e.into_world("read_stream").with_path(&path);
                     Some((futures::stream::iter(vec![Err(e)]), None))
                 }
                 None => None,

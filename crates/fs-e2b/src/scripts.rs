@@ -3,10 +3,17 @@
 //! [`crate::shell`]); any other failure is classified from `strerror` text (`LC_ALL=C`).
 
 /// `find -printf` format of one record: kind, mode, size, device, inode, mtime, ctime,
-/// link text, name; every field ends with NUL.
+/// owner, group, link text, name; every field ends with NUL.
+macro_rules! record_format {
+    () => {
+        r"%y\0%m\0%s\0%D\0%i\0%T@\0%C@\0%u\0%g\0%l\0%f\0"
+    };
+}
+
+/// [`record_format!`] quoted for the shell.
 macro_rules! fmt {
     () => {
-        r"'%y\0%m\0%s\0%D\0%i\0%T@\0%C@\0%l\0%f\0'"
+        concat!("'", record_format!(), "'")
     };
 }
 
@@ -175,4 +182,4 @@ exec('find', '-L', "/proc/$$/fd/" . fileno($fh), '-maxdepth', '0', '-printf', $f
 );
 
 /// The `find -printf` record format as one argument (no shell quoting).
-pub(crate) const RECORD_FORMAT: &str = r"%y\0%m\0%s\0%D\0%i\0%T@\0%C@\0%l\0%f\0";
+pub(crate) const RECORD_FORMAT: &str = record_format!();

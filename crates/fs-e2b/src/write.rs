@@ -14,10 +14,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use e2b_core::trusted_shell::random_suffix;
-use exec_world::{ByteStream, Created, FsError, Version, WorldPath, WriteOptions};
+use exec_world::{ByteStream, Created, Error, Version, WorldPath, WriteOptions};
 use futures::StreamExt as _;
 
-use crate::error::map_error;
 use crate::fs::Shared;
 use crate::holder::{self, Holder};
 use crate::meta::parse_records;
@@ -53,10 +52,10 @@ async fn remove_stage(sh: &Shared, dir: &WorldPath) {
 
 impl Stage {
     /// A new (not yet created) staging directory next to `target`.
-    fn next_to(sh: &Arc<Shared>, target: &WorldPath) -> Result<Stage, FsError> {
-        let parent = target.parent().ok_or_else(|| FsError::IsADirectory {
-            path: target.clone(),
-        })?;
+    fn next_to(sh: &Arc<Shared>, target: &WorldPath) -> Result<Stage, Error> {
+        let parent = target
+            .parent()
+            .ok_or_else(|| Error::is_a_directory(target).with_op("write"))?;
         let dir = parent.join(&format!("{}{}", sh.staging_prefix, random_suffix()))?;
         Ok(Stage {
             sh: sh.clone(),
@@ -103,8 +102,8 @@ async fn upload(
     target: &WorldPath,
     fd_path: &str,
     data: ByteStream,
-) -> Result<(), FsError> {
-    let failed: Arc<Mutex<Option<FsError>>> = Arc::new(Mutex::new(None));
+) -> Result<(), Error> {
+    let failed: Arc<Mutex<Option<Error>>> = Arc::new(Mutex::new(None));
     let slot = failed.clone();
     let body = data.map(move |item| {
         item.map_err(|e| {
@@ -121,7 +120,7 @@ async fn upload(
             if let Some(src) = failed.lock().ok().and_then(|mut s| s.take()) {
                 return Err(src);
             }
-            Err(map_error(e, target, "upload"))
+            Err(e.into_world("upload").with_path(target))
         }
     }
 }
@@ -136,7 +135,7 @@ async fn run(
     create_parents: bool,
     create: bool,
     what: &'static str,
-) -> Result<ShellOutput, FsError> {
+) -> Result<ShellOutput, Error> {
     let parent = abs.parent().unwrap_or_else(WorldPath::root);
     let stage = Stage::next_to(sh, abs)?;
     let started = holder::start(
@@ -187,9 +186,11 @@ async fn run(
     }
     if let Err(e) = h.tell("commit", abs, what).await {
         stage.cleanup().await;
-        return Err(FsError::other(format!(
-            "{what} {abs}: the holder ended before its file was written ({e})"
-        )));
+        return Err(Error::other(format!(
+            "the holder ended before its file was written ({e})"
+        ))
+        .with_op(what)
+        .with_path(abs));
     }
     let out = h.finish(abs, what).await;
     match &out {
@@ -205,7 +206,7 @@ pub(crate) async fn write(
     abs: &WorldPath,
     data: ByteStream,
     opts: WriteOptions,
-) -> Result<Version, FsError> {
+) -> Result<Version, Error> {
     let mode = opts
         .mode
         .map(|m| format!("{:o}", m & 0o7777))
@@ -217,7 +218,11 @@ pub(crate) async fn write(
     let rec = parse_records(&out.stdout)?
         .into_iter()
         .next()
-        .ok_or_else(|| FsError::other(format!("write {abs}: no record of the new file")))?;
+        .ok_or_else(|| {
+            Error::other("no record of the new file")
+                .with_op("write")
+                .with_path(abs)
+        })?;
     Ok(rec.version())
 }
 
@@ -226,7 +231,7 @@ pub(crate) async fn create_if_absent(
     sh: &Arc<Shared>,
     abs: &WorldPath,
     data: Bytes,
-) -> Result<Created, FsError> {
+) -> Result<Created, Error> {
     let data = exec_world::bytes_stream(data);
     let out = run(sh, abs, data, "", false, true, "create_if_absent").await?;
     match out.exit_code {

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use e2b_core::{Client, ConnectOptions, EnvdApi, Error, Sandbox, Surface};
+use exec_world::ErrorKind;
 use exec_world::sandbox::SandboxError;
-use exec_world::{ProcError, WorldPath};
-use subprocess_e2b::{E2bSubprocess, UserInfo};
+use subprocess_e2b::{E2bSubprocess, E2bSubprocessOptions, UserInfo};
 
 use crate::config::{MAX_TIMEOUT_SECONDS, SandboxConfig};
 use crate::errors::{map_core, op_failed};
@@ -96,21 +96,13 @@ pub(crate) fn is_stale(e: &Error) -> bool {
     }
 }
 
-/// The same for an exec start that failed (subprocess-e2b keeps only the text of the
-/// e2b-core error it mapped).
-pub(crate) fn is_stale_proc(e: &ProcError) -> bool {
-    match e {
-        ProcError::Gone { .. } => true,
-        ProcError::Other { context, source } => {
-            context.contains(PAUSED_TEXT)
-                || source
-                    .as_ref()
-                    .and_then(|s| s.downcast_ref::<Error>())
-                    .is_some_and(is_stale)
-        }
-        ProcError::Transport { source, .. } => source.downcast_ref::<Error>().is_some_and(is_stale),
-        _ => false,
-    }
+/// The same for an exec start that failed: `Gone`, or an e2b-core source that
+/// [`is_stale`].
+pub(crate) fn is_stale_proc(e: &exec_world::Error) -> bool {
+    e.kind() == ErrorKind::Gone
+        || std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<Error>())
+            .is_some_and(is_stale)
 }
 
 impl Leases {
@@ -154,10 +146,11 @@ impl Leases {
         }
         let id = sb.id().to_owned();
         let api = sb.into_api();
-        let proc = E2bSubprocess::new(api.clone(), WorldPath::root())
-            .process_timeout(None)
+        let opts = E2bSubprocessOptions::new("/")
             .output_buffer(OUTPUT_BUFFER)
             .known_user(sandbox_user());
+        let proc = E2bSubprocess::new(api.clone(), opts)
+            .map_err(|e| SandboxError::from_source(op, None, e))?;
         let attached = Attached { api, proc };
         self.lock().insert(
             id,

@@ -1,5 +1,7 @@
 //! `exec_world::Subprocess` and `Terminal` over an E2B sandbox: [`E2bSubprocess`] takes
-//! an `Arc<dyn e2b_core::EnvdApi>` and runs every program through envd.
+//! an `Arc<dyn e2b_core::EnvdApi>` and [`E2bSubprocessOptions`] and runs every program
+//! through envd. Its builder methods (`user`, `output_buffer`, `process_timeout`) keep the
+//! cached user lookups.
 //!
 //! # How a spawn runs
 //!
@@ -13,7 +15,7 @@
 //! line and `exec`s `env … PROGRAM ARGS…`. The adapter strips that line;
 //! [`Child::pid`](exec_world::Child::pid) stays `None` until it arrived and parsed (the
 //! verified group id, not just envd's pid of the wrapper); `E2BX-FAIL enoent|eacces`
-//! becomes `ProcError::NotFound` / `PermissionDenied` from `started()` and `wait()`.
+//! becomes an `exec_world::Error` of kind `NotFound` / `PermissionDenied` from `started()` and `wait()`.
 //! No polling: the pid arrives on the output stream itself. The header is printed just
 //! before the final `exec`, so a signal sent right after `started()` may reach the
 //! wrapper `sh` (same pid and group) instead of the program; its default action is the
@@ -95,10 +97,11 @@
 //!
 //! # Errors
 //!
-//! `e2b_core::Error` maps to `ProcError`: sandbox gone → `Gone`, timeouts → `Timeout`,
-//! transport, protocol, 429 and 5xx → `Transport`, envd `invalid_argument` at start (a
-//! missing cwd) → `InvalidSpec`, 401/403 and envd `permission_denied` →
-//! `PermissionDenied`, the rest → `Other`. A broken event stream ends `wait()` with
+//! Every failure is an `exec_world::Error`; an `e2b_core::Error` becomes one through
+//! e2b-core's one table (`e2b_core::world_error`): sandbox gone → `Gone`, timeouts →
+//! `Timeout`, transport, protocol, 429 and 502–504 → `Transport` (temporary), envd
+//! `invalid_argument` at start (a missing cwd) → `InvalidSpec`, 401/403 and envd
+//! `permission_denied` → `PermissionDenied`, the rest → `Other`. A broken event stream ends `wait()` with
 //! `Transport` (no reconnect: output while disconnected would be lost anyway), silence
 //! past e2b-core's stream idle timeout (envd sends keepalives) with `Timeout`. Every
 //! message names the operation (`starting PROGRAM in CWD`) and the cause once.
@@ -109,7 +112,7 @@
 //! `wait()` report it; if that kill cannot finish, dropping the child runs it again.
 
 mod child;
-mod errors;
+mod options;
 mod queue;
 mod session;
 mod shell;
@@ -120,9 +123,9 @@ mod terminal;
 mod world;
 pub mod wrapper;
 
-pub use errors::map_error;
+pub use options::{DEFAULT_OUTPUT_BUFFER, E2bSubprocessOptions};
 pub use shell::UserInfo;
-pub use subprocess::{DEFAULT_OUTPUT_BUFFER, E2bSubprocess};
+pub use subprocess::E2bSubprocess;
 
 /// The README's example, compiled as a doctest.
 #[doc = include_str!("../README.md")]

@@ -1,15 +1,28 @@
 //! What every process of one adapter shares: the envd API, the trusted shell, the
-//! settings, and two values found once and cached (the user lookup and the private
-//! state directory for terminal spec files).
+//! settings, and two values found once per user and cached (the user lookup and the
+//! private state directory for terminal spec files). The caches live in a registry shared
+//! by every handle built from one adapter, so changing a setting (or switching users and
+//! back) never repeats a lookup.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use e2b_core::EnvdApi;
-use exec_world::ProcError;
+use exec_world::Error;
 use tokio::sync::OnceCell;
 
 use crate::shell::{Shell, UserInfo};
+
+/// The cached lookups of one user.
+#[derive(Default)]
+struct UserCache {
+    info: OnceCell<UserInfo>,
+    state_dir: OnceCell<String>,
+}
+
+/// Every user's caches, shared by the handles of one adapter.
+type Users = Mutex<HashMap<Option<String>, Arc<UserCache>>>;
 
 /// Shared by an [`E2bSubprocess`](crate::E2bSubprocess) and its processes.
 pub(crate) struct WorldShared {
@@ -18,8 +31,8 @@ pub(crate) struct WorldShared {
     pub(crate) user: Option<String>,
     pub(crate) output_buffer: usize,
     pub(crate) process_timeout: Option<Duration>,
-    info: OnceCell<UserInfo>,
-    state_dir: OnceCell<String>,
+    cache: Arc<UserCache>,
+    users: Arc<Users>,
 }
 
 impl std::fmt::Debug for WorldShared {
@@ -31,6 +44,16 @@ impl std::fmt::Debug for WorldShared {
     }
 }
 
+/// `user`'s caches in `users`, made on first use.
+fn cache_of(users: &Users, user: &Option<String>) -> Arc<UserCache> {
+    users
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(user.clone())
+        .or_default()
+        .clone()
+}
+
 impl WorldShared {
     pub(crate) fn new(
         api: Arc<dyn EnvdApi>,
@@ -38,26 +61,46 @@ impl WorldShared {
         output_buffer: usize,
         process_timeout: Option<Duration>,
     ) -> WorldShared {
+        let users = Arc::new(Users::default());
         WorldShared {
             shell: Shell::new(api.clone()),
             api,
+            cache: cache_of(&users, &user),
             user,
             output_buffer,
             process_timeout,
-            info: OnceCell::new(),
-            state_dir: OnceCell::new(),
+            users,
+        }
+    }
+
+    /// The same world with other settings; the caches (of every user) are shared.
+    pub(crate) fn with_settings(
+        &self,
+        user: Option<String>,
+        output_buffer: usize,
+        process_timeout: Option<Duration>,
+    ) -> WorldShared {
+        WorldShared {
+            api: self.api.clone(),
+            shell: self.shell.clone(),
+            cache: cache_of(&self.users, &user),
+            user,
+            output_buffer,
+            process_timeout,
+            users: self.users.clone(),
         }
     }
 
     /// Fills the user lookup with known facts (the template's); no-op once looked up.
     pub(crate) fn preset_user(&self, info: UserInfo) {
-        let _ = self.info.set(info);
+        let _ = self.cache.info.set(info);
     }
 
     /// The user lookup (first call: one or two shell commands; then cached; a failed
     /// lookup is retried by the next call).
-    pub(crate) async fn user_info(&self) -> Result<UserInfo, ProcError> {
-        self.info
+    pub(crate) async fn user_info(&self) -> Result<UserInfo, Error> {
+        self.cache
+            .info
             .get_or_try_init(|| async {
                 let name = match &self.user {
                     Some(u) => u.clone(),
@@ -71,8 +114,9 @@ impl WorldShared {
 
     /// The private state directory (`/tmp/.e2bx-proc-<random>`, 0700, owned by the
     /// user), created on first use.
-    pub(crate) async fn state_dir(&self, info: &UserInfo) -> Result<String, ProcError> {
-        self.state_dir
+    pub(crate) async fn state_dir(&self, info: &UserInfo) -> Result<String, Error> {
+        self.cache
+            .state_dir
             .get_or_try_init(|| async {
                 let dir = format!(
                     "/tmp/.e2bx-proc-{}",

@@ -170,8 +170,10 @@ async fn exec_figures(
             return Err("true failed".into());
         }
     }
-    println!("
-exec `true`, raw e2b-core run, sequential x{execs}");
+    println!(
+        "
+exec `true`, raw e2b-core run, sequential x{execs}"
+    );
     println!("  p50 {:.2} ms", p50_ms(seq));
     let mut per_round = Vec::new();
     let mut errors = 0usize;
@@ -182,7 +184,10 @@ exec `true`, raw e2b-core run, sequential x{execs}");
         errors += all.iter().filter(|r| r.is_err()).count();
     }
     println!("64 concurrent execs x{rounds} rounds");
-    println!("  p50 per round {:.1} ms, errors {errors}", p50_ms(per_round));
+    println!(
+        "  p50 per round {:.1} ms, errors {errors}",
+        p50_ms(per_round)
+    );
     Ok(())
 }
 

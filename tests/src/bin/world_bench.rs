@@ -289,7 +289,10 @@ async fn run(iterations: u64, size_mib: u64) -> Result<(), AnyError> {
         }
     })
     .await?;
-    let e2b_proc = subprocess_e2b::E2bSubprocess::new(api.clone(), WorldPath::new("/home/user")?);
+    let e2b_proc = subprocess_e2b::E2bSubprocess::new(
+        api.clone(),
+        subprocess_e2b::E2bSubprocessOptions::new("/home/user"),
+    )?;
     let adapter = time_n("subprocess-e2b", iterations, || async {
         e2b_proc.spawn(SpawnSpec::new("true"))?.wait().await?;
         Ok(())
