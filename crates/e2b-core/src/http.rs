@@ -18,7 +18,9 @@ pub(crate) fn build_client(cfg: &Config) -> Result<reqwest::Client, Error> {
         .connect_timeout(cfg.connect_timeout)
         .user_agent(cfg.user_agent.clone());
     let b = if cfg.http2 {
-        b.http2_prior_knowledge()
+        // Windows grown from the measured bandwidth-delay product: with the fixed 64 KiB
+        // default a 256 MiB download ran at a third of HTTP/1.1's speed.
+        b.http2_prior_knowledge().http2_adaptive_window(true)
     } else {
         b
     };

@@ -19,7 +19,7 @@ use exec_world::{ByteStream, Error, WorldPath};
 use futures::StreamExt as _;
 
 use crate::fs::Shared;
-use crate::holder;
+use crate::holder::{self, Holder};
 use crate::scripts;
 
 /// Largest chunk `read_stream` yields.
@@ -31,14 +31,14 @@ const NO_LIMIT_FROM: u64 = 1 << 62;
 /// How long a `read_stream` holder may live (it is released once envd opened the file).
 const STREAM_LIFETIME: Duration = Duration::from_secs(3600);
 
-/// Holds `abs` and starts envd's download of the holder's descriptor; the download is
-/// returned only once the holder's wrapper was seen alive after envd opened the file.
+/// Holds `abs` and starts envd's download of the holder's descriptor: the size, the
+/// download and the holder, which [`release`] must let go before any byte is trusted.
 async fn open(
     sh: &Shared,
     abs: &WorldPath,
     limit: Option<u64>,
     what: &'static str,
-) -> Result<(u64, e2b_core::envd::Download), Error> {
+) -> Result<(u64, e2b_core::envd::Download, Holder), Error> {
     let limit_arg = match limit {
         Some(l) if l < NO_LIMIT_FROM => l.to_string(),
         _ => String::new(),
@@ -69,33 +69,44 @@ async fn open(
                 .with_op(what)
                 .with_path(abs)
         })?;
-    let mut h = held.holder;
     let dl = sh
         .api
         .download(&held.fd_path, sh.user())
         .await
         .map_err(|e| e.into_world(what).with_path(abs))?;
+    Ok((size, dl, held.holder))
+}
+
+/// Lets the holder go once envd answered the download (it has the file open); fails
+/// when the holder's wrapper was gone, so the download may not be the user's file.
+async fn release(h: &mut Holder, abs: &WorldPath, what: &str) -> Result<(), Error> {
     h.release(abs, what).await.map_err(|e| {
         Error::other(format!("the holder ended before its file was read ({e})"))
             .with_op(what)
             .with_path(abs)
-    })?;
-    Ok((size, dl))
+    })
 }
 
 /// The whole file if it has at most `max` bytes: TooLarge from the size of the opened
 /// file before any byte is sent, and again if it grew since (the download is cut).
 pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Result<Bytes, Error> {
-    let (size, mut dl) = open(sh, abs, Some(max), "read").await?;
-    let mut buf = BytesMut::with_capacity(usize::try_from(size.min(max)).unwrap_or(0));
-    while let Some(piece) = dl.next().await {
-        let piece = piece.map_err(|e| e.into_world("read").with_path(abs))?;
-        if (buf.len() as u64).saturating_add(piece.len() as u64) > max {
-            return Err(Error::too_large(abs, max).with_op("read"));
+    let (size, mut dl, mut h) = open(sh, abs, Some(max), "read").await?;
+    // The body is taken while the holder is released; it is returned only if the
+    // release succeeded.
+    let body = async {
+        let mut buf = BytesMut::with_capacity(usize::try_from(size.min(max)).unwrap_or(0));
+        while let Some(piece) = dl.next().await {
+            let piece = piece.map_err(|e| e.into_world("read").with_path(abs))?;
+            if (buf.len() as u64).saturating_add(piece.len() as u64) > max {
+                return Err(Error::too_large(abs, max).with_op("read"));
+            }
+            buf.extend_from_slice(&piece);
         }
-        buf.extend_from_slice(&piece);
-    }
-    Ok(buf.freeze())
+        Ok(buf.freeze())
+    };
+    let (released, body) = tokio::join!(release(&mut h, abs, "read"), body);
+    released?;
+    body
 }
 
 /// Splits `b` into pieces of at most [`CHUNK`] bytes.
@@ -112,7 +123,8 @@ fn chunks(mut b: Bytes) -> Vec<Result<Bytes, Error>> {
 
 /// The file as a stream of chunks of at most [`CHUNK`] bytes.
 pub(crate) async fn read_stream(sh: &Shared, abs: &WorldPath) -> Result<ByteStream, Error> {
-    let (_size, dl) = open(sh, abs, None, "read_stream").await?;
+    let (_size, dl, mut h) = open(sh, abs, None, "read_stream").await?;
+    release(&mut h, abs, "read_stream").await?;
     let path = abs.clone();
     let s = futures::stream::unfold(Some(dl), move |state| {
         let path = path.clone();

@@ -191,6 +191,9 @@ async fn dispatch(shared: Arc<Shared>, req: Request) -> Result<Response, ResetCo
     })
 }
 
+/// HTTP/2 receive window, per stream and per connection (Go's `MaxUploadBufferPer*`).
+const H2_WINDOW: u32 = 1 << 20;
+
 /// Per connection: told by a `GoAway` fault to shut the connection down gracefully.
 #[derive(Clone)]
 struct GoAway(Arc<tokio::sync::Notify>);
@@ -233,7 +236,14 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, stop: CancellationTok
                     req.extensions_mut().insert(GoAway(go_away.clone()));
                     dispatch(shared.clone(), req)
                 });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            // HTTP/1.1 and HTTP/2 with prior knowledge on the same plain port, as envd
+            // serves h2c; receive windows of 1 MiB per stream and per connection, Go's
+            // http2 server defaults (envd's).
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder
+                .http2()
+                .initial_stream_window_size(H2_WINDOW)
+                .initial_connection_window_size(H2_WINDOW);
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
             tokio::pin!(conn);
             let ended = tokio::select! {
