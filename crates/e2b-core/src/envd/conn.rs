@@ -125,15 +125,30 @@ impl EnvdConn {
         req: &Req,
         user: Option<&str>,
     ) -> Result<Resp, Error> {
+        self.unary_once(path, req, user, false).await
+    }
+
+    /// One attempt of a unary call; `repeatable` lets a request that met a dropped pooled
+    /// connection be sent again (see [`http::send_resending_stale`]).
+    async fn unary_once<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
+        &self,
+        path: &str,
+        req: &Req,
+        user: Option<&str>,
+        repeatable: bool,
+    ) -> Result<Resp, Error> {
         let body = serde_json::to_vec(req)
             .map_err(|e| Error::Config(format!("cannot encode the request: {e}")))?;
         let resp = self
             .rpc_request(path, user, CT_JSON)
             .timeout(self.request_timeout)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| self.send_error(e, "envd unary call"))?;
+            .body(body);
+        let resp = if repeatable {
+            http::send_resending_stale(resp).await
+        } else {
+            resp.send().await
+        };
+        let resp = resp.map_err(|e| self.send_error(e, "envd unary call"))?;
         if resp.status() != reqwest::StatusCode::OK {
             return Err(self.error_of(resp).await);
         }
@@ -172,7 +187,7 @@ impl EnvdConn {
     ) -> Result<Resp, Error> {
         self.retry
             .run(path, Idempotence::Idempotent, |_| {
-                self.unary(path, req, user)
+                self.unary_once(path, req, user, true)
             })
             .await
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
+use crate::output::utf8_complete_len;
 use crate::{Child, Error, ExitStatus, OutputStream};
 
 /// What [`run_capped`] saw.
@@ -179,13 +180,11 @@ pub fn exit_code_of(s: &ExitStatus) -> Option<i32> {
 /// assert_eq!(exec_world::sandbox::utf8_cut(&[b'a', euro[0], euro[1]], true), "a");
 /// ```
 pub fn utf8_cut(buf: &[u8], truncated: bool) -> String {
-    let mut end = buf.len();
-    if truncated
-        && let Err(e) = std::str::from_utf8(buf)
-        && e.error_len().is_none()
-    {
-        end = e.valid_up_to();
-    }
+    let end = if truncated {
+        utf8_complete_len(buf)
+    } else {
+        buf.len()
+    };
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
