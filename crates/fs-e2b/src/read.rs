@@ -84,9 +84,13 @@ async fn open(
 /// when the holder's wrapper was gone, so the download may not be the user's file.
 async fn release(h: &mut Holder, abs: &WorldPath, what: &str) -> Result<(), Error> {
     h.release(abs, what).await.map_err(|e| {
-        Error::other(format!("the holder ended before its file was read ({e})"))
-            .with_op(what)
-            .with_path(abs)
+        Error::other(format!(
+            "the holder ended before its file was read: {}",
+            e.detail().unwrap_or(e.kind().as_str())
+        ))
+        .with_op(what)
+        .with_path(abs)
+        .with_source(e)
     })
 }
 
