@@ -7,6 +7,7 @@ use base64::Engine as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::event_decode::StreamMessage;
 use super::stream::{MessageStream, message_stream};
 use crate::config::{Config, Secret};
 use crate::error::{Error, Surface};
@@ -221,10 +222,7 @@ impl EnvdConn {
     /// Open a server-streaming Connect call: send the enveloped request, check the status
     /// and content type within the handshake timeout, and return the decoded messages.
     /// `deadline` becomes `Connect-Timeout-Ms`.
-    pub(crate) async fn server_stream<
-        Req: Serialize + ?Sized,
-        Resp: DeserializeOwned + Send + 'static,
-    >(
+    pub(crate) async fn server_stream<Req: Serialize + ?Sized, Resp: StreamMessage>(
         &self,
         path: &str,
         req: &Req,
