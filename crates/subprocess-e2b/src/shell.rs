@@ -1,7 +1,7 @@
 //! Trusted commands through e2b-core's trusted shell (root, positional arguments, a
-//! random root-level `HOME`, no login profile): the user lookup, `which`, the private
-//! state directory, signals to a pid or a terminal's foreground group, and the
-//! exec-world tree kill.
+//! random root-level `HOME`, no login profile): the user lookup, `which`, the spawn
+//! helper's placement and the cgroup probe, the private state directory, signals to a
+//! pid or a terminal's foreground group, and the exec-world tree kill.
 
 use std::time::Duration;
 
@@ -41,6 +41,49 @@ exit 0"#;
 /// Creates `$1` empty with mode 0600, refusing anything already there (noclobber).
 const PRIVATE_FILE_SH: &str = r#"umask 077; set -C; : > "$1""#;
 
+/// Places the spawn helper and probes for a cgroup per spawn. `$1` the helper directory
+/// (must not exist; root-owned, 0755), `$2` the helper text, `$3` the acting user, `$4` a
+/// probe cgroup name. Prints `cgroup MOUNT SETPRIV UID GID` when root can create a cgroup
+/// below its own in the cgroup2 mount, move a process into it and `cgroup.kill` it, and
+/// `setpriv` can drop to the user (`UID GID` empty for root); nothing otherwise.
+const SETUP_SH: &str = r#"umask 022
+mkdir -m 0755 -- "$1" || exit 3
+printf '%s' "$2" > "$1/spawn.sh" || exit 3
+mnt=
+while read -r _ _ _ root point rest; do
+  case " $rest " in *" - cgroup2 "*) [ "$root" = / ] && { mnt=$point; break; } ;; esac
+done < /proc/self/mountinfo
+case $mnt in ''|*\\*) exit 0 ;; esac
+base=
+while read -r l; do case $l in 0::*) base=${l#0::} ;; esac; done < /proc/self/cgroup
+uid=; gid=; sp=
+if [ "$3" != root ]; then
+  sp=$(command -v setpriv) || exit 0
+  e=$(getent passwd "$3") || exit 0
+  IFS=: read -r _ _ uid gid _ <<PASSWD
+$e
+PASSWD
+fi
+t=$mnt${base%/}/$4
+mkdir -- "$t" 2>/dev/null || exit 0
+ok=0
+# Move this shell in and back: the move a spawn makes, allowed here.
+if [ -e "$t/cgroup.kill" ] && { echo $$ > "$t/cgroup.procs"; } 2>/dev/null; then
+  { echo $$ > "$mnt${base%/}/cgroup.procs"; } 2>/dev/null && ok=1
+fi
+rmdir -- "$t" 2>/dev/null
+[ "$ok" = 1 ] && printf 'cgroup %s %s %s %s\n' "$mnt" "$sp" "$uid" "$gid"
+exit 0"#;
+
+/// Removes what an adapter placed: the empty cgroups named `$2*` below the cgroup2
+/// mount `$1` (one level below the root part's own cgroup, so also `$1/*/`) and the
+/// helper directory `$3`. Populated cgroups stay (`rmdir` refuses them).
+const CLEANUP_SH: &str = r#"if [ -n "$1" ]; then
+  for d in "$1"/"$2"* "$1"/*/"$2"*; do [ -d "$d" ] && rmdir -- "$d" 2>/dev/null; done
+fi
+[ -n "$3" ] && rm -rf -- "$3"
+exit 0"#;
+
 const STATE_DIR_SH: &str = r#"umask 077; mkdir -m 0700 -- "$1" && chown -- "$2" "$1""#;
 
 /// `$1` pid, `$2` signal name, `$3` 1 = the foreground group of `$1`'s terminal.
@@ -54,6 +97,17 @@ else
   kill -s "$2" -- "$1" 2>/dev/null
 fi
 exit 0"#;
+
+/// How spawns get a cgroup of their own (what [`SETUP_SH`] found).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CgroupSetup {
+    /// The cgroup2 mount point in the sandbox.
+    pub(crate) mount: String,
+    /// `setpriv`'s absolute path (empty when the acting user is root).
+    pub(crate) setpriv: String,
+    /// The acting user's uid and gid (`None` for root: no drop).
+    pub(crate) ids: Option<(String, String)>,
+}
 
 /// Trusted commands for one adapter.
 #[derive(Clone, Debug)]
@@ -142,6 +196,44 @@ impl Shell {
         Ok((!found.is_empty()).then_some(found))
     }
 
+    /// Places the spawn helper in `dir` and probes for a cgroup per spawn (see
+    /// [`SETUP_SH`]): `Some(CgroupSetup)` when spawns get one.
+    pub(crate) async fn setup(
+        &self,
+        dir: &str,
+        helper: &str,
+        user: &str,
+        probe: &str,
+    ) -> Result<Option<CgroupSetup>, ProcError> {
+        let out = self
+            .shell
+            .run_ok(SETUP_SH, &[dir, helper, user, probe])
+            .await
+            .map_err(|e| map_error("placing the spawn helper", e))?;
+        let text = out.stdout_text();
+        let Some(rest) = text.strip_prefix("cgroup ") else {
+            return Ok(None);
+        };
+        let f: Vec<&str> = rest.split(' ').collect();
+        let ids = match (f.get(2).copied(), f.get(3).copied()) {
+            (Some(u), Some(g)) if !u.is_empty() => Some((u.to_owned(), g.to_owned())),
+            _ => None,
+        };
+        Ok(f.first().filter(|m| !m.is_empty()).map(|m| CgroupSetup {
+            mount: (*m).to_owned(),
+            setpriv: f.get(1).copied().unwrap_or_default().to_owned(),
+            ids,
+        }))
+    }
+
+    /// Removes an adapter's empty cgroups (names starting with `prefix`) and its helper
+    /// directory; best effort.
+    pub(crate) async fn cleanup(&self, mount: &str, prefix: &str, dir: &str) {
+        if let Err(e) = self.shell.run(CLEANUP_SH, &[mount, prefix, dir]).await {
+            tracing::debug!(error = %e, "removing the adapter's cgroups");
+        }
+    }
+
     /// Creates `dir` (must not exist) with mode 0700, owned by `user`.
     pub(crate) async fn make_state_dir(&self, dir: &str, user: &str) -> Result<(), ProcError> {
         self.shell
@@ -154,9 +246,12 @@ impl Shell {
     /// Creates the empty private file `path` (0600) as `user` (no profile), so the
     /// upload that follows keeps that mode.
     pub(crate) async fn make_private_file(&self, path: &str, user: &str) -> Result<(), ProcError> {
-        self.shell
-            .clone()
-            .user(user)
+        let shell = if user == "root" {
+            self.shell.clone()
+        } else {
+            self.shell.clone().user(user)
+        };
+        shell
             .run_ok(PRIVATE_FILE_SH, &[path])
             .await
             .map(|_| ())
@@ -182,16 +277,19 @@ impl Shell {
             .map_err(|e| map_error("sending a signal", e))
     }
 
-    /// Runs exec-world's tree kill for `leader` / `marker` and waits for it; `Ok(true)`
-    /// when it reports that no member survives.
+    /// Runs exec-world's tree kill for `leader` / `marker` (and the members of the
+    /// spawn's `cgroup` directory, if any) and waits for it; `Ok(true)` when it reports
+    /// that no member survives.
     pub(crate) async fn kill_tree(
         &self,
         leader: u32,
         marker: &str,
         grace: Duration,
         hangup: bool,
+        cgroup: &str,
     ) -> Result<bool, ProcError> {
-        let argv = exec_world::tree_script::kill_tree_argv(leader, marker, grace, hangup);
+        let mut argv = exec_world::tree_script::kill_tree_argv(leader, marker, grace, hangup);
+        argv.push(cgroup.to_owned());
         // argv = sh -c SCRIPT NAME ARGS…: run SCRIPT through the trusted shell with ARGS.
         let script = argv.get(2).cloned().unwrap_or_default();
         let args: Vec<&str> = argv.iter().skip(4).map(String::as_str).collect();

@@ -57,6 +57,7 @@ impl E2bSubprocess {
             p = p.user(u);
         }
         let info = p.user_info().await?;
+        p.prepare().await?;
         let home = WorldPath::new(&info.home)
             .map_err(|e| ProcError::other(format!("home {}: {e}", info.home)))?;
         p.cwd = home;
@@ -110,6 +111,14 @@ impl E2bSubprocess {
         }
     }
 
+    /// Places the spawn helper and probes for a cgroup per spawn now rather than on the
+    /// first spawn (one trusted command, once per adapter), so
+    /// [`capabilities`](Subprocess::capabilities) reports `contained_escapes` exactly.
+    pub async fn prepare(&self) -> Result<(), ProcError> {
+        let info = self.world.user_info().await?;
+        self.world.spawn_setup(&info).await.map(|_| ())
+    }
+
     /// The sandbox user as the trusted trusted shell found it (`getent passwd`).
     pub async fn user_info(&self) -> Result<UserInfo, ProcError> {
         self.world.user_info().await
@@ -140,9 +149,11 @@ impl Subprocess for E2bSubprocess {
             signals: true,
             process_groups: true,
             escaped_descendants: true,
-            // No cgroup per spawn yet: an `env -i` + `setsid` orphan carries no marker
-            // (the tree kill's fallback), so it can escape (docs/reliability.md).
-            contained_escapes: false,
+            // A cgroup per spawn (root and a writable cgroup v2 in the sandbox, found by
+            // the setup): an `env -i` + `setsid` orphan stays in it. Without one (or
+            // before the setup ran) the marker scan is the fallback and such an orphan
+            // can escape (docs/reliability.md).
+            contained_escapes: self.world.contained(),
             clean_env: true,
             terminals: true,
             terminal_resize: true,
@@ -176,6 +187,8 @@ impl Subprocess for E2bSubprocess {
                 terminal: false,
                 home: String::new(),
                 shell: String::new(),
+                user: String::new(),
+                path: String::new(),
                 env: spec.env.clone(),
                 marker: exec_world::tree_script::new_marker(),
                 program: spec.program.clone(),
@@ -203,6 +216,8 @@ impl Subprocess for E2bSubprocess {
                 terminal: true,
                 home: String::new(),
                 shell: String::new(),
+                user: String::new(),
+                path: String::new(),
                 env: spec.env.clone(),
                 marker: exec_world::tree_script::new_marker(),
                 // empty: the user's login shell, filled in once looked up

@@ -1,15 +1,29 @@
 //! What every process of one adapter shares: the envd API, the trusted shell, the
-//! settings, and two values found once and cached (the user lookup and the private
-//! state directory for terminal spec files).
+//! settings, values found once and cached (the user lookup, the spawn helper's placement
+//! with the cgroup probe, the private state directory for terminal spec files) and the
+//! names of the spawn cgroups free for reuse.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use e2b_core::EnvdApi;
 use exec_world::ProcError;
 use tokio::sync::OnceCell;
 
-use crate::shell::{Shell, UserInfo};
+use crate::shell::{CgroupSetup, Shell, UserInfo};
+
+/// Where the spawn helper is and how spawns get their cgroup.
+#[derive(Clone, Debug)]
+pub(crate) struct SpawnSetup {
+    /// The helper's directory (root-owned, 0755): the helper file and, in contained
+    /// mode, the terminal spec files.
+    pub(crate) dir: String,
+    /// The helper file.
+    pub(crate) helper: String,
+    /// `Some` when every spawn runs in a cgroup of its own.
+    pub(crate) cgroup: Option<CgroupSetup>,
+}
 
 /// Shared by an [`E2bSubprocess`](crate::E2bSubprocess) and its processes.
 pub(crate) struct WorldShared {
@@ -20,6 +34,15 @@ pub(crate) struct WorldShared {
     pub(crate) process_timeout: Option<Duration>,
     info: OnceCell<UserInfo>,
     state_dir: OnceCell<String>,
+    setup: OnceCell<SpawnSetup>,
+    /// True once the setup found a cgroup per spawn.
+    contained: AtomicBool,
+    /// Prefix of this adapter's cgroup names (`exec-world-<random>-`).
+    cgroup_prefix: String,
+    next_cgroup: AtomicU64,
+    /// Names of spawn cgroups whose spawn is over, per kind (pipes, terminals): reused
+    /// while empty (the helper checks), removed when the adapter goes.
+    free_cgroups: Mutex<[Vec<String>; 2]>,
 }
 
 impl std::fmt::Debug for WorldShared {
@@ -46,6 +69,67 @@ impl WorldShared {
             process_timeout,
             info: OnceCell::new(),
             state_dir: OnceCell::new(),
+            setup: OnceCell::new(),
+            contained: AtomicBool::new(false),
+            cgroup_prefix: format!("exec-world-{}-", e2b_core::trusted_shell::random_suffix()),
+            next_cgroup: AtomicU64::new(0),
+            free_cgroups: Mutex::new([Vec::new(), Vec::new()]),
+        }
+    }
+
+    /// The spawn helper's placement and the cgroup probe (first call: one trusted
+    /// command; then cached; a failure is retried by the next call).
+    pub(crate) async fn spawn_setup(&self, info: &UserInfo) -> Result<SpawnSetup, ProcError> {
+        self.setup
+            .get_or_try_init(|| async {
+                let dir = format!(
+                    "/tmp/.exec-world-spawn-{}",
+                    e2b_core::trusted_shell::random_suffix()
+                );
+                let probe = format!("{}probe", self.cgroup_prefix);
+                let cgroup = self
+                    .shell
+                    .setup(&dir, crate::wrapper::helper_sh(), &info.name, &probe)
+                    .await?;
+                self.contained.store(cgroup.is_some(), Ordering::SeqCst);
+                Ok(SpawnSetup {
+                    helper: format!("{dir}/{}", crate::wrapper::HELPER_FILE),
+                    dir,
+                    cgroup,
+                })
+            })
+            .await
+            .cloned()
+    }
+
+    /// The cgroup2 mount spawns' cgroups live in, once the setup found one.
+    pub(crate) fn setup_mount(&self) -> Option<&String> {
+        self.setup.get()?.cgroup.as_ref().map(|c| &c.mount)
+    }
+
+    /// True once the setup found that spawns get a cgroup of their own.
+    pub(crate) fn contained(&self) -> bool {
+        self.contained.load(Ordering::SeqCst)
+    }
+
+    /// A cgroup name for a new spawn: a free one of the same kind, else a fresh one.
+    pub(crate) fn take_cgroup(&self, terminal: bool) -> String {
+        let reused = self
+            .free_cgroups
+            .lock()
+            .ok()
+            .and_then(|mut f| f[usize::from(terminal)].pop());
+        reused.unwrap_or_else(|| {
+            let n = self.next_cgroup.fetch_add(1, Ordering::Relaxed);
+            format!("{}{n}", self.cgroup_prefix)
+        })
+    }
+
+    /// Gives back the cgroup name of a spawn that is over (nothing of it is killed
+    /// through that name any more).
+    pub(crate) fn give_back_cgroup(&self, terminal: bool, name: String) {
+        if let Ok(mut f) = self.free_cgroups.lock() {
+            f[usize::from(terminal)].push(name);
         }
     }
 
@@ -69,13 +153,13 @@ impl WorldShared {
             .cloned()
     }
 
-    /// The private state directory (`/tmp/.e2bx-proc-<random>`, 0700, owned by the
-    /// user), created on first use.
+    /// The private state directory (`/tmp/.exec-world-proc-<random>`, 0700, owned by
+    /// the user), created on first use (terminal spec files without a cgroup per spawn).
     pub(crate) async fn state_dir(&self, info: &UserInfo) -> Result<String, ProcError> {
         self.state_dir
             .get_or_try_init(|| async {
                 let dir = format!(
-                    "/tmp/.e2bx-proc-{}",
+                    "/tmp/.exec-world-proc-{}",
                     e2b_core::trusted_shell::random_suffix()
                 );
                 self.shell.make_state_dir(&dir, &info.name).await?;
@@ -83,5 +167,28 @@ impl WorldShared {
             })
             .await
             .cloned()
+    }
+}
+
+impl Drop for WorldShared {
+    /// Removes the adapter's empty cgroups and its helper directory in the background
+    /// (best effort: only within a runtime, and cgroups a leftover process still lives in
+    /// stay).
+    fn drop(&mut self) {
+        let Some(setup) = self.setup.get() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shell = self.shell.clone();
+        let mount = setup
+            .cgroup
+            .as_ref()
+            .map(|c| c.mount.clone())
+            .unwrap_or_default();
+        let prefix = self.cgroup_prefix.clone();
+        let dir = setup.dir.clone();
+        handle.spawn(async move { shell.cleanup(&mount, &prefix, &dir).await });
     }
 }
