@@ -104,7 +104,7 @@ async fn credential_shaped_variables_are_scrubbed() {
                 .env_var("github_token", "t1")
                 .env_var("DB_Password", "p1")
                 .env_var("AWS_SECRET_ACCESS_KEY", "s1")
-                .env_var("E2BX_INTERNAL", "i1")
+                .env_var("EXEC_WORLD_INTERNAL", "i1")
                 .env_var("MYSQL_PASSWD", "p2")
                 .env_var("GITHUB_PAT", "ghp1")
                 .env_var("NPM_AUTH", "a1")
@@ -130,7 +130,7 @@ async fn credential_shaped_variables_are_scrubbed() {
         "github_token",
         "DB_Password",
         "AWS_SECRET",
-        "E2BX_INTERNAL",
+        "EXEC_WORLD_INTERNAL",
         "MYSQL_PASSWD",
         "GITHUB_PAT",
         "NPM_AUTH",
