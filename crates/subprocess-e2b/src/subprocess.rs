@@ -81,8 +81,9 @@ impl E2bSubprocess {
     }
 
     /// Runs processes as the user `info` describes (name, home, shell, `PATH`), known
-    /// in advance (e.g. from the template), so no lookup runs: a piped spawn is then
-    /// exactly one envd `Start`, even the first.
+    /// in advance (e.g. from the template), so no lookup runs: after
+    /// [`prepare`](E2bSubprocess::prepare) a piped spawn is exactly one envd `Start`,
+    /// even the first.
     pub fn known_user(self, info: UserInfo) -> E2bSubprocess {
         let p = self.user(info.name.clone());
         p.world.preset_user(info);
