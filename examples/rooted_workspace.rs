@@ -5,7 +5,7 @@
 //! `cargo run -p examples --example rooted_workspace` (E2B with `E2B_API_KEY`, else the
 //! embedded emulator).
 
-use exec_world::{Fs, FsError, SpawnSpec, WorldPath};
+use exec_world::{ErrorKind, Fs, SpawnSpec, WorldPath};
 
 async fn run() -> Result<Vec<String>, Box<dyn std::error::Error>> {
     let backend = examples::Backend::open().await?;
@@ -22,7 +22,9 @@ async fn run() -> Result<Vec<String>, Box<dyn std::error::Error>> {
     for attempt in ["/../../etc/hostname", "/etc/hostname", "/etc-link/hostname"] {
         let shown = match ws.read(&WorldPath::new(attempt)?, 4096).await {
             Ok(bytes) => format!("{attempt}: read {} bytes", bytes.len()),
-            Err(FsError::NotFound { path }) => format!("{attempt}: not found ({path})"),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                format!("{attempt}: not found ({})", e.path().unwrap_or_default())
+            }
             Err(e) => format!("{attempt}: {e}"),
         };
         seen.push(shown);

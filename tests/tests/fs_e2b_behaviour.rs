@@ -1,7 +1,8 @@
 //! Behaviours of `E2bFs` the conformance suite does not prove: construction and cwd
 //! rules, TooLarge without a download (emulator counters), content past the checked size,
 //! reads as the acting user (root-only files, planted links, a path swapped midway), staging directories (0700, the acting user's, never left behind), versions
-//! on identical rewrites, symlinks, ownership, and `Gone` after the sandbox is killed.
+//! on identical rewrites, symlinks, ownership, `Gone` after the sandbox is killed, and the
+//! kind, temporariness and text of envd's HTTP failures.
 
 mod fs_e2b_support;
 
@@ -10,12 +11,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use e2b_core::StartProcess;
 use exec_world::{
-    ByteStream, Created, FileKind, Fs, FsError, WorldPath, WriteOptions, bytes_stream,
+    ByteStream, Created, Error, ErrorKind, FileKind, Fs, WorldPath, WriteOptions, bytes_stream,
 };
 use fs_e2b::{E2bFs, E2bFsOptions};
 use fs_e2b_support::{Env, env, scratch};
 use futures::StreamExt as _;
-use testing_fake::Plane;
+use testing_fake::{FaultAction, FaultRule, Plane};
 
 fn wp(s: &str) -> WorldPath {
     WorldPath::new(s).expect("path")
@@ -50,18 +51,18 @@ async fn construction_and_cwd() {
     let env = env().await;
     assert!(matches!(
         E2bFs::new(env.api.clone(), E2bFsOptions::new("home/user")),
-        Err(FsError::InvalidPath { .. })
+        Err(e) if e.kind() == ErrorKind::InvalidPath
     ));
     assert!(matches!(
         E2bFs::new(env.api.clone(), E2bFsOptions::new("")),
-        Err(FsError::InvalidPath { .. })
+        Err(e) if e.kind() == ErrorKind::InvalidPath
     ));
     assert!(matches!(
         E2bFs::new(
             env.api.clone(),
             E2bFsOptions::new("/").staging_prefix("a/b")
         ),
-        Err(FsError::InvalidPath { .. })
+        Err(e) if e.kind() == ErrorKind::InvalidPath
     ));
     let fs = E2bFs::new(env.api.clone(), E2bFsOptions::new("/home/user/./x/..")).expect("fs");
     assert_eq!(fs.cwd().as_str(), "/home/user");
@@ -103,8 +104,8 @@ async fn too_large_is_decided_without_a_download() {
         .counters()
         .get_on(Plane::Envd, "POST /process.Process/Start");
     match env.fs.read(&f, 1000).await {
-        Err(FsError::TooLarge { limit, path }) => {
-            assert_eq!((limit, path), (1000, f.clone()));
+        Err(e) if e.kind() == ErrorKind::TooLarge => {
+            assert_eq!((e.limit(), e.path()), (Some(1000), Some(f.as_str())));
         }
         other => panic!("expected TooLarge, got {other:?}"),
     }
@@ -124,7 +125,7 @@ async fn too_large_is_decided_without_a_download() {
     sh(&env, r#"ln -s big "$1/link""#, &[dir.as_str()]).await;
     assert!(matches!(
         env.fs.read(&dir.join("link").expect("path"), 1000).await,
-        Err(FsError::TooLarge { .. })
+        Err(e) if e.kind() == ErrorKind::TooLarge
     ));
     assert_eq!(env.emu.counters().get_on(Plane::Envd, "GET /files"), before);
     assert_eq!(
@@ -143,7 +144,7 @@ async fn content_past_the_checked_size_is_cut_at_the_limit() {
     // A /proc file reports size 0 when opened and checked, then yields more than the
     // limit: the reader is cut just past the limit and the read is TooLarge.
     match env.fs.read(&wp("/proc/self/status"), 100).await {
-        Err(FsError::TooLarge { limit, .. }) => assert_eq!(limit, 100),
+        Err(e) if e.kind() == ErrorKind::TooLarge => assert_eq!(e.limit(), Some(100)),
         other => panic!("expected TooLarge, got {other:?}"),
     }
     // With room, the same file is read whole (its size said 0).
@@ -172,7 +173,7 @@ async fn sh_as_user(env: &Env, script: &str, args: &[&str]) -> i32 {
 }
 
 /// The whole stream, or its first error.
-async fn drain(mut s: ByteStream) -> Result<Vec<u8>, FsError> {
+async fn drain(mut s: ByteStream) -> Result<Vec<u8>, Error> {
     let mut out = Vec::new();
     while let Some(c) = s.next().await {
         out.extend_from_slice(&c?);
@@ -192,11 +193,11 @@ async fn reads_honour_the_acting_user() {
     .await;
     for p in ["/tmp/root-only", "/root/r.txt"] {
         match env.fs.read(&wp(p), 1 << 20).await {
-            Err(FsError::PermissionDenied { path }) => assert_eq!(path.as_str(), p),
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => assert_eq!(e.path(), Some(p)),
             other => panic!("read {p}: expected PermissionDenied, got {other:?}"),
         }
         match env.fs.read_stream(&wp(p)).await {
-            Err(FsError::PermissionDenied { .. }) => {}
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => {}
             Err(e) => panic!("read_stream {p}: expected PermissionDenied, got {e:?}"),
             Ok(s) => panic!("read_stream {p}: got {:?}", drain(s).await),
         }
@@ -219,11 +220,11 @@ async fn reads_honour_the_acting_user() {
     );
     assert!(matches!(
         env.fs.read(&link, 1 << 20).await,
-        Err(FsError::PermissionDenied { .. })
+        Err(e) if e.kind() == ErrorKind::PermissionDenied
     ));
     assert!(matches!(
         env.fs.read_stream(&link).await,
-        Err(FsError::PermissionDenied { .. })
+        Err(e) if e.kind() == ErrorKind::PermissionDenied
     ));
 }
 
@@ -265,7 +266,9 @@ while :; do ln -sfn own swapped; ln -sfn /tmp/root-only swapped; done"#,
                 assert_eq!(&b[..], b"mine", "read {i} returned foreign bytes");
                 own += 1;
             }
-            Err(FsError::PermissionDenied { .. } | FsError::NotFound { .. }) => denied += 1,
+            Err(e) if matches!(e.kind(), ErrorKind::PermissionDenied | ErrorKind::NotFound) => {
+                denied += 1
+            }
             Err(e) => panic!("read {i}: unexpected {e:?}"),
         }
     }
@@ -414,7 +417,7 @@ async fn symlinks_are_reported_and_replaced_not_followed() {
     );
     assert!(matches!(
         env.fs.read(&d, 10).await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
 }
 
@@ -437,7 +440,7 @@ async fn acting_user_owns_what_it_writes() {
     // routes run as envd and do not check them).
     assert!(matches!(
         env.fs.lstat(&wp("/root/r.txt")).await,
-        Err(FsError::PermissionDenied { .. })
+        Err(e) if e.kind() == ErrorKind::PermissionDenied
     ));
     assert!(matches!(
         env.fs
@@ -447,7 +450,7 @@ async fn acting_user_owns_what_it_writes() {
                 WriteOptions::default()
             )
             .await,
-        Err(FsError::PermissionDenied { .. })
+        Err(e) if e.kind() == ErrorKind::PermissionDenied
     ));
 }
 
@@ -461,11 +464,11 @@ async fn a_killed_sandbox_is_gone() {
         .expect("write");
     env.client.kill(env.sandbox.id()).await.expect("kill");
     match env.fs.stat(&f).await {
-        Err(FsError::Gone { .. }) => {}
+        Err(e) if e.kind() == ErrorKind::Gone => {}
         other => panic!("expected Gone, got {other:?}"),
     }
     match env.fs.read(&f, 10).await {
-        Err(FsError::Gone { .. }) => {}
+        Err(e) if e.kind() == ErrorKind::Gone => {}
         other => panic!("expected Gone, got {other:?}"),
     }
 }
@@ -476,12 +479,12 @@ async fn bad_paths_are_typed_errors_naming_operation_path_and_cause_once() {
     let dir = scratch(&env.fs).await;
     // A name longer than NAME_MAX: InvalidPath on read, read_stream and write alike.
     let long = dir.join(&"n".repeat(300)).expect("path");
-    let check = |what: &str, r: Result<(), FsError>| match r {
-        Err(e @ FsError::InvalidPath { .. }) => {
+    let check = |what: &str, r: Result<(), Error>| match r {
+        Err(e) if e.kind() == ErrorKind::InvalidPath => {
             let msg = e.to_string();
             assert_eq!(msg.matches(long.as_str()).count(), 1, "{msg}");
             assert_eq!(msg.matches("File name too long").count(), 1, "{msg}");
-            assert!(msg.contains(&format!("{what}: ")), "{msg}");
+            assert!(msg.starts_with(&format!("{what} {long}: ")), "{msg}");
         }
         other => panic!("{what}: expected InvalidPath, got {other:?}"),
     };
@@ -501,9 +504,9 @@ async fn bad_paths_are_typed_errors_naming_operation_path_and_cause_once() {
         .write(&slash, bytes_stream(&b"x"[..]), WriteOptions::default())
         .await
     {
-        Err(FsError::InvalidPath { path, reason }) => {
-            assert_eq!(path, slash.as_str());
-            assert!(reason.starts_with("write: "), "{reason}");
+        Err(e) if e.kind() == ErrorKind::InvalidPath => {
+            assert_eq!(e.path(), Some(slash.as_str()));
+            assert_eq!(e.op(), Some("write"), "{e}");
         }
         other => panic!("expected InvalidPath, got {other:?}"),
     }
@@ -511,16 +514,16 @@ async fn bad_paths_are_typed_errors_naming_operation_path_and_cause_once() {
         env.fs
             .create_if_absent(&slash, Bytes::from_static(b"x"))
             .await,
-        Err(FsError::InvalidPath { .. })
+        Err(e) if e.kind() == ErrorKind::InvalidPath
     ));
     assert!(matches!(
         env.fs.lstat(&dir.join("newfile").expect("path")).await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
     // Reading a directory is IsADirectory; a FIFO is refused without being opened.
     assert!(matches!(
         env.fs.read(&dir, 10).await,
-        Err(FsError::IsADirectory { .. })
+        Err(e) if e.kind() == ErrorKind::IsADirectory
     ));
     let fifo = dir.join("fifo").expect("path");
     assert_eq!(
@@ -528,7 +531,7 @@ async fn bad_paths_are_typed_errors_naming_operation_path_and_cause_once() {
         0
     );
     match env.fs.read(&fifo, 10).await {
-        Err(e @ FsError::Other { .. }) => {
+        Err(e) if e.kind() == ErrorKind::Other => {
             assert!(e.to_string().contains("not a regular file"), "{e}")
         }
         other => panic!("expected not a regular file, got {other:?}"),
@@ -639,4 +642,111 @@ async fn a_dropped_read_stream_leaves_no_reader_running() {
         left, "0",
         "the reader was killed when its stream was dropped"
     );
+}
+
+/// Fails the next envd `Start` (every fs operation begins with one) with `action`.
+fn fail_next_start(env: &Env, action: FaultAction) {
+    env.emu.faults().add(
+        FaultRule::new(action)
+            .surface(Plane::Envd)
+            .path_prefix("/process.Process/Start")
+            .times(1),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envd_failures_have_one_kind_and_name_operation_path_and_cause_once() {
+    let env = env().await;
+    let f = scratch(&env.fs).await.join("f").expect("path");
+    // A first write makes the handle's upload directory: the next write's first `Start`
+    // is its own prepare step.
+    env.fs
+        .write(&f, bytes_stream(&b"x"[..]), WriteOptions::default())
+        .await
+        .expect("first write");
+    let text = |status: u16, body: &str| FaultAction::Status {
+        status,
+        body: body.into(),
+        content_type: "text/plain".into(),
+    };
+    // A reset connection: Transport, temporary, the operation and path once.
+    fail_next_start(&env, FaultAction::Reset);
+    let e = env.fs.stat(&f).await.expect_err("reset");
+    assert_eq!(
+        (e.kind(), e.is_temporary()),
+        (ErrorKind::Transport, true),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with(&format!("stat {f}: transport error: ")),
+        "{msg}"
+    );
+    assert_eq!(msg.matches("transport error").count(), 1, "{msg}");
+    assert_eq!(msg.matches(f.as_str()).count(), 1, "{msg}");
+    // 503: Transport, temporary, the status and envd's words kept.
+    fail_next_start(
+        &env,
+        FaultAction::json(
+            503,
+            serde_json::json!({"code": "unavailable", "message": "envd is overloaded"}),
+        ),
+    );
+    let e = env.fs.read(&f, 10).await.expect_err("503");
+    assert_eq!(
+        (e.kind(), e.is_temporary()),
+        (ErrorKind::Transport, true),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with(&format!("read {f}: transport error: ")),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("503") && msg.contains("envd is overloaded"),
+        "{msg}"
+    );
+    // 429: Transport and temporary, as on every other adapter (fs-e2b said Other).
+    fail_next_start(&env, text(429, "slow down"));
+    let e = env
+        .fs
+        .write(&f, bytes_stream(&b"x"[..]), WriteOptions::default())
+        .await
+        .expect_err("429");
+    assert_eq!(
+        (e.kind(), e.is_temporary()),
+        (ErrorKind::Transport, true),
+        "{e:?}"
+    );
+    assert!(e.to_string().starts_with(&format!("write {f}: ")), "{e}");
+    // 401: PermissionDenied, not temporary (fs-e2b said Other).
+    fail_next_start(&env, text(401, "bad access token"));
+    let e = env.fs.lstat(&f).await.expect_err("401");
+    assert_eq!(
+        (e.kind(), e.is_temporary()),
+        (ErrorKind::PermissionDenied, false),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("bad access token"), "{e}");
+    // 500 without a Connect code: Other, not temporary, the status kept.
+    fail_next_start(&env, text(500, "it broke"));
+    let e = env.fs.read_dir(&f).await.expect_err("500");
+    assert_eq!(
+        (e.kind(), e.is_temporary()),
+        (ErrorKind::Other, false),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("500") && e.to_string().contains("it broke"),
+        "{e}"
+    );
+    // The source is e2b-core's error, as a value.
+    let src = std::error::Error::source(&e).expect("source");
+    assert!(src.downcast_ref::<e2b_core::Error>().is_some(), "{src:?}");
+    // Nothing of the faults is left: the next operation succeeds.
+    env.fs
+        .write(&f, bytes_stream(&b"x"[..]), WriteOptions::default())
+        .await
+        .expect("write after the faults");
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agent_tools::bash::{BashRequest, BashTool};
 use e2b_core::{Client, ConnectOptions};
-use exec_world::{ProcError, SpawnSpec, Subprocess};
+use exec_world::{ErrorKind, SpawnSpec, Subprocess};
 use futures::StreamExt;
 use subprocess_e2b::E2bSubprocess;
 use subprocess_e2b_support::{env, proc_of};
@@ -126,7 +126,10 @@ async fn a_cut_stream_kills_the_tree_before_wait_reports() {
     );
     let child = spawn_tree(&p, &file);
     let r = within("wait after a cut", 120, child.wait()).await;
-    assert!(matches!(r, Err(ProcError::Transport { .. })), "{r:?}");
+    assert!(
+        matches!(&r, Err(e) if e.kind() == ErrorKind::Transport),
+        "{r:?}"
+    );
     // No wait, no polling: the kill ran before `wait` reported the loss.
     assert_no_survivors(&p, &file).await;
     drop(child);
@@ -306,7 +309,7 @@ async fn spawn_errors_name_the_operation_and_the_cause_once() {
         Err(e) => e,
         Ok(c) => within("wait", 60, c.wait()).await.expect_err("E2BIG"),
     };
-    assert!(matches!(e, ProcError::InvalidSpec { .. }), "{e:?}");
+    assert!(e.kind() == ErrorKind::InvalidSpec, "{e:?}");
     let e = e.to_string();
     assert!(e.contains("argument 1") && e.contains("E2BIG"), "{e}");
 

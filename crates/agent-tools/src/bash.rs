@@ -23,11 +23,13 @@
 //! returns within `timeout + grace + KILL_BOUND` plus the spawn's handshake.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use exec_world::{
-    ExitStatus, OutputStream, ProcError, SpawnSpec, StdinMode, Subprocess, WorldPath,
+    Child, Error, ExitStatus, OutputStream, SpawnSpec, StdinMode, Subprocess, WorldPath,
 };
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -224,7 +226,7 @@ pub enum BashError {
     InvalidRequest(String),
     /// Starting or talking to the process failed.
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] Error),
 }
 
 /// The bash tool over one world's [`Subprocess`]. Cheap to clone; the shell's path is
@@ -295,146 +297,210 @@ impl BashTool {
             return Err(BashError::InvalidRequest("empty command".into()));
         }
         let shell = self.shell().await?;
-        let mut spec = SpawnSpec::new(shell.clone())
-            .arg("-c")
-            .arg(req.command.clone());
-        for (k, v) in &req.env {
-            spec = spec.env(k.clone(), v.clone());
-        }
-        if let Some(cwd) = &req.cwd {
-            let cwd = WorldPath::new(cwd.clone())
-                .map_err(|e| BashError::InvalidRequest(format!("cwd: {e}")))?;
-            spec = spec.cwd(cwd);
-        }
-        if req.stdin.is_some() {
-            spec = spec.stdin(StdinMode::Piped);
-        }
-        let mut child = self.proc.spawn(spec)?;
-        let _feeder = match (req.stdin.clone(), child.take_stdin()) {
-            (Some(input), Some(mut sink)) => Some(AbortOnDrop(tokio::spawn(async move {
-                use tokio::io::AsyncWriteExt;
-                // A command that exits without reading gives EPIPE: not an error.
-                let _ = sink.write_all(input.as_bytes()).await;
-                let _ = sink.shutdown().await;
-            }))),
-            _ => None,
+        let mut child = self.proc.spawn(spawn_spec(&shell, &req)?)?;
+        let _feeder = feed_stdin(&mut child, req.stdin.clone());
+        let mut pipes = Pipes {
+            out: Drain::new(child.take_stdout(), req.max_output_bytes),
+            err: Drain::new(child.take_stderr(), req.max_output_bytes),
         };
-        let mut out = Drain::new(child.take_stdout(), req.max_output_bytes);
-        let mut err = Drain::new(child.take_stderr(), req.max_output_bytes);
-
-        let timeout = tokio::time::sleep(req.timeout);
-        let stop = async {
-            tokio::select! {
-                _ = timeout => Stop::Timeout,
-                _ = cancel.cancelled() => Stop::Cancelled,
-            }
-        };
+        let stop = stop_signal(req.timeout, cancel);
         tokio::pin!(stop);
-        let mut stopped: Option<Stop> = None;
-        let mut status: Option<ExitStatus> = None;
-        let mut lost: Option<ProcError> = None;
-        {
-            let wait = child.wait();
-            tokio::pin!(wait);
-            // Phase 1: until the shell exits and both pipes close, or the deadline.
-            loop {
-                if status.is_some() && out.done() && err.done() {
-                    break;
-                }
-                tokio::select! {
-                    s = &mut wait, if status.is_none() => match s {
-                        Ok(s) => status = Some(s),
-                        Err(e) => { lost = Some(e); break; }
-                    },
-                    chunk = out.next(), if !out.done() => out.take(chunk),
-                    chunk = err.next(), if !err.done() => err.take(chunk),
-                    why = &mut stop => { stopped = Some(why); break; }
-                }
-                if status.is_some() && !(out.done() && err.done()) {
-                    // The shell is gone but something still holds a pipe: give it
-                    // `linger`, then end it (below), within the timeout.
-                    let linger = tokio::time::sleep(req.linger);
-                    tokio::pin!(linger);
-                    loop {
-                        if out.done() && err.done() {
-                            break;
-                        }
-                        tokio::select! {
-                            chunk = out.next(), if !out.done() => out.take(chunk),
-                            chunk = err.next(), if !err.done() => err.take(chunk),
-                            _ = &mut linger => break,
-                            why = &mut stop => { stopped = Some(why); break; }
-                        }
-                    }
-                    break;
-                }
+
+        let ran = match wait_for_exit(&child, &mut pipes, req.linger, stop).await {
+            Ok(ran) => ran,
+            Err(lost) => {
+                terminate_after_lost_wait(&child, req.grace).await;
+                return Err(lost.into());
             }
-        }
-        if let Some(e) = lost {
-            // The end was not observed: end the group (through a new request) before
-            // reporting, bounded so a dead world cannot hold the tool.
-            match tokio::time::timeout(req.grace + KILL_BOUND, child.terminate(req.grace)).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(t)) => tracing::debug!(error = %t, "bash tool: terminate after a lost wait"),
-                Err(_) => tracing::warn!("bash tool: terminate after a lost wait timed out"),
-            }
-            return Err(e.into());
-        }
-        let detach = req.keep_background && stopped.is_none() && status.is_some();
-        let pipes_open = !(out.done() && err.done());
-        if stopped.is_some() || (pipes_open && !detach) {
-            // Phase 2: end the whole group, then collect what is still in flight.
-            let terminated = {
-                let term = tokio::time::timeout(req.grace + KILL_BOUND, child.terminate(req.grace));
-                tokio::pin!(term);
-                loop {
-                    tokio::select! {
-                        s = &mut term => break s,
-                        chunk = out.next(), if !out.done() => out.take(chunk),
-                        chunk = err.next(), if !err.done() => err.take(chunk),
-                    }
-                }
-            };
-            let st = terminated.map_err(|_| ProcError::Timeout {
-                context: format!(
-                    "terminating the command: no confirmation within {:?} (the kill is \
-                     retried in the background)",
-                    req.grace + KILL_BOUND
-                ),
-            })??;
-            if status.is_none() {
-                status = Some(st);
-            }
-            let final_drain = tokio::time::sleep(FINAL_DRAIN);
-            tokio::pin!(final_drain);
-            while !(out.done() && err.done()) {
-                tokio::select! {
-                    chunk = out.next(), if !out.done() => out.take(chunk),
-                    chunk = err.next(), if !err.done() => err.take(chunk),
-                    _ = &mut final_drain => {
-                        tracing::warn!("bash tool: output still open after termination");
-                        break;
-                    }
-                }
-            }
+        };
+        let detach = req.keep_background && ran.stopped.is_none() && ran.status.is_some();
+        let mut status = ran.status;
+        if ran.stopped.is_some() || (!pipes.done() && !detach) {
+            let ended = terminate_and_collect(&child, &mut pipes, req.grace).await?;
+            status.get_or_insert(ended);
         }
         let status = match status {
             Some(s) => s,
             None => child.wait().await?,
         };
-        let (stdout, stderr) = (out.finish(), err.finish()); // closes our pipe ends
+        let (stdout, stderr) = (pipes.out.finish(), pipes.err.finish()); // closes our pipe ends
         if detach {
             child.detach();
         }
         Ok(BashOutput {
             exit_code: status.code,
             signal: status.signal,
-            timed_out: stopped == Some(Stop::Timeout),
-            cancelled: stopped == Some(Stop::Cancelled),
+            timed_out: ran.stopped == Some(Stop::Timeout),
+            cancelled: ran.stopped == Some(Stop::Cancelled),
             stdout,
             stderr,
             shell,
         })
+    }
+}
+
+/// The `shell -c command` spawn for `req` (env, cwd, piped stdin when input is given).
+fn spawn_spec(shell: &str, req: &BashRequest) -> Result<SpawnSpec, BashError> {
+    let mut spec = SpawnSpec::new(shell).arg("-c").arg(req.command.clone());
+    for (k, v) in &req.env {
+        spec = spec.env(k.clone(), v.clone());
+    }
+    if let Some(cwd) = &req.cwd {
+        let cwd = WorldPath::new(cwd.clone())
+            .map_err(|e| BashError::InvalidRequest(format!("cwd: {e}")))?;
+        spec = spec.cwd(cwd);
+    }
+    if req.stdin.is_some() {
+        spec = spec.stdin(StdinMode::Piped);
+    }
+    Ok(spec)
+}
+
+/// Writes `input` to the child's stdin and closes it, in a task that ends with the
+/// returned guard (the feeder must not outlive `run`).
+fn feed_stdin(child: &mut Child, input: Option<String>) -> Option<AbortOnDrop> {
+    let (input, mut sink) = (input?, child.take_stdin()?);
+    Some(AbortOnDrop(tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        // A command that exits without reading gives EPIPE: not an error.
+        let _ = sink.write_all(input.as_bytes()).await;
+        let _ = sink.shutdown().await;
+    })))
+}
+
+/// Resolves when the command must be stopped: its timeout (counted from now) expired or
+/// `cancel` fired.
+fn stop_signal(timeout: Duration, cancel: &CancellationToken) -> impl Future<Output = Stop> + '_ {
+    let timeout = tokio::time::sleep(timeout);
+    async move {
+        tokio::select! {
+            _ = timeout => Stop::Timeout,
+            _ = cancel.cancelled() => Stop::Cancelled,
+        }
+    }
+}
+
+/// What [`wait_for_exit`] observed.
+struct Ran {
+    /// The shell's exit, when it was seen.
+    status: Option<ExitStatus>,
+    /// Why the command must be stopped, when it must.
+    stopped: Option<Stop>,
+}
+
+/// Drains both pipes until the shell exits and both close, or `stop` fires. When the
+/// shell has exited but something still holds a pipe, draining goes on for `linger`
+/// only (the caller then ends the group). An error means the end could not be observed.
+async fn wait_for_exit<S: Future<Output = Stop>>(
+    child: &Child,
+    pipes: &mut Pipes,
+    linger: Duration,
+    mut stop: Pin<&mut S>,
+) -> Result<Ran, Error> {
+    let wait = child.wait();
+    tokio::pin!(wait);
+    let mut status = None;
+    while status.is_none() || !pipes.done() {
+        tokio::select! {
+            s = &mut wait, if status.is_none() => status = Some(s?),
+            () = pipes.step() => {}
+            why = stop.as_mut() => return Ok(Ran { status, stopped: Some(why) }),
+        }
+        if status.is_some() && !pipes.done() {
+            let stopped = linger_on(pipes, linger, stop.as_mut()).await;
+            return Ok(Ran { status, stopped });
+        }
+    }
+    Ok(Ran {
+        status,
+        stopped: None,
+    })
+}
+
+/// After the shell exited with a pipe still open: drains for at most `linger`, unless
+/// `stop` fires first (then returns why).
+async fn linger_on<S: Future<Output = Stop>>(
+    pipes: &mut Pipes,
+    linger: Duration,
+    mut stop: Pin<&mut S>,
+) -> Option<Stop> {
+    let linger = tokio::time::sleep(linger);
+    tokio::pin!(linger);
+    while !pipes.done() {
+        tokio::select! {
+            () = pipes.step() => {}
+            _ = &mut linger => break,
+            why = stop.as_mut() => return Some(why),
+        }
+    }
+    None
+}
+
+/// Ends the whole group (SIGTERM, `grace`, SIGKILL) while still draining, then awaits
+/// output in flight for at most [`FINAL_DRAIN`]. Gives up after `grace +` [`KILL_BOUND`].
+async fn terminate_and_collect(
+    child: &Child,
+    pipes: &mut Pipes,
+    grace: Duration,
+) -> Result<ExitStatus, Error> {
+    let bound = grace + KILL_BOUND;
+    let term = tokio::time::timeout(bound, child.terminate(grace));
+    tokio::pin!(term);
+    let terminated = loop {
+        tokio::select! {
+            t = &mut term => break t,
+            () = pipes.step() => {}
+        }
+    };
+    let status = terminated.map_err(|_| {
+        Error::timeout("terminating the command").with_detail(format!(
+            "no confirmation within {bound:?} (the kill is retried in the background)"
+        ))
+    })??;
+    let final_drain = tokio::time::sleep(FINAL_DRAIN);
+    tokio::pin!(final_drain);
+    while !pipes.done() {
+        tokio::select! {
+            () = pipes.step() => {}
+            _ = &mut final_drain => {
+                tracing::warn!("bash tool: output still open after termination");
+                break;
+            }
+        }
+    }
+    Ok(status)
+}
+
+/// Waiting failed, so the end was not observed: ends the group (through a new request)
+/// before the error is reported, bounded so a dead world cannot hold the tool.
+async fn terminate_after_lost_wait(child: &Child, grace: Duration) {
+    match tokio::time::timeout(grace + KILL_BOUND, child.terminate(grace)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(t)) => tracing::debug!(error = %t, "bash tool: terminate after a lost wait"),
+        Err(_) => tracing::warn!("bash tool: terminate after a lost wait timed out"),
+    }
+}
+
+/// Both output pipes of the command, drained together.
+struct Pipes {
+    out: Drain,
+    err: Drain,
+}
+
+impl Pipes {
+    /// True once both pipes are closed.
+    fn done(&self) -> bool {
+        self.out.done() && self.err.done()
+    }
+
+    /// Takes one chunk (or the end) from whichever pipe is ready; pending forever once
+    /// both are done. Cancel-safe: no chunk is lost when another branch wins a select.
+    async fn step(&mut self) {
+        tokio::select! {
+            chunk = self.out.next(), if !self.out.done() => self.out.take(chunk),
+            chunk = self.err.next(), if !self.err.done() => self.err.take(chunk),
+            else => std::future::pending().await,
+        }
     }
 }
 
@@ -473,14 +539,14 @@ impl Drain {
     }
 
     /// The next item; pending forever once done (guarded by `done()` in selects).
-    async fn next(&mut self) -> Option<Result<bytes::Bytes, ProcError>> {
+    async fn next(&mut self) -> Option<Result<bytes::Bytes, Error>> {
         match self.stream.as_mut() {
             Some(s) => s.next().await,
             None => std::future::pending().await,
         }
     }
 
-    fn take(&mut self, item: Option<Result<bytes::Bytes, ProcError>>) {
+    fn take(&mut self, item: Option<Result<bytes::Bytes, Error>>) {
         match item {
             Some(Ok(chunk)) => self.capture.push(&chunk),
             Some(Err(e)) => {

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use exec_world::{ExitStatus, ProcError, Signal, Subprocess, TermSize, Terminal, TerminalSpec};
+use exec_world::{Error, ExitStatus, Signal, Subprocess, TermSize, Terminal, TerminalSpec};
 use futures::StreamExt;
 use tokio::sync::watch;
 
@@ -125,7 +125,7 @@ pub enum TerminalError {
     },
     /// The backend failed.
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] Error),
 }
 
 /// Output kept by the reader task.
@@ -197,7 +197,7 @@ impl std::fmt::Debug for TerminalSession {
 
 impl TerminalSession {
     /// Starts `spec` on a terminal of `proc`, keeping the last [`DEFAULT_BUFFER_BYTES`].
-    pub fn spawn(proc: &dyn Subprocess, spec: TerminalSpec) -> Result<TerminalSession, ProcError> {
+    pub fn spawn(proc: &dyn Subprocess, spec: TerminalSpec) -> Result<TerminalSession, Error> {
         Self::spawn_with_buffer(proc, spec, DEFAULT_BUFFER_BYTES)
     }
 
@@ -206,7 +206,7 @@ impl TerminalSession {
         proc: &dyn Subprocess,
         spec: TerminalSpec,
         buffer_bytes: usize,
-    ) -> Result<TerminalSession, ProcError> {
+    ) -> Result<TerminalSession, Error> {
         let term = proc.spawn_terminal(spec)?;
         Ok(Self::from_terminal(term, buffer_bytes))
     }
@@ -267,22 +267,22 @@ impl TerminalSession {
 
     /// Waits until the session started; its leader's pid, or the start error a remote
     /// backend reports.
-    pub async fn started(&self) -> Result<u32, ProcError> {
+    pub async fn started(&self) -> Result<u32, Error> {
         self.term.started().await
     }
 
     /// Writes raw bytes (keystrokes).
-    pub async fn write(&self, data: &[u8]) -> Result<(), ProcError> {
+    pub async fn write(&self, data: &[u8]) -> Result<(), Error> {
         self.term.write(data).await
     }
 
     /// Sends one key.
-    pub async fn key(&self, key: Key) -> Result<(), ProcError> {
+    pub async fn key(&self, key: Key) -> Result<(), Error> {
         self.term.write(key.bytes()).await
     }
 
     /// Types `text` followed by Enter.
-    pub async fn write_line(&self, text: &str) -> Result<(), ProcError> {
+    pub async fn write_line(&self, text: &str) -> Result<(), Error> {
         let mut data = Vec::with_capacity(text.len() + 1);
         data.extend_from_slice(text.as_bytes());
         data.push(b'\r');
@@ -290,12 +290,12 @@ impl TerminalSession {
     }
 
     /// Resizes the terminal (the session gets SIGWINCH).
-    pub async fn resize(&self, cols: u16, rows: u16) -> Result<(), ProcError> {
+    pub async fn resize(&self, cols: u16, rows: u16) -> Result<(), Error> {
         self.term.resize(TermSize { cols, rows }).await
     }
 
     /// Sends `sig` to the foreground process group.
-    pub async fn signal(&self, sig: Signal) -> Result<(), ProcError> {
+    pub async fn signal(&self, sig: Signal) -> Result<(), Error> {
         self.term.signal(sig).await
     }
 
@@ -344,7 +344,7 @@ impl TerminalSession {
                 let r = self
                     .ring
                     .lock()
-                    .map_err(|_| ProcError::other("terminal ring poisoned"))?;
+                    .map_err(|_| Error::other("terminal ring poisoned"))?;
                 let (from, data) = r.since(self.cursor);
                 (from, data, r.closed)
             };
@@ -381,13 +381,13 @@ impl TerminalSession {
     }
 
     /// Waits for the session leader to exit.
-    pub async fn wait(&self) -> Result<ExitStatus, ProcError> {
+    pub async fn wait(&self) -> Result<ExitStatus, Error> {
         self.term.wait().await
     }
 
     /// Ends every process group of the session: SIGHUP and SIGTERM, `grace`, then SIGKILL.
     /// Returns the leader's status.
-    pub async fn close(self, grace: Duration) -> Result<ExitStatus, ProcError> {
+    pub async fn close(self, grace: Duration) -> Result<ExitStatus, Error> {
         let status = self.term.terminate(grace).await;
         self.reader.abort();
         status

@@ -7,7 +7,7 @@
 //!   connect/resume).
 //! * [`Sandbox`]: a connected, cloneable handle; [`EnvdApi`] is the object-safe trait of its
 //!   envd operations that adapters accept.
-//! * [`Error`]: one typed error enum.
+//! * [`Error`]: one typed error enum; [`world_error`] maps it to exec-world's one error.
 //! * [`retry`]: which failures are retried, how often and after how long.
 //! * [`lifecycle`]: the sandbox lifecycle owner, its shared handle, bring-your-own
 //!   sandboxes, reconnect by name and opt-in keep-alive.
@@ -20,6 +20,7 @@ mod http;
 pub mod lifecycle;
 pub mod retry;
 pub mod trusted_shell;
+pub mod world_error;
 pub use e2b_proto as proto;
 pub mod sandbox;
 

@@ -30,7 +30,7 @@ use crate::proto::connect::Code;
 
 /// How a failure bears on retrying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
+pub enum RetryClass {
     /// The server refused before doing anything (429, 503): safe to retry any call.
     NotExecuted {
         /// The server's `Retry-After`, when given.
@@ -46,26 +46,26 @@ pub enum Failure {
 /// Classifies `err` for retrying (see the module table).
 ///
 /// ```
-/// use e2b_core::retry::{Failure, classify};
+/// use e2b_core::retry::{RetryClass, classify};
 /// use e2b_core::{Error, Surface};
 /// let reset = Error::Transport { surface: Surface::Control, message: "connection reset".into() };
-/// assert_eq!(classify(&reset), Failure::Ambiguous);
+/// assert_eq!(classify(&reset), RetryClass::Ambiguous);
 /// ```
-pub fn classify(err: &Error) -> Failure {
+pub fn classify(err: &Error) -> RetryClass {
     match err {
-        Error::RateLimited { retry_after, .. } => Failure::NotExecuted {
+        Error::RateLimited { retry_after, .. } => RetryClass::NotExecuted {
             retry_after: *retry_after,
         },
-        Error::Server { status: 503, .. } => Failure::NotExecuted { retry_after: None },
+        Error::Server { status: 503, .. } => RetryClass::NotExecuted { retry_after: None },
         Error::Server {
             status: 502 | 504, ..
         }
-        | Error::Transport { .. } => Failure::Ambiguous,
+        | Error::Transport { .. } => RetryClass::Ambiguous,
         Error::Envd {
             code: Code::Unavailable,
             ..
-        } => Failure::Ambiguous,
-        _ => Failure::Final,
+        } => RetryClass::Ambiguous,
+        _ => RetryClass::Final,
     }
 }
 
@@ -74,7 +74,7 @@ pub fn classify(err: &Error) -> Failure {
 pub enum Idempotence {
     /// Repeating the call has the effect of doing it once.
     Idempotent,
-    /// Only failures that certainly did nothing ([`Failure::NotExecuted`]) are retried;
+    /// Only failures that certainly did nothing ([`RetryClass::NotExecuted`]) are retried;
     /// an ambiguous one is returned to the caller (create checks before retrying).
     NotIfAmbiguous,
 }
@@ -191,8 +191,8 @@ impl RetryPolicy {
                 Err(e) => e,
             };
             let retry_after = match (classify(&err), idempotence) {
-                (Failure::NotExecuted { retry_after }, _) => retry_after,
-                (Failure::Ambiguous, Idempotence::Idempotent) => None,
+                (RetryClass::NotExecuted { retry_after }, _) => retry_after,
+                (RetryClass::Ambiguous, Idempotence::Idempotent) => None,
                 _ => return Err(err),
             };
             let Some(mut delay) = delays.next() else {
@@ -237,10 +237,10 @@ mod tests {
     fn classification() {
         assert_eq!(
             classify(&server(503)),
-            Failure::NotExecuted { retry_after: None }
+            RetryClass::NotExecuted { retry_after: None }
         );
-        assert_eq!(classify(&server(502)), Failure::Ambiguous);
-        assert_eq!(classify(&server(500)), Failure::Final);
+        assert_eq!(classify(&server(502)), RetryClass::Ambiguous);
+        assert_eq!(classify(&server(500)), RetryClass::Final);
         let limited = Error::RateLimited {
             surface: Surface::Control,
             retry_after: Some(Duration::from_secs(1)),
@@ -248,7 +248,7 @@ mod tests {
         };
         assert_eq!(
             classify(&limited),
-            Failure::NotExecuted {
+            RetryClass::NotExecuted {
                 retry_after: Some(Duration::from_secs(1))
             }
         );
@@ -257,12 +257,12 @@ mod tests {
             status: 502,
             message: String::new(),
         };
-        assert_eq!(classify(&gone), Failure::Final);
+        assert_eq!(classify(&gone), RetryClass::Final);
         let late = Error::Timeout {
             what: "x",
             after: Duration::from_secs(1),
         };
-        assert_eq!(classify(&late), Failure::Final);
+        assert_eq!(classify(&late), RetryClass::Final);
     }
 
     #[test]

@@ -60,6 +60,11 @@ const ALL: [(Code, &str, u16); 16] = [
 ];
 
 impl Code {
+    /// Every code, in the order of the Connect specification.
+    pub fn all() -> impl Iterator<Item = Code> {
+        ALL.iter().map(|(c, _, _)| *c)
+    }
+
     /// The JSON name (`"not_found"`).
     pub fn as_str(self) -> &'static str {
         ALL.iter()
@@ -165,6 +170,34 @@ mod tests {
         assert_eq!(Code::from_http_status(404), Code::Unimplemented);
         assert_eq!(Code::from_http_status(502), Code::Unavailable);
         assert_eq!(Code::from_name("NOT_FOUND"), None);
+    }
+
+    /// `ALL` (so [`Code::all`]) names every variant exactly once: a new variant fails to
+    /// compile here until it is given a place.
+    #[test]
+    fn all_lists_every_code_once() {
+        fn place(c: Code) -> usize {
+            match c {
+                Code::Canceled => 0,
+                Code::Unknown => 1,
+                Code::InvalidArgument => 2,
+                Code::DeadlineExceeded => 3,
+                Code::NotFound => 4,
+                Code::AlreadyExists => 5,
+                Code::PermissionDenied => 6,
+                Code::ResourceExhausted => 7,
+                Code::FailedPrecondition => 8,
+                Code::Aborted => 9,
+                Code::OutOfRange => 10,
+                Code::Unimplemented => 11,
+                Code::Internal => 12,
+                Code::Unavailable => 13,
+                Code::DataLoss => 14,
+                Code::Unauthenticated => 15,
+            }
+        }
+        let places: Vec<usize> = Code::all().map(place).collect();
+        assert_eq!(places, (0..16).collect::<Vec<_>>());
     }
 
     #[test]

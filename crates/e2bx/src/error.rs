@@ -3,7 +3,6 @@
 //! API key or access tokens (e2b-core redacts them from server bodies; we never format them).
 
 use e2b_core::Error;
-use e2b_core::proto::connect::Code;
 
 /// A failed command.
 #[derive(Debug)]
@@ -59,20 +58,6 @@ pub fn sandbox_not_found(id: &str) -> String {
     format!(
         "sandbox {id} not found (it may have timed out); create a new one or check the id with `e2bx sandbox list`"
     )
-}
-
-/// Map an error about sandbox path `path`.
-pub fn for_path(path: &str) -> impl Fn(Error) -> CliError + '_ {
-    move |e| match e.connect_code() {
-        Some(Code::NotFound) => CliError::Message(format!(
-            "{path}: no such file or directory in the sandbox; check the path with `e2bx ls`"
-        )),
-        Some(Code::PermissionDenied) => CliError::Message(format!(
-            "{path}: permission denied in the sandbox (try --user root on run, or another path)"
-        )),
-        Some(Code::AlreadyExists) => CliError::Message(format!("{path}: already exists")),
-        _ => CliError::from(e),
-    }
 }
 
 /// One line for any e2b-core error, with a hint where one helps.

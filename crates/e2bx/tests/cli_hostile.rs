@@ -1,7 +1,7 @@
 //! e2bx against a hostile sandbox user: Ctrl-C and `--timeout` on a persistent sandbox end
 //! descendants that left the process group with `setsid` and lost their parent,
-//! and `ls`/`stat` never print a name's control characters raw (no forged lines, no
-//! terminal escapes). Survivors are counted inside the sandbox, in its own pid view.
+//! `ls`/`stat` never print a name's control characters raw (no forged lines, no
+//! terminal escapes), and `cp`, `cat`, `ls` and `stat` act as the sandbox user. Survivors are counted inside the sandbox, in its own pid view.
 
 mod support;
 
@@ -245,6 +245,18 @@ async fn cp_and_cat_act_as_the_sandbox_user_through_planted_links() {
         down.stderr
     );
     assert!(!got.exists());
+    // Listing and stat act as the user too: root's envd ListDir/Stat would have shown
+    // the vault's entries and the key's size.
+    let ls = r.out(&["--sandbox", &id, "ls", "/root/vault"]).await;
+    assert!(refused(ls.one_line_error()), "{}", ls.stderr);
+    assert!(!ls.text().contains("key"), "{}", ls.text());
+    let st = r.out(&["--sandbox", &id, "stat", "/root/vault/key"]).await;
+    assert!(refused(st.one_line_error()), "{}", st.stderr);
+    let link = r.out(&["--sandbox", &id, "stat", "steal"]).await.ok();
+    assert!(
+        link.contains("type: symlink") && link.contains("owner: user"),
+        "{link}"
+    );
     // Writing to the link replaces the link; the root-only file keeps its bytes.
     let src = dir.path().join("evil");
     std::fs::write(&src, b"overwritten").expect("local file");

@@ -7,13 +7,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::Stream;
 
-use crate::error::FsError;
+use crate::error::Error;
 use crate::path::{Target, WorldPath};
 
 /// A stream of file bytes, in order; an `Err` item ends it.
 ///
 /// Build one from memory with [`bytes_stream`]; consume it with `futures::StreamExt`.
-pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, FsError>> + Send + 'static>>;
+pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, Error>> + Send + 'static>>;
 
 /// A [`ByteStream`] yielding `data` as one chunk (nothing for empty data).
 ///
@@ -24,7 +24,7 @@ pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, FsError>> + Send +
 /// ```
 pub fn bytes_stream(data: impl Into<Bytes>) -> ByteStream {
     let data = data.into();
-    let items: Vec<Result<Bytes, FsError>> = if data.is_empty() {
+    let items: Vec<Result<Bytes, Error>> = if data.is_empty() {
         Vec::new()
     } else {
         vec![Ok(data)]
@@ -80,6 +80,12 @@ pub struct Metadata {
     pub symlink_target: Option<String>,
     /// The content version (see [`Version`]).
     pub version: Version,
+    /// The owner's user name (its uid in decimal when the world has no name for it),
+    /// when the backend knows it.
+    pub owner: Option<String>,
+    /// The owning group's name (its gid in decimal when unnamed), when the backend
+    /// knows it.
+    pub group: Option<String>,
 }
 
 impl Metadata {
@@ -99,7 +105,24 @@ impl Metadata {
             mtime,
             symlink_target,
             version,
+            owner: None,
+            group: None,
         }
+    }
+
+    /// The same metadata with its owner and group names.
+    ///
+    /// ```
+    /// # use exec_world::{FileKind, Metadata, Version};
+    /// let v = Version { size: 0, mtime: None, token: "t".into() };
+    /// let m = Metadata::new(FileKind::File, 0, Some(0o644), None, None, v)
+    ///     .with_owner("user", "user");
+    /// assert_eq!(m.owner.as_deref(), Some("user"));
+    /// ```
+    pub fn with_owner(mut self, owner: impl Into<String>, group: impl Into<String>) -> Metadata {
+        self.owner = Some(owner.into());
+        self.group = Some(group.into());
+        self
     }
 
     /// True for a regular file.
@@ -197,7 +220,7 @@ pub struct FsCapabilities {
 /// [`Fs::cwd`] by POSIX rules ([`WorldPath::resolve`]). The cwd belongs to the `Fs`
 /// value: [`Fs::with_cwd`] gives a handle on the same world with another cwd.
 ///
-/// **Errors** are [`FsError`] kinds carrying the (resolved) path.
+/// **Errors** are [`Error`] kinds carrying the (resolved) path.
 ///
 /// Implementations are cheap handles (`Send + Sync`), usable from many tasks at once.
 /// All methods must be cancel-safe in the sense that dropping the future leaves the world
@@ -215,24 +238,24 @@ pub trait Fs: Send + Sync {
     fn capabilities(&self) -> FsCapabilities;
 
     /// Metadata of `p`, following symlinks (a dangling link is NotFound).
-    async fn stat(&self, p: &WorldPath) -> Result<Metadata, FsError>;
+    async fn stat(&self, p: &WorldPath) -> Result<Metadata, Error>;
 
     /// Metadata of `p` itself; a symlink is reported as [`FileKind::Symlink`] with its
     /// `symlink_target`.
-    async fn lstat(&self, p: &WorldPath) -> Result<Metadata, FsError>;
+    async fn lstat(&self, p: &WorldPath) -> Result<Metadata, Error>;
 
     /// The entries of directory `p`, one level, without `.` and `..`, in no set order.
     /// NotFound, or NotADirectory when `p` is not a directory.
-    async fn read_dir(&self, p: &WorldPath) -> Result<Vec<DirEntry>, FsError>;
+    async fn read_dir(&self, p: &WorldPath) -> Result<Vec<DirEntry>, Error>;
 
     /// The whole content of file `p`, if it has at most `max_bytes` bytes; otherwise
-    /// [`FsError::TooLarge`] with `limit = max_bytes`, without transferring the whole file.
+    /// [`ErrorKind::TooLarge`](crate::ErrorKind::TooLarge) with `limit = max_bytes`, without transferring the whole file.
     /// IsADirectory for a directory.
-    async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, FsError>;
+    async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, Error>;
 
     /// The content of file `p` as a stream, in chunks, in constant memory. Errors opening
     /// the file (NotFound, IsADirectory…) are returned here, later ones as stream items.
-    async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, FsError>;
+    async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, Error>;
 
     /// Replaces (or creates) file `p` with the bytes of `data`, atomically: readers see
     /// the old or the new content, never a mix; when `data` yields an error, the write is
@@ -245,25 +268,25 @@ pub trait Fs: Send + Sync {
         p: &WorldPath,
         data: ByteStream,
         opts: WriteOptions,
-    ) -> Result<Version, FsError>;
+    ) -> Result<Version, Error>;
 
     /// Creates file `p` with `data` unless anything exists at `p` (atomic no-replace: of
     /// callers racing for the same path exactly one gets [`Created::Created`], and a file
     /// is never seen partially written by the others).
-    async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, FsError>;
+    async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, Error>;
 
     /// Creates directory `p`. Not `recursive`: the parent must exist (NotFound) and `p`
     /// must not (AlreadyExists). `recursive`: creates missing parents, and succeeds when
     /// `p` already is a directory.
-    async fn mkdir(&self, p: &WorldPath, recursive: bool) -> Result<(), FsError>;
+    async fn mkdir(&self, p: &WorldPath, recursive: bool) -> Result<(), Error>;
 
     /// Removes file, symlink (not its target) or directory `p`. A non-empty directory
     /// needs `recursive` (else NotEmpty). NotFound when nothing is there.
-    async fn remove(&self, p: &WorldPath, recursive: bool) -> Result<(), FsError>;
+    async fn remove(&self, p: &WorldPath, recursive: bool) -> Result<(), Error>;
 
     /// Renames `from` to `to` (POSIX `rename`: replaces a file at `to` atomically; onto a
     /// non-empty directory: NotEmpty or AlreadyExists).
-    async fn rename(&self, from: &WorldPath, to: &WorldPath) -> Result<(), FsError>;
+    async fn rename(&self, from: &WorldPath, to: &WorldPath) -> Result<(), Error>;
 
     /// The canonical [`Target`] of `p`: resolved against the cwd and normalized
     /// lexically (no I/O; symlinks are not followed).

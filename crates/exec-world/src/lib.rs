@@ -11,7 +11,7 @@
 //!   another handle on the same world).
 //! - **environment**: a spawn starts from an explicit [`EnvBase`] (default: a small
 //!   documented base, not the parent's environment) plus [`SpawnSpec::env`].
-//! - **errors**: kinds a caller can act on ([`FsError`], [`ProcError`]); a non-zero exit
+//! - **errors**: kinds a caller can act on ([`Error`], [`Error`]); a non-zero exit
 //!   is data ([`ExitStatus`]).
 //! - **lifetimes**: dropping a [`Child`] or [`Terminal`] kills its whole process tree
 //!   unless [`Child::detach`]ed; [`Child::terminate`] is TERM, grace, KILL, and returns
@@ -45,7 +45,7 @@ pub mod tree_script;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use error::{BoxError, FsError, ProcError};
+pub use error::{BoxError, Error, ErrorKind, SharedError};
 pub use fs::{
     ByteStream, Created, DirEntry, FileKind, Fs, FsCapabilities, Metadata, Version, WriteOptions,
     bytes_stream,

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
 
-use crate::error::{FsError, ProcError};
+use crate::error::Error;
 use crate::fs::{ByteStream, Fs, Version, WriteOptions};
 use crate::path::WorldPath;
 use crate::proc::OutputStream;
@@ -41,7 +41,7 @@ pub struct Captured {
     /// Every byte the stream produced.
     pub total: u64,
     /// The outcome of the spill, if one was asked for.
-    pub spill: Option<Result<Version, FsError>>,
+    pub spill: Option<Result<Version, Error>>,
 }
 
 impl Captured {
@@ -73,7 +73,7 @@ impl Captured {
 /// let s: exec_world::OutputStream = Box::pin(futures::stream::iter(chunks));
 /// let c = capture(s, CaptureLimit { head: 3, tail: 2 }, None).await?;
 /// assert_eq!((&c.head[..], &c.tail[..], c.total), (&b"012"[..], &b"89"[..], 10));
-/// # Ok::<(), exec_world::ProcError>(()) });
+/// # Ok::<(), exec_world::Error>(()) });
 /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
 /// #     tokio::runtime::Builder::new_current_thread().build().expect("rt").block_on(f) }
 /// ```
@@ -81,13 +81,13 @@ pub async fn capture(
     mut stream: OutputStream,
     limit: CaptureLimit,
     spill: Option<Spill<'_>>,
-) -> Result<Captured, ProcError> {
+) -> Result<Captured, Error> {
     let mut head = BytesMut::new();
     let mut tail: VecDeque<u8> = VecDeque::new();
     let mut total = 0u64;
     let (tx, writer) = match spill {
         Some(sp) => {
-            let (tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, FsError>>(16);
+            let (tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, Error>>(16);
             let data: ByteStream = Box::pin(rx);
             let fut = async move { sp.fs.write(&sp.path, data, sp.options).await };
             (Some(tx), Some(fut))
@@ -126,7 +126,7 @@ pub async fn capture(
         if let (Some(mut t), Some(e)) = (tx.take(), failure.as_ref()) {
             // Abandon the spill so the old file stays: the stream did not end cleanly.
             let _ = t
-                .send(Err(FsError::other(format!("output failed: {e}"))))
+                .send(Err(Error::other(format!("output failed: {e}"))))
                 .await;
         }
         drop(tx);

@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
-use crate::error::FsError;
+use crate::error::Error;
 
 /// A POSIX path in the execution world, absolute (`/a/b`) or relative (`a/b`).
 ///
@@ -24,26 +24,20 @@ use crate::error::FsError;
 /// let cwd = WorldPath::new("/home/user")?;
 /// let p = WorldPath::new("../other/./x.txt")?;
 /// assert_eq!(p.resolve(&cwd).as_str(), "/home/other/x.txt");
-/// # Ok::<(), exec_world::FsError>(())
+/// # Ok::<(), exec_world::Error>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WorldPath(String);
 
 impl WorldPath {
-    /// A path from text; [`FsError::InvalidPath`] if it is empty or contains NUL.
-    pub fn new(path: impl Into<String>) -> Result<Self, FsError> {
+    /// A path from text; [`ErrorKind::InvalidPath`](crate::ErrorKind::InvalidPath) if it is empty or contains NUL.
+    pub fn new(path: impl Into<String>) -> Result<Self, Error> {
         let path = path.into();
         if path.is_empty() {
-            return Err(FsError::InvalidPath {
-                path,
-                reason: "empty path".into(),
-            });
+            return Err(Error::invalid_path(path, "empty path"));
         }
         if path.contains('\0') {
-            return Err(FsError::InvalidPath {
-                path,
-                reason: "contains a NUL byte".into(),
-            });
+            return Err(Error::invalid_path(path, "contains a NUL byte"));
         }
         Ok(Self(path))
     }
@@ -65,7 +59,7 @@ impl WorldPath {
 
     /// `self` followed by `rel`; if `rel` is absolute it replaces `self` (like
     /// `std::path::Path::join`). Not normalized.
-    pub fn join(&self, rel: &str) -> Result<WorldPath, FsError> {
+    pub fn join(&self, rel: &str) -> Result<WorldPath, Error> {
         if rel.starts_with('/') {
             return WorldPath::new(rel);
         }
@@ -163,22 +157,22 @@ impl fmt::Debug for WorldPath {
 }
 
 impl FromStr for WorldPath {
-    type Err = FsError;
-    fn from_str(s: &str) -> Result<Self, FsError> {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
         WorldPath::new(s)
     }
 }
 
 impl TryFrom<&str> for WorldPath {
-    type Error = FsError;
-    fn try_from(s: &str) -> Result<Self, FsError> {
+    type Error = Error;
+    fn try_from(s: &str) -> Result<Self, Error> {
         WorldPath::new(s)
     }
 }
 
 impl TryFrom<String> for WorldPath {
-    type Error = FsError;
-    fn try_from(s: String) -> Result<Self, FsError> {
+    type Error = Error;
+    fn try_from(s: String) -> Result<Self, Error> {
         WorldPath::new(s)
     }
 }
@@ -212,7 +206,7 @@ const URI_PATH: &AsciiSet = &NON_ALPHANUMERIC
 /// assert_eq!(f.path().as_str(), "/home/user/my project/a.rs");
 /// assert!(ws.contains(&f));
 /// assert!(!f.contains(&ws));
-/// # Ok::<(), exec_world::FsError>(())
+/// # Ok::<(), exec_world::Error>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct Target {
@@ -227,13 +221,10 @@ impl Target {
         }
     }
 
-    /// The target of an absolute path; [`FsError::InvalidPath`] if it is relative.
-    pub fn from_absolute(path: &WorldPath) -> Result<Target, FsError> {
+    /// The target of an absolute path; [`ErrorKind::InvalidPath`](crate::ErrorKind::InvalidPath) if it is relative.
+    pub fn from_absolute(path: &WorldPath) -> Result<Target, Error> {
         if !path.is_absolute() {
-            return Err(FsError::InvalidPath {
-                path: path.to_string(),
-                reason: "not an absolute path".into(),
-            });
+            return Err(Error::invalid_path(path, "not an absolute path"));
         }
         Ok(Target {
             path: path.normalize(),
@@ -241,11 +232,8 @@ impl Target {
     }
 
     /// Parses a `file:` URI (`file:///p` or `file://localhost/p`), percent-decoding it.
-    pub fn from_uri(uri: &str) -> Result<Target, FsError> {
-        let invalid = |reason: &str| FsError::InvalidPath {
-            path: uri.to_string(),
-            reason: reason.to_string(),
-        };
+    pub fn from_uri(uri: &str) -> Result<Target, Error> {
+        let invalid = |reason: &str| Error::invalid_path(uri, reason);
         let rest = uri
             .strip_prefix("file://")
             .ok_or_else(|| invalid("not a file:// URI"))?;
@@ -295,6 +283,7 @@ impl fmt::Display for Target {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorKind;
 
     fn p(s: &str) -> WorldPath {
         WorldPath::new(s).expect("valid path")
@@ -324,11 +313,11 @@ mod tests {
     fn rejects_bad_paths() {
         assert!(matches!(
             WorldPath::new(""),
-            Err(FsError::InvalidPath { .. })
+            Err(e) if e.kind() == ErrorKind::InvalidPath
         ));
         assert!(matches!(
             WorldPath::new("a\0b"),
-            Err(FsError::InvalidPath { .. })
+            Err(e) if e.kind() == ErrorKind::InvalidPath
         ));
     }
 
@@ -356,6 +345,7 @@ mod tests {
 #[cfg(test)]
 mod proptests {
     use super::*;
+    use crate::ErrorKind;
     use proptest::prelude::*;
 
     /// Paths made of tricky components: empty (`//`), `.`, `..`, names with spaces or
@@ -392,9 +382,9 @@ mod proptests {
                     prop_assert!(!s.is_empty() && !s.contains('\0'));
                     prop_assert_eq!(p.as_str(), s.as_str());
                 }
-                Err(FsError::InvalidPath { path, .. }) => {
+                Err(e) if e.kind() == ErrorKind::InvalidPath => {
                     prop_assert!(s.is_empty() || s.contains('\0'));
-                    prop_assert_eq!(path, s);
+                    prop_assert_eq!(e.path(), Some(s.as_str()));
                 }
                 Err(e) => prop_assert!(false, "unexpected {e:?}"),
             }

@@ -11,13 +11,13 @@ use futures::Stream;
 use tokio::io::AsyncWrite;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ProcError;
+use crate::error::Error;
 use crate::path::WorldPath;
 use crate::terminal::{Terminal, TerminalSpec};
 
 /// Output bytes of a process (stdout, stderr, or a terminal), in order, exactly as
 /// written (not necessarily UTF-8); ends at EOF. An `Err` item ends it.
-pub type OutputStream = Pin<Box<dyn Stream<Item = Result<Bytes, ProcError>> + Send + 'static>>;
+pub type OutputStream = Pin<Box<dyn Stream<Item = Result<Bytes, Error>> + Send + 'static>>;
 
 /// A process's standard input. Dropping it (or `shutdown`) closes the pipe: EOF.
 pub type InputSink = Pin<Box<dyn AsyncWrite + Send + 'static>>;
@@ -60,7 +60,7 @@ pub enum StdinMode {
 ///     .env("LC_ALL", "C")
 ///     .cwd("/home/user".parse()?)
 ///     .stdin(StdinMode::Piped);
-/// # Ok::<(), exec_world::FsError>(())
+/// # Ok::<(), exec_world::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -257,8 +257,8 @@ pub trait ChildBackend: Send + Sync + 'static {
     /// The process id in the world, once known.
     fn pid(&self) -> Option<u32>;
     /// Waits until the process started (pid known) or failed to start (the error a
-    /// remote start reports, e.g. [`ProcError::NotFound`]).
-    async fn started(&self) -> Result<u32, ProcError>;
+    /// remote start reports, e.g. [`ErrorKind::NotFound`](crate::ErrorKind::NotFound)).
+    async fn started(&self) -> Result<u32, Error>;
     /// Takes the stdin pipe (once; `None` after, or when stdin is not piped).
     fn take_stdin(&mut self) -> Option<InputSink>;
     /// Takes the stdout stream (once).
@@ -266,12 +266,12 @@ pub trait ChildBackend: Send + Sync + 'static {
     /// Takes the stderr stream (once).
     fn take_stderr(&mut self) -> Option<OutputStream>;
     /// Waits for the process to end.
-    async fn wait(&self) -> Result<ExitStatus, ProcError>;
+    async fn wait(&self) -> Result<ExitStatus, Error>;
     /// Sends `sig` to the process (not its group). A process that already ended: Ok.
-    async fn signal(&self, sig: Signal) -> Result<(), ProcError>;
+    async fn signal(&self, sig: Signal) -> Result<(), Error>;
     /// SIGTERM to the process group and every tracked descendant, waits up to `grace` for
     /// them to exit, then SIGKILL to whatever remains; returns when none survives.
-    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError>;
+    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, Error>;
     /// Leaves the process running when the handle is dropped.
     fn detach(&mut self);
 }
@@ -305,7 +305,7 @@ impl Child {
     }
 
     /// Waits until the process started and returns its pid, or the start error.
-    pub async fn started(&self) -> Result<u32, ProcError> {
+    pub async fn started(&self) -> Result<u32, Error> {
         self.inner.started().await
     }
 
@@ -325,34 +325,34 @@ impl Child {
     }
 
     /// Waits for the process to end. A start failure is returned here too.
-    pub async fn wait(&self) -> Result<ExitStatus, ProcError> {
+    pub async fn wait(&self) -> Result<ExitStatus, Error> {
         self.inner.wait().await
     }
 
     /// Sends `sig` to the process.
-    pub async fn signal(&self, sig: Signal) -> Result<(), ProcError> {
+    pub async fn signal(&self, sig: Signal) -> Result<(), Error> {
         self.inner.signal(sig).await
     }
 
     /// Ends the process and all it started: SIGTERM to the group (and escaped descendants
     /// where [`ProcCapabilities::escaped_descendants`]), `grace` to exit, then SIGKILL.
     /// Returns the child's status once nothing survives.
-    pub async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError> {
+    pub async fn terminate(&self, grace: Duration) -> Result<ExitStatus, Error> {
         self.inner.terminate(grace).await
     }
 
     /// Waits for the end, or, when `cancel` fires first, runs [`Child::terminate`] with
-    /// `grace` to completion and then returns [`ProcError::Cancelled`].
+    /// `grace` to completion and then returns [`ErrorKind::Cancelled`](crate::ErrorKind::Cancelled).
     pub async fn wait_or_cancel(
         &self,
         cancel: &CancellationToken,
         grace: Duration,
-    ) -> Result<ExitStatus, ProcError> {
+    ) -> Result<ExitStatus, Error> {
         tokio::select! {
             status = self.inner.wait() => status,
             _ = cancel.cancelled() => {
                 self.inner.terminate(grace).await?;
-                Err(ProcError::Cancelled { context: "waiting for a process".into() })
+                Err(Error::cancelled("waiting for a process"))
             }
         }
     }
@@ -384,12 +384,12 @@ pub trait Subprocess: Send + Sync {
 
     /// The absolute path of `program` as found in the base environment's `PATH` (or
     /// `program` itself if it contains `/` and is executable); `None` if not found.
-    async fn which(&self, program: &str) -> Result<Option<String>, ProcError>;
+    async fn which(&self, program: &str) -> Result<Option<String>, Error>;
 
     /// Starts `spec`; stdout and stderr are piped. The child runs in its own session and
     /// process group where the backend has them.
-    fn spawn(&self, spec: SpawnSpec) -> Result<Child, ProcError>;
+    fn spawn(&self, spec: SpawnSpec) -> Result<Child, Error>;
 
     /// Starts `spec` on a new pseudo-terminal (its own session).
-    fn spawn_terminal(&self, spec: TerminalSpec) -> Result<Terminal, ProcError>;
+    fn spawn_terminal(&self, spec: TerminalSpec) -> Result<Terminal, Error>;
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::error::FsError;
+use crate::error::{Error, ErrorKind};
 use crate::fs::{
     ByteStream, Created, DirEntry, Fs, FsCapabilities, Metadata, Version, WriteOptions,
 };
@@ -31,7 +31,7 @@ const MAX_LINKS: usize = 40;
 /// A virtual `/` anchored at a real directory of another [`Fs`].
 ///
 /// ```
-/// # async fn demo() -> Result<(), exec_world::FsError> {
+/// # async fn demo() -> Result<(), exec_world::Error> {
 /// use std::sync::Arc;
 /// use exec_world::{Fs, LocalFs, Rooted, WorldPath};
 /// let dir = std::env::temp_dir();
@@ -59,12 +59,12 @@ impl std::fmt::Debug for Rooted {
 impl Rooted {
     /// `inner` seen with `/` at the real directory `root` (absolute; normalized here);
     /// the virtual cwd starts at `/`. The root itself is trusted (the host chose it).
-    pub fn new(inner: Arc<dyn Fs>, root: WorldPath) -> Result<Rooted, FsError> {
+    pub fn new(inner: Arc<dyn Fs>, root: WorldPath) -> Result<Rooted, Error> {
         if !root.is_absolute() {
-            return Err(FsError::InvalidPath {
-                path: root.to_string(),
-                reason: "the root of a rooted view must be absolute".into(),
-            });
+            return Err(Error::invalid_path(
+                &root,
+                "the root of a rooted view must be absolute",
+            ));
         }
         Ok(Rooted {
             inner,
@@ -103,7 +103,7 @@ impl Rooted {
         &self,
         p: &WorldPath,
         follow_last: bool,
-    ) -> Result<(WorldPath, WorldPath), FsError> {
+    ) -> Result<(WorldPath, WorldPath), Error> {
         let asked = p.resolve(&self.cwd);
         let mut todo: VecDeque<String> = asked.components().map(str::to_owned).collect();
         let mut done: Vec<String> = Vec::new();
@@ -124,7 +124,7 @@ impl Rooted {
             let meta = match self.inner.lstat(&self.real(&done)).await {
                 Ok(m) => m,
                 // Nothing below a missing component can be a link: the rest is lexical.
-                Err(FsError::NotFound { .. }) => {
+                Err(e) if e.kind() == ErrorKind::NotFound => {
                     for rest in todo.drain(..) {
                         match rest.as_str() {
                             "." => {}
@@ -143,13 +143,13 @@ impl Rooted {
             }
             links += 1;
             if links > MAX_LINKS {
-                return Err(FsError::InvalidPath {
-                    path: asked.to_string(),
-                    reason: format!("more than {MAX_LINKS} symbolic links"),
-                });
+                return Err(Error::invalid_path(
+                    &asked,
+                    format!("more than {MAX_LINKS} symbolic links"),
+                ));
             }
             let text = meta.symlink_target.ok_or_else(|| {
-                FsError::other(format!(
+                Error::other(format!(
                     "resolving {asked}: the backend did not report where {} points",
                     Self::virt(&done)
                 ))
@@ -178,25 +178,17 @@ impl Rooted {
     }
 
     /// `e` with real paths replaced by virtual ones (`fallback` where none maps).
-    fn unroot(&self, e: FsError, fallback: &WorldPath) -> FsError {
-        let v = |p: WorldPath| self.to_virtual(&p).unwrap_or_else(|| fallback.clone());
-        match e {
-            FsError::NotFound { path } => FsError::NotFound { path: v(path) },
-            FsError::AlreadyExists { path } => FsError::AlreadyExists { path: v(path) },
-            FsError::NotADirectory { path } => FsError::NotADirectory { path: v(path) },
-            FsError::IsADirectory { path } => FsError::IsADirectory { path: v(path) },
-            FsError::NotEmpty { path } => FsError::NotEmpty { path: v(path) },
-            FsError::TooLarge { path, limit } => FsError::TooLarge {
-                path: v(path),
-                limit,
-            },
-            FsError::PermissionDenied { path } => FsError::PermissionDenied { path: v(path) },
-            FsError::InvalidPath { reason, .. } => FsError::InvalidPath {
-                path: fallback.to_string(),
-                reason,
-            },
-            other => other,
+    fn unroot(&self, e: Error, fallback: &WorldPath) -> Error {
+        if e.kind() == ErrorKind::InvalidPath {
+            return e.map_path(|_| fallback.to_string());
         }
+        e.map_path(|real| {
+            WorldPath::new(real)
+                .ok()
+                .and_then(|real| self.to_virtual(&real))
+                .unwrap_or_else(|| fallback.clone())
+                .to_string()
+        })
     }
 }
 
@@ -217,12 +209,12 @@ impl Fs for Rooted {
         self.inner.capabilities()
     }
 
-    async fn stat(&self, p: &WorldPath) -> Result<Metadata, FsError> {
+    async fn stat(&self, p: &WorldPath) -> Result<Metadata, Error> {
         let (real, v) = self.resolve_in_root(p, true).await?;
         self.inner.stat(&real).await.map_err(|e| self.unroot(e, &v))
     }
 
-    async fn lstat(&self, p: &WorldPath) -> Result<Metadata, FsError> {
+    async fn lstat(&self, p: &WorldPath) -> Result<Metadata, Error> {
         let (real, v) = self.resolve_in_root(p, false).await?;
         self.inner
             .lstat(&real)
@@ -230,7 +222,7 @@ impl Fs for Rooted {
             .map_err(|e| self.unroot(e, &v))
     }
 
-    async fn read_dir(&self, p: &WorldPath) -> Result<Vec<DirEntry>, FsError> {
+    async fn read_dir(&self, p: &WorldPath) -> Result<Vec<DirEntry>, Error> {
         let (real, v) = self.resolve_in_root(p, true).await?;
         let entries = self
             .inner
@@ -246,7 +238,7 @@ impl Fs for Rooted {
             .collect()
     }
 
-    async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, FsError> {
+    async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, Error> {
         let (real, v) = self.resolve_in_root(p, true).await?;
         self.inner
             .read(&real, max_bytes)
@@ -254,7 +246,7 @@ impl Fs for Rooted {
             .map_err(|e| self.unroot(e, &v))
     }
 
-    async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, FsError> {
+    async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, Error> {
         let (real, v) = self.resolve_in_root(p, true).await?;
         self.inner
             .read_stream(&real)
@@ -267,7 +259,7 @@ impl Fs for Rooted {
         p: &WorldPath,
         data: ByteStream,
         opts: WriteOptions,
-    ) -> Result<Version, FsError> {
+    ) -> Result<Version, Error> {
         let (real, v) = self.resolve_in_root(p, false).await?;
         self.inner
             .write(&real, data, opts)
@@ -275,7 +267,7 @@ impl Fs for Rooted {
             .map_err(|e| self.unroot(e, &v))
     }
 
-    async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, FsError> {
+    async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, Error> {
         let (real, v) = self.resolve_in_root(p, false).await?;
         self.inner
             .create_if_absent(&real, data)
@@ -283,14 +275,14 @@ impl Fs for Rooted {
             .map_err(|e| self.unroot(e, &v))
     }
 
-    async fn mkdir(&self, p: &WorldPath, recursive: bool) -> Result<(), FsError> {
+    async fn mkdir(&self, p: &WorldPath, recursive: bool) -> Result<(), Error> {
         let (real, v) = self.resolve_in_root(p, false).await?;
         if v.as_str() == "/" {
             // The root exists by construction.
             return if recursive {
                 Ok(())
             } else {
-                Err(FsError::AlreadyExists { path: v })
+                Err(Error::already_exists(v))
             };
         }
         self.inner
@@ -299,10 +291,10 @@ impl Fs for Rooted {
             .map_err(|e| self.unroot(e, &v))
     }
 
-    async fn remove(&self, p: &WorldPath, recursive: bool) -> Result<(), FsError> {
+    async fn remove(&self, p: &WorldPath, recursive: bool) -> Result<(), Error> {
         let (real, v) = self.resolve_in_root(p, false).await?;
         if v.as_str() == "/" {
-            return Err(FsError::PermissionDenied { path: v });
+            return Err(Error::permission_denied(v));
         }
         self.inner
             .remove(&real, recursive)
@@ -310,13 +302,11 @@ impl Fs for Rooted {
             .map_err(|e| self.unroot(e, &v))
     }
 
-    async fn rename(&self, from: &WorldPath, to: &WorldPath) -> Result<(), FsError> {
+    async fn rename(&self, from: &WorldPath, to: &WorldPath) -> Result<(), Error> {
         let (real_from, v_from) = self.resolve_in_root(from, false).await?;
         let (real_to, v_to) = self.resolve_in_root(to, false).await?;
         if v_from.as_str() == "/" || v_to.as_str() == "/" {
-            return Err(FsError::PermissionDenied {
-                path: WorldPath::root(),
-            });
+            return Err(Error::permission_denied(WorldPath::root()));
         }
         self.inner
             .rename(&real_from, &real_to)

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::ProcError;
+use crate::error::Error;
 use crate::path::WorldPath;
 use crate::proc::{EnvBase, ExitStatus, OutputStream, Signal};
 
@@ -111,20 +111,20 @@ pub trait TerminalBackend: Send + Sync + 'static {
     /// The session leader's pid, once known.
     fn pid(&self) -> Option<u32>;
     /// Waits until started; the pid or the start error.
-    async fn started(&self) -> Result<u32, ProcError>;
+    async fn started(&self) -> Result<u32, Error>;
     /// Writes input bytes (keystrokes) to the terminal.
-    async fn write(&self, data: &[u8]) -> Result<(), ProcError>;
+    async fn write(&self, data: &[u8]) -> Result<(), Error>;
     /// Takes the output stream (once): everything the terminal displays, raw bytes.
     fn take_output(&mut self) -> Option<OutputStream>;
     /// Changes the terminal size (the session gets SIGWINCH).
-    async fn resize(&self, size: TermSize) -> Result<(), ProcError>;
+    async fn resize(&self, size: TermSize) -> Result<(), Error>;
     /// Sends `sig` to the terminal's foreground process group (as a keyboard would).
-    async fn signal(&self, sig: Signal) -> Result<(), ProcError>;
+    async fn signal(&self, sig: Signal) -> Result<(), Error>;
     /// Ends every process group of the session (and tracked descendants): SIGHUP and
     /// SIGTERM, `grace`, then SIGKILL. Returns the leader's status.
-    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError>;
+    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, Error>;
     /// Waits for the session leader to exit.
-    async fn wait(&self) -> Result<ExitStatus, ProcError>;
+    async fn wait(&self) -> Result<ExitStatus, Error>;
 }
 
 /// A program running on a pseudo-terminal, from [`Subprocess::spawn_terminal`](crate::Subprocess::spawn_terminal).
@@ -154,12 +154,12 @@ impl Terminal {
     }
 
     /// Waits until started; the pid or the start error.
-    pub async fn started(&self) -> Result<u32, ProcError> {
+    pub async fn started(&self) -> Result<u32, Error> {
         self.inner.started().await
     }
 
     /// Writes input bytes (keystrokes; `b"\x03"` is Ctrl-C as the line discipline sees it).
-    pub async fn write(&self, data: &[u8]) -> Result<(), ProcError> {
+    pub async fn write(&self, data: &[u8]) -> Result<(), Error> {
         self.inner.write(data).await
     }
 
@@ -169,22 +169,22 @@ impl Terminal {
     }
 
     /// Resizes the terminal.
-    pub async fn resize(&self, size: TermSize) -> Result<(), ProcError> {
+    pub async fn resize(&self, size: TermSize) -> Result<(), Error> {
         self.inner.resize(size).await
     }
 
     /// Sends `sig` to the foreground process group.
-    pub async fn signal(&self, sig: Signal) -> Result<(), ProcError> {
+    pub async fn signal(&self, sig: Signal) -> Result<(), Error> {
         self.inner.signal(sig).await
     }
 
     /// Ends every process group of the session; see [`TerminalBackend::terminate`].
-    pub async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError> {
+    pub async fn terminate(&self, grace: Duration) -> Result<ExitStatus, Error> {
         self.inner.terminate(grace).await
     }
 
     /// Waits for the session leader to exit.
-    pub async fn wait(&self) -> Result<ExitStatus, ProcError> {
+    pub async fn wait(&self) -> Result<ExitStatus, Error> {
         self.inner.wait().await
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use exec_world::conformance::World;
-use exec_world::{Fs, FsError, LocalFs, LocalSubprocess, Rooted, WorldPath, bytes_stream};
+use exec_world::{ErrorKind, Fs, LocalFs, LocalSubprocess, Rooted, WorldPath, bytes_stream};
 
 /// A real directory holding `root/` (the anchor) and `outside/secret.txt`; removed at
 /// the end.
@@ -72,7 +72,7 @@ async fn dot_dot_and_absolute_paths_stay_inside() {
     ] {
         let r = fs.read(&v(p), 1 << 20).await;
         assert!(
-            matches!(r, Err(FsError::NotFound { .. })),
+            matches!(r, Err(ref e) if e.kind() == ErrorKind::NotFound),
             "{p}: {r:?} (must not reach the real outside/)"
         );
     }
@@ -123,10 +123,16 @@ async fn symlinks_resolve_inside_the_root() {
     );
     for p in ["/out/secret.txt", "/rel"] {
         let r = fs.read(&v(p), 100).await;
-        assert!(matches!(r, Err(FsError::NotFound { .. })), "{p}: {r:?}");
+        assert!(
+            matches!(r, Err(ref e) if e.kind() == ErrorKind::NotFound),
+            "{p}: {r:?}"
+        );
     }
     let r = fs.stat(&v("/loop1")).await;
-    assert!(matches!(r, Err(FsError::InvalidPath { .. })), "loop: {r:?}");
+    assert!(
+        matches!(r, Err(ref e) if e.kind() == ErrorKind::InvalidPath),
+        "loop: {r:?}"
+    );
     // Writes through a link to the outside land inside the root, or nowhere.
     fs.write(
         &v("/out/planted.txt"),
@@ -157,11 +163,11 @@ async fn the_root_itself_cannot_be_removed_or_renamed() {
     let fs = rooted(&root);
     assert!(matches!(
         fs.remove(&v("/.."), true).await,
-        Err(FsError::PermissionDenied { .. })
+        Err(e) if e.kind() == ErrorKind::PermissionDenied
     ));
     assert!(matches!(
         fs.rename(&v("/"), &v("/x")).await,
-        Err(FsError::PermissionDenied { .. })
+        Err(e) if e.kind() == ErrorKind::PermissionDenied
     ));
     fs.mkdir(&v("/"), true)
         .await

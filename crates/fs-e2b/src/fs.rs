@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use e2b_core::EnvdApi;
 use exec_world::{
-    ByteStream, Created, DirEntry, FileKind, Fs, FsCapabilities, FsError, Metadata, Version,
-    WorldPath, WriteOptions,
+    ByteStream, Created, DirEntry, Error, ErrorKind, FileKind, Fs, FsCapabilities, Metadata,
+    Version, WorldPath, WriteOptions,
 };
 
 use crate::meta::parse_records;
@@ -54,21 +54,21 @@ pub struct E2bFs {
 }
 
 impl E2bFs {
-    /// An `Fs` over `api` with `opts`. [`FsError::InvalidPath`] when `opts.cwd` is not an
+    /// An `Fs` over `api` with `opts`. [`ErrorKind::InvalidPath`] when `opts.cwd` is not an
     /// absolute POSIX path, or the staging prefix is empty or contains `/`.
-    pub fn new(api: Arc<dyn EnvdApi>, opts: E2bFsOptions) -> Result<E2bFs, FsError> {
+    pub fn new(api: Arc<dyn EnvdApi>, opts: E2bFsOptions) -> Result<E2bFs, Error> {
         let cwd = WorldPath::new(opts.cwd.clone())?;
         if !cwd.is_absolute() {
-            return Err(FsError::InvalidPath {
-                path: opts.cwd,
-                reason: "the cwd of an E2bFs must be an absolute POSIX path".into(),
-            });
+            return Err(Error::invalid_path(
+                &opts.cwd,
+                "the cwd of an E2bFs must be an absolute POSIX path",
+            ));
         }
         if opts.staging_prefix.is_empty() || opts.staging_prefix.contains(['/', '\0']) {
-            return Err(FsError::InvalidPath {
-                path: opts.staging_prefix,
-                reason: "staging prefix must be a non-empty file name".into(),
-            });
+            return Err(Error::invalid_path(
+                &opts.staging_prefix,
+                "staging prefix must be a non-empty file name",
+            ));
         }
         let ctl = Ctl::new(api.clone(), opts.user.clone(), opts.command_timeout);
         let root_ctl = Ctl::new(api.clone(), Some("root".into()), opts.command_timeout);
@@ -100,13 +100,12 @@ impl E2bFs {
     /// `p` resolved for an operation on a file's content: a path that ends in `/` (or
     /// in `.` or `..`) names a directory, so it is refused before any normalization
     /// could turn `dir/` into the file `dir`.
-    fn resolve_file(&self, p: &WorldPath, what: &str) -> Result<WorldPath, FsError> {
+    fn resolve_file(&self, p: &WorldPath, what: &str) -> Result<WorldPath, Error> {
         let s = p.as_str();
         if s.ends_with('/') || s == "." || s == ".." || s.ends_with("/.") || s.ends_with("/..") {
-            return Err(FsError::InvalidPath {
-                path: s.to_owned(),
-                reason: format!("{what}: the path names a directory, not a file"),
-            });
+            return Err(
+                Error::invalid_path(s, "the path names a directory, not a file").with_op(what),
+            );
         }
         Ok(self.resolve(p))
     }
@@ -117,7 +116,7 @@ impl E2bFs {
         script: &str,
         abs: &WorldPath,
         what: &str,
-    ) -> Result<Metadata, FsError> {
+    ) -> Result<Metadata, Error> {
         let out = self
             .shared
             .ctl
@@ -126,7 +125,11 @@ impl E2bFs {
         let rec = parse_records(&out.stdout)?
             .into_iter()
             .next()
-            .ok_or_else(|| FsError::other(format!("{what} {abs}: no record printed")))?;
+            .ok_or_else(|| {
+                Error::other("no record printed")
+                    .with_op(what)
+                    .with_path(abs)
+            })?;
         Ok(rec.metadata())
     }
 }
@@ -155,22 +158,22 @@ impl Fs for E2bFs {
         }
     }
 
-    async fn stat(&self, p: &WorldPath) -> Result<Metadata, FsError> {
+    async fn stat(&self, p: &WorldPath) -> Result<Metadata, Error> {
         let abs = self.resolve(p);
         let m = self.stat_with(scripts::STAT, &abs, "stat").await?;
         if m.kind == FileKind::Symlink {
             // `find -L` falls back to the link itself only when its target is missing.
-            return Err(FsError::NotFound { path: abs });
+            return Err(Error::not_found(&abs).with_op("stat"));
         }
         Ok(m)
     }
 
-    async fn lstat(&self, p: &WorldPath) -> Result<Metadata, FsError> {
+    async fn lstat(&self, p: &WorldPath) -> Result<Metadata, Error> {
         let abs = self.resolve(p);
         self.stat_with(scripts::LSTAT, &abs, "lstat").await
     }
 
-    async fn read_dir(&self, p: &WorldPath) -> Result<Vec<DirEntry>, FsError> {
+    async fn read_dir(&self, p: &WorldPath) -> Result<Vec<DirEntry>, Error> {
         let abs = self.resolve(p);
         let out = self
             .shared
@@ -189,12 +192,12 @@ impl Fs for E2bFs {
             .collect()
     }
 
-    async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, FsError> {
+    async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, Error> {
         let abs = self.resolve_file(p, "read")?;
         crate::read::read_bounded(&self.shared, &abs, max_bytes).await
     }
 
-    async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, FsError> {
+    async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, Error> {
         let abs = self.resolve_file(p, "read_stream")?;
         crate::read::read_stream(&self.shared, &abs).await
     }
@@ -204,17 +207,17 @@ impl Fs for E2bFs {
         p: &WorldPath,
         data: ByteStream,
         opts: WriteOptions,
-    ) -> Result<Version, FsError> {
+    ) -> Result<Version, Error> {
         let abs = self.resolve_file(p, "write")?;
         crate::write::write(&self.shared, &abs, data, opts).await
     }
 
-    async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, FsError> {
+    async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, Error> {
         let abs = self.resolve_file(p, "create_if_absent")?;
         crate::write::create_if_absent(&self.shared, &abs, data).await
     }
 
-    async fn mkdir(&self, p: &WorldPath, recursive: bool) -> Result<(), FsError> {
+    async fn mkdir(&self, p: &WorldPath, recursive: bool) -> Result<(), Error> {
         let abs = self.resolve(p);
         let script = if recursive {
             scripts::MKDIR_P
@@ -228,7 +231,7 @@ impl Fs for E2bFs {
             .map(drop)
     }
 
-    async fn remove(&self, p: &WorldPath, recursive: bool) -> Result<(), FsError> {
+    async fn remove(&self, p: &WorldPath, recursive: bool) -> Result<(), Error> {
         let abs = self.resolve(p);
         let flag = if recursive { "1" } else { "0" };
         self.shared
@@ -238,7 +241,7 @@ impl Fs for E2bFs {
             .map(drop)
     }
 
-    async fn rename(&self, from: &WorldPath, to: &WorldPath) -> Result<(), FsError> {
+    async fn rename(&self, from: &WorldPath, to: &WorldPath) -> Result<(), Error> {
         let from = self.resolve(from);
         let to = self.resolve(to);
         let out = self
@@ -255,13 +258,13 @@ impl Fs for E2bFs {
             return Ok(());
         }
         // Kinds about the destination name it; the rest name the source.
-        Err(match crate::shell::classify(&out, &from, "rename") {
-            FsError::NotEmpty { .. } | FsError::AlreadyExists { .. } => {
-                FsError::NotEmpty { path: to }
-            }
-            FsError::IsADirectory { .. } => FsError::IsADirectory { path: to },
-            FsError::NotADirectory { .. } => FsError::NotADirectory { path: to },
-            other => other,
-        })
+        let e = crate::shell::classify(&out, &from, "rename");
+        Err(match e.kind() {
+            ErrorKind::NotEmpty | ErrorKind::AlreadyExists => Error::not_empty(&to),
+            ErrorKind::IsADirectory => Error::is_a_directory(&to),
+            ErrorKind::NotADirectory => Error::not_a_directory(&to),
+            _ => return Err(e),
+        }
+        .with_op("rename"))
     }
 }

@@ -26,7 +26,6 @@
 //! identical rewrite gets a new token; `write` returns the version of the inode it
 //! renamed (read through the still-open staged file), which is what `stat` reports next.
 
-mod error;
 mod fs;
 mod meta;
 mod options;
@@ -35,7 +34,6 @@ mod scripts;
 mod shell;
 mod write;
 
-pub use error::map_error;
 pub use fs::E2bFs;
 pub use options::E2bFsOptions;
 

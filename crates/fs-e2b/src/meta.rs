@@ -3,10 +3,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use exec_world::{FileKind, FsError, Metadata, Version};
+use exec_world::{Error, FileKind, Metadata, Version};
 
 /// Fields per record (see `scripts::fmt!`).
-const FIELDS: usize = 9;
+const FIELDS: usize = 11;
 
 /// One entry as `find` printed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,14 +25,18 @@ pub(crate) struct Record {
     pub mtime: String,
     /// `%C@`: ctime, seconds with fraction.
     pub ctime: String,
+    /// `%u`: owner name (the uid when unnamed).
+    pub owner: String,
+    /// `%g`: group name (the gid when unnamed).
+    pub group: String,
     /// `%l`: link text (empty unless a link).
     pub link: String,
     /// `%f`: base name.
     pub name: String,
 }
 
-/// Every record of `out` (records are nine NUL-terminated fields).
-pub(crate) fn parse_records(out: &[u8]) -> Result<Vec<Record>, FsError> {
+/// Every record of `out` (records are eleven NUL-terminated fields).
+pub(crate) fn parse_records(out: &[u8]) -> Result<Vec<Record>, Error> {
     let mut fields: Vec<String> = out
         .split(|&b| b == 0)
         .map(|f| String::from_utf8_lossy(f).into_owned())
@@ -42,47 +46,30 @@ pub(crate) fn parse_records(out: &[u8]) -> Result<Vec<Record>, FsError> {
         fields.pop();
     }
     if fields.len() % FIELDS != 0 {
-        return Err(FsError::other(format!(
+        return Err(Error::other(format!(
             "unexpected find output: {} fields",
             fields.len()
         )));
     }
-    let mut out = Vec::with_capacity(fields.len() / FIELDS);
-    let mut it = fields.into_iter();
-    while let (
-        Some(kind),
-        Some(mode),
-        Some(size),
-        Some(dev),
-        Some(ino),
-        Some(mtime),
-        Some(ctime),
-        Some(link),
-        Some(name),
-    ) = (
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-    ) {
-        out.push(Record {
-            kind,
-            mode,
-            size,
-            dev,
-            ino,
-            mtime,
-            ctime,
-            link,
-            name,
-        });
-    }
-    Ok(out)
+    Ok(fields
+        .chunks_exact_mut(FIELDS)
+        .map(|f| {
+            let mut take = |i: usize| std::mem::take(&mut f[i]);
+            Record {
+                kind: take(0),
+                mode: take(1),
+                size: take(2),
+                dev: take(3),
+                ino: take(4),
+                mtime: take(5),
+                ctime: take(6),
+                owner: take(7),
+                group: take(8),
+                link: take(9),
+                name: take(10),
+            }
+        })
+        .collect())
 }
 
 /// `secs.fraction` → time (fraction cut to nanoseconds); `None` if unparsable.
@@ -134,6 +121,7 @@ impl Record {
             target,
             version,
         )
+        .with_owner(self.owner.clone(), self.group.clone())
     }
 }
 
@@ -143,8 +131,8 @@ mod tests {
 
     #[test]
     fn parses_records() {
-        let raw = b"f\x00644\x006\x0065024\x00123\x001796231997.9127950620\x001796231997.9127950621\x00\x00a b\x00\
-l\x00777\x001\x0065024\x00124\x001.5\x002\x00f\x00lf\x00";
+        let raw = b"f\x00644\x006\x0065024\x00123\x001796231997.9127950620\x001796231997.9127950621\x00user\x00user\x00\x00a b\x00\
+l\x00777\x001\x0065024\x00124\x001.5\x002\x00root\x001001\x00f\x00lf\x00";
         let recs = parse_records(raw).expect("records");
         assert_eq!(recs.len(), 2);
         let m = recs[0].metadata();
@@ -158,8 +146,13 @@ l\x00777\x001\x0065024\x00124\x001.5\x002\x00f\x00lf\x00";
             m.version.token,
             "65024:123:6:1796231997.9127950620:1796231997.9127950621"
         );
+        assert_eq!(
+            (m.owner.as_deref(), m.group.as_deref()),
+            (Some("user"), Some("user"))
+        );
         let l = recs[1].metadata();
         assert_eq!(l.kind, FileKind::Symlink);
+        assert_eq!(l.group.as_deref(), Some("1001"));
         assert_eq!(l.symlink_target.as_deref(), Some("f"));
         assert!(parse_records(b"f\x00x\x00").is_err());
         assert!(parse_records(b"").expect("empty").is_empty());

@@ -16,10 +16,9 @@ use bytes::{Bytes, BytesMut};
 use e2b_core::EnvdApi;
 use e2b_core::envd::ProcessStream;
 use e2b_core::proto::process::{DataEvent, ProcessEvent, ProcessSelector, Signal};
-use exec_world::{ByteStream, FsError, WorldPath};
+use exec_world::{ByteStream, Error, WorldPath};
 use futures::StreamExt as _;
 
-use crate::error::map_error;
 use crate::fs::Shared;
 use crate::scripts;
 use crate::shell::{EXIT_TOO_LARGE, ShellOutput, classify};
@@ -60,16 +59,17 @@ struct Reader {
 
 impl Reader {
     /// The next piece of stdout, or the end; stderr is kept (bounded) for the error.
-    async fn step(&mut self) -> Result<Step, FsError> {
+    async fn step(&mut self) -> Result<Step, Error> {
         loop {
             let ev = match self.events.next().await {
                 Some(Ok(ev)) => ev,
-                Some(Err(e)) => return Err(map_error(e, &self.path, self.what)),
+                Some(Err(e)) => return Err(e.into_world(self.what).with_path(&self.path)),
                 None => {
-                    return Err(FsError::other(format!(
-                        "{} {}: the reader's stream ended without its exit status",
-                        self.what, self.path
-                    )));
+                    return Err(
+                        Error::other("the reader's stream ended without its exit status")
+                            .with_op(self.what)
+                            .with_path(&self.path),
+                    );
                 }
             };
             match ev {
@@ -88,14 +88,11 @@ impl Reader {
     }
 
     /// The error of a reader that exited with `code` (not 0).
-    fn failure(&self, code: i32, limit: Option<u64>) -> FsError {
+    fn failure(&self, code: i32, limit: Option<u64>) -> Error {
         if code == EXIT_TOO_LARGE
             && let Some(limit) = limit
         {
-            return FsError::TooLarge {
-                path: self.path.clone(),
-                limit,
-            };
+            return Error::too_large(&self.path, limit).with_op(self.what);
         }
         let out = ShellOutput {
             exit_code: code,
@@ -134,7 +131,7 @@ async fn open(
     abs: &WorldPath,
     limit: Option<u64>,
     what: &'static str,
-) -> Result<(Reader, u64, Vec<u8>), FsError> {
+) -> Result<(Reader, u64, Vec<u8>), Error> {
     let limit_arg = match limit {
         Some(l) if l < NO_LIMIT_FROM => l.to_string(),
         _ => String::new(),
@@ -175,26 +172,28 @@ async fn open(
             let size = std::str::from_utf8(&head[..nl])
                 .ok()
                 .and_then(|s| s.parse::<u64>().ok())
-                .ok_or_else(|| FsError::other(format!("{what} {abs}: unreadable size header")))?;
+                .ok_or_else(|| unreadable_header(what, abs))?;
             let rest = head.split_off(nl + 1);
             return Ok((r, size, rest));
         }
         if head.len() > MAX_HEADER || r.ended {
-            return Err(FsError::other(format!(
-                "{what} {abs}: unreadable size header"
-            )));
+            return Err(unreadable_header(what, abs));
         }
     }
 }
 
+/// The reader printed no size line.
+fn unreadable_header(what: &str, abs: &WorldPath) -> Error {
+    Error::other("unreadable size header")
+        .with_op(what)
+        .with_path(abs)
+}
+
 /// The whole file if it has at most `max` bytes: TooLarge from the size of the opened
 /// file before any byte is sent, and again (the reader killed) if it grew since.
-pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Result<Bytes, FsError> {
+pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Result<Bytes, Error> {
     let (mut r, size, first) = open(sh, abs, Some(max), "read").await?;
-    let too_large = || FsError::TooLarge {
-        path: abs.clone(),
-        limit: max,
-    };
+    let too_large = || Error::too_large(abs, max).with_op("read");
     let mut buf = BytesMut::with_capacity(usize::try_from(size.min(max)).unwrap_or(0));
     let mut piece = first;
     loop {
@@ -215,7 +214,7 @@ pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Resu
 }
 
 /// Splits `b` into pieces of at most [`CHUNK`] bytes.
-fn chunks(b: Vec<u8>) -> Vec<Result<Bytes, FsError>> {
+fn chunks(b: Vec<u8>) -> Vec<Result<Bytes, Error>> {
     let mut b = Bytes::from(b);
     let mut parts = Vec::with_capacity(b.len() / CHUNK + 1);
     while b.len() > CHUNK {
@@ -229,7 +228,7 @@ fn chunks(b: Vec<u8>) -> Vec<Result<Bytes, FsError>> {
 
 /// The file as a stream of chunks of at most [`CHUNK`] bytes; the reader is killed when
 /// the stream is dropped before its end.
-pub(crate) async fn read_stream(sh: &Shared, abs: &WorldPath) -> Result<ByteStream, FsError> {
+pub(crate) async fn read_stream(sh: &Shared, abs: &WorldPath) -> Result<ByteStream, Error> {
     let (r, _size, first) = open(sh, abs, None, "read_stream").await?;
     let head = futures::stream::iter(chunks(first));
     let rest = futures::stream::unfold(Some(r), |state| async move {

@@ -3,10 +3,10 @@
 //! [`crate::shell`]); any other failure is classified from `strerror` text (`LC_ALL=C`).
 
 /// `find -printf` format of one record: kind, mode, size, device, inode, mtime, ctime,
-/// link text, name; every field ends with NUL.
+/// owner, group, link text, name; every field ends with NUL.
 macro_rules! fmt {
     () => {
-        r"'%y\0%m\0%s\0%D\0%i\0%T@\0%C@\0%l\0%f\0'"
+        r"'%y\0%m\0%s\0%D\0%i\0%T@\0%C@\0%u\0%g\0%l\0%f\0'"
     };
 }
 

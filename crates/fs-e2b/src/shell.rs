@@ -1,5 +1,5 @@
 //! Running the shell commands of [`crate::scripts`] as the acting user, and turning a
-//! failed one into an [`FsError`] of the right kind.
+//! failed one into an [`Error`] of the right kind.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,9 +7,7 @@ use std::time::Duration;
 use e2b_core::EnvdApi;
 use e2b_core::envd::ProcessStream;
 use e2b_core::trusted_shell::TrustedShell;
-use exec_world::{FsError, WorldPath};
-
-use crate::error::map_error;
+use exec_world::{Error, ErrorKind, WorldPath};
 
 /// Most bytes kept of each of a command's stdout and stderr (a listing of a very large
 /// directory fails rather than growing without bound).
@@ -66,16 +64,18 @@ impl Ctl {
         args: &[&str],
         path: &WorldPath,
         what: &str,
-    ) -> Result<ShellOutput, FsError> {
+    ) -> Result<ShellOutput, Error> {
         let out = self
             .shell
             .run(script, args)
             .await
-            .map_err(|e| map_error(e, path, what))?;
+            .map_err(|e| e.into_world(what).with_path(path))?;
         if out.truncated {
-            return Err(FsError::other(format!(
-                "{what} {path}: shell command output exceeds {MAX_OUTPUT} bytes"
-            )));
+            return Err(
+                Error::other(format!("shell command output exceeds {MAX_OUTPUT} bytes"))
+                    .with_op(what)
+                    .with_path(path),
+            );
         }
         Ok(ShellOutput {
             exit_code: out.exit_code,
@@ -93,14 +93,14 @@ impl Ctl {
         lifetime: Option<Duration>,
         path: &WorldPath,
         what: &str,
-    ) -> Result<ProcessStream, FsError> {
+    ) -> Result<ProcessStream, Error> {
         let mut spec = self.shell.command(script, args);
         spec.timeout = lifetime;
         self.shell
             .api()
             .start_process(spec)
             .await
-            .map_err(|e| map_error(e, path, what))
+            .map_err(|e| e.into_world(what).with_path(path))
     }
 
     /// The envd API the commands run on.
@@ -115,7 +115,7 @@ impl Ctl {
         args: &[&str],
         path: &WorldPath,
         what: &str,
-    ) -> Result<ShellOutput, FsError> {
+    ) -> Result<ShellOutput, Error> {
         let out = self.run(script, args, path, what).await?;
         if out.exit_code != 0 {
             return Err(classify(&out, path, what));
@@ -125,15 +125,20 @@ impl Ctl {
 }
 
 /// The error of a failed shell command: our exit codes first, then the `strerror`
-/// text that ends the last line of stderr (`LC_ALL=C`), then a few tool phrases.
-pub(crate) fn classify(out: &ShellOutput, path: &WorldPath, what: &str) -> FsError {
-    let path = path.clone();
+/// text that ends the last line of stderr (`LC_ALL=C`), then a few tool phrases. The
+/// error names `what` and `path`.
+pub(crate) fn classify(out: &ShellOutput, path: &WorldPath, what: &str) -> Error {
+    classify_kind(out, path).with_op(what)
+}
+
+/// [`classify`] without the operation.
+fn classify_kind(out: &ShellOutput, path: &WorldPath) -> Error {
     match out.exit_code {
-        EXIT_NOT_FOUND => return FsError::NotFound { path },
-        EXIT_EXISTS => return FsError::AlreadyExists { path },
-        EXIT_NOT_DIR => return FsError::NotADirectory { path },
-        EXIT_IS_DIR => return FsError::IsADirectory { path },
-        EXIT_NOT_REGULAR => return FsError::other(format!("{what} {path}: not a regular file")),
+        EXIT_NOT_FOUND => return Error::not_found(path),
+        EXIT_EXISTS => return Error::already_exists(path),
+        EXIT_NOT_DIR => return Error::not_a_directory(path),
+        EXIT_IS_DIR => return Error::is_a_directory(path),
+        EXIT_NOT_REGULAR => return Error::other("not a regular file").with_path(path),
         _ => {}
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -143,40 +148,35 @@ pub(crate) fn classify(out: &ShellOutput, path: &WorldPath, what: &str) -> FsErr
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .trim_end();
+    let kind = |k| Error::new(k).with_path(path);
     // dash reports a failed redirection as `cannot open PATH: No such file`.
     if last.ends_with("No such file or directory") || last.ends_with(": No such file") {
-        FsError::NotFound { path }
+        kind(ErrorKind::NotFound)
     } else if last.ends_with("File exists") {
-        FsError::AlreadyExists { path }
+        kind(ErrorKind::AlreadyExists)
     } else if last.ends_with("Not a directory") {
-        FsError::NotADirectory { path }
+        kind(ErrorKind::NotADirectory)
     } else if last.ends_with("Is a directory") {
-        FsError::IsADirectory { path }
+        kind(ErrorKind::IsADirectory)
     } else if last.ends_with("Directory not empty") {
-        FsError::NotEmpty { path }
+        kind(ErrorKind::NotEmpty)
     } else if last.ends_with("Permission denied")
         || last.ends_with("Operation not permitted")
         || last.ends_with("Read-only file system")
     {
-        FsError::PermissionDenied { path }
+        kind(ErrorKind::PermissionDenied)
     } else if let Some(cause) = ["Too many levels of symbolic links", "File name too long"]
         .into_iter()
         .find(|c| last.ends_with(c))
     {
         // The tool's line repeats the path; the error names it once, with the operation.
-        FsError::InvalidPath {
-            path: path.to_string(),
-            reason: format!("{what}: {cause}"),
-        }
+        Error::invalid_path(path, cause)
     } else if last.contains("cannot overwrite directory") {
-        FsError::IsADirectory { path }
+        kind(ErrorKind::IsADirectory)
     } else if last.contains("cannot overwrite non-directory") {
-        FsError::NotADirectory { path }
+        kind(ErrorKind::NotADirectory)
     } else {
-        FsError::other(format!(
-            "{what} {path}: exit code {}: {last}",
-            out.exit_code
-        ))
+        Error::other(format!("exit code {}: {last}", out.exit_code)).with_path(path)
     }
 }
 
@@ -196,40 +196,38 @@ mod tests {
     fn classifies_exit_codes_and_strerror() {
         let p = WorldPath::new("/a/b").expect("path");
         let k = |o: ShellOutput| classify(&o, &p, "test");
-        assert!(matches!(k(out(64, "")), FsError::NotFound { .. }));
-        assert!(matches!(k(out(67, "")), FsError::IsADirectory { .. }));
-        assert!(matches!(
+        assert_eq!(k(out(64, "")).kind(), ErrorKind::NotFound);
+        assert_eq!(k(out(67, "")).kind(), ErrorKind::IsADirectory);
+        assert_eq!(
             k(out(
                 1,
                 "rmdir: failed to remove '/a/b': Directory not empty\n"
-            )),
-            FsError::NotEmpty { .. }
-        ));
-        assert!(matches!(
-            k(out(1, "find: '/a/x': No such file or directory\n")),
-            FsError::NotFound { .. }
-        ));
-        assert!(matches!(
-            k(out(2, "sh: 3: cannot open /a/b: No such file")),
-            FsError::NotFound { .. }
-        ));
-        assert!(matches!(
-            k(out(1, "mkdir: cannot create directory '/a/b': File exists")),
-            FsError::AlreadyExists { .. }
-        ));
-        assert!(matches!(
-            k(out(1, "mv: cannot move 'x' to 'y': Permission denied")),
-            FsError::PermissionDenied { .. }
-        ));
-        assert!(matches!(k(out(2, "odd")), FsError::Other { .. }));
-        match k(out(1, "find: '/a/b': File name too long")) {
-            FsError::InvalidPath { path, reason } => {
-                assert_eq!(
-                    (path.as_str(), reason.as_str()),
-                    ("/a/b", "test: File name too long")
-                );
-            }
-            other => panic!("{other:?}"),
-        }
+            ))
+            .kind(),
+            ErrorKind::NotEmpty
+        );
+        assert_eq!(
+            k(out(1, "find: '/a/x': No such file or directory\n")).kind(),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            k(out(2, "sh: 3: cannot open /a/b: No such file")).kind(),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            k(out(1, "mkdir: cannot create directory '/a/b': File exists")).kind(),
+            ErrorKind::AlreadyExists
+        );
+        assert_eq!(
+            k(out(1, "mv: cannot move 'x' to 'y': Permission denied")).kind(),
+            ErrorKind::PermissionDenied
+        );
+        assert_eq!(k(out(2, "odd")).kind(), ErrorKind::Other);
+        let long = k(out(1, "find: '/a/b': File name too long"));
+        assert_eq!(long.kind(), ErrorKind::InvalidPath);
+        assert_eq!(
+            long.to_string(),
+            "test /a/b: invalid path: File name too long"
+        );
     }
 }

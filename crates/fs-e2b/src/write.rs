@@ -13,10 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use e2b_core::trusted_shell::random_suffix;
-use exec_world::{ByteStream, Created, FsError, Version, WorldPath, WriteOptions};
+use exec_world::{ByteStream, Created, Error, Version, WorldPath, WriteOptions};
 use futures::StreamExt as _;
 
-use crate::error::map_error;
 use crate::fs::Shared;
 use crate::meta::parse_records;
 use crate::scripts;
@@ -55,14 +54,10 @@ async fn remove_stage(sh: &Shared, dir: &WorldPath, upload: &WorldPath) {
 impl Stage {
     /// A new (not yet created) staging directory next to `target`, and an upload name
     /// in root's upload directory `uploads`.
-    fn next_to(
-        sh: &Arc<Shared>,
-        target: &WorldPath,
-        uploads: &WorldPath,
-    ) -> Result<Stage, FsError> {
-        let parent = target.parent().ok_or_else(|| FsError::IsADirectory {
-            path: target.clone(),
-        })?;
+    fn next_to(sh: &Arc<Shared>, target: &WorldPath, uploads: &WorldPath) -> Result<Stage, Error> {
+        let parent = target
+            .parent()
+            .ok_or_else(|| Error::is_a_directory(target).with_op("write"))?;
         let dir = parent.join(&format!("{}{}", sh.staging_prefix, random_suffix()))?;
         Ok(Stage {
             sh: sh.clone(),
@@ -85,7 +80,7 @@ impl Stage {
         script: &str,
         args: &[&str],
         abs: &WorldPath,
-    ) -> Result<(ShellOutput, Stage), FsError> {
+    ) -> Result<(ShellOutput, Stage), Error> {
         match self.sh.ctl.run_ok(script, args, abs, "write").await {
             Ok(out) => Ok((out, self)),
             Err(e) => {
@@ -132,7 +127,7 @@ impl Drop for Stage {
 
 /// Root's upload directory of this handle, made on first use (or again, under a new
 /// name, when `fresh`: a prepare step found the old one gone or writable by the user).
-async fn upload_dir(sh: &Shared, fresh: bool) -> Result<WorldPath, FsError> {
+async fn upload_dir(sh: &Shared, fresh: bool) -> Result<WorldPath, Error> {
     if !fresh && let Some(d) = sh.upload_dir.lock().ok().and_then(|g| g.clone()) {
         return Ok(d);
     }
@@ -160,7 +155,7 @@ async fn prepare(
     abs: &WorldPath,
     args: impl Fn(&Stage) -> Vec<String>,
     what: &str,
-) -> Result<(ShellOutput, Stage), FsError> {
+) -> Result<(ShellOutput, Stage), Error> {
     let mut fresh = false;
     loop {
         let uploads = upload_dir(sh, fresh).await?;
@@ -187,8 +182,8 @@ async fn upload(
     target: &WorldPath,
     file: &WorldPath,
     data: ByteStream,
-) -> Result<(), FsError> {
-    let failed: Arc<Mutex<Option<FsError>>> = Arc::new(Mutex::new(None));
+) -> Result<(), Error> {
+    let failed: Arc<Mutex<Option<Error>>> = Arc::new(Mutex::new(None));
     let slot = failed.clone();
     let body = data.map(move |item| {
         item.map_err(|e| {
@@ -209,7 +204,7 @@ async fn upload(
             if let Some(src) = failed.lock().ok().and_then(|mut s| s.take()) {
                 return Err(src);
             }
-            Err(map_error(e, target, "upload"))
+            Err(e.into_world("upload").with_path(target))
         }
     }
 }
@@ -220,7 +215,7 @@ pub(crate) async fn write(
     abs: &WorldPath,
     data: ByteStream,
     opts: WriteOptions,
-) -> Result<Version, FsError> {
+) -> Result<Version, Error> {
     let parent = abs.parent().unwrap_or_else(WorldPath::root);
     let create_parents = if opts.create_parents { "1" } else { "0" };
     let (out, stage) = prepare(
@@ -267,7 +262,11 @@ pub(crate) async fn write(
     let rec = parse_records(&out.stdout)?
         .into_iter()
         .next()
-        .ok_or_else(|| FsError::other(format!("write {abs}: no record of the new file")))?;
+        .ok_or_else(|| {
+            Error::other("no record of the new file")
+                .with_op("write")
+                .with_path(abs)
+        })?;
     Ok(rec.version())
 }
 
@@ -276,7 +275,7 @@ pub(crate) async fn create_if_absent(
     sh: &Arc<Shared>,
     abs: &WorldPath,
     data: Bytes,
-) -> Result<Created, FsError> {
+) -> Result<Created, Error> {
     let parent = abs.parent().unwrap_or_else(WorldPath::root);
     let (o, stage) = prepare(
         sh,

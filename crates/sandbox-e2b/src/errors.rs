@@ -1,12 +1,15 @@
-//! e2b-core errors as [`SandboxError`]s: an E2B-format 404 (the sandbox no longer
-//! exists) is `Gone`; a bare 404, 401, 5xx and network errors stay `Failed`.
+//! e2b-core errors as [`SandboxError`]s: what e2b-core's one table
+//! (`e2b_core::world_error`) calls [`ErrorKind::Gone`] (an E2B-format 404, the proxy's
+//! 502: the sandbox no longer exists) is `Gone`; a bare 404, 401, 5xx and network errors
+//! stay `Failed`.
 
 use e2b_core::Error;
+use exec_world::ErrorKind;
 use exec_world::sandbox::SandboxError;
 
 /// Maps an e2b-core error of `op` on sandbox `id`.
 pub(crate) fn map_core(op: &'static str, id: &str, path: Option<&str>, e: Error) -> SandboxError {
-    if e.is_sandbox_not_found() {
+    if e.world_kind() == ErrorKind::Gone {
         return SandboxError::Gone {
             op,
             id: id.to_owned(),

@@ -94,12 +94,12 @@ pub(crate) async fn exec(
     })
 }
 
-fn start_error(id: &str, e: exec_world::ProcError) -> SandboxError {
-    match e {
-        exec_world::ProcError::Gone { .. } => SandboxError::Gone {
+fn start_error(id: &str, e: exec_world::Error) -> SandboxError {
+    if e.kind() == exec_world::ErrorKind::Gone {
+        return SandboxError::Gone {
             op: OP,
             id: id.to_owned(),
-        },
-        other => SandboxError::from_source(OP, None, other),
+        };
     }
+    SandboxError::from_source(OP, None, e)
 }

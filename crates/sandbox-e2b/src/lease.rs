@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use e2b_core::{Client, ConnectOptions, EnvdApi, Error, Sandbox, Surface};
 use exec_world::sandbox::SandboxError;
-use exec_world::{ProcError, WorldPath};
+use exec_world::{ErrorKind, WorldPath};
 use subprocess_e2b::{E2bSubprocess, UserInfo};
 
 use crate::config::{MAX_TIMEOUT_SECONDS, SandboxConfig};
@@ -96,21 +96,13 @@ pub(crate) fn is_stale(e: &Error) -> bool {
     }
 }
 
-/// The same for an exec start that failed (subprocess-e2b keeps only the text of the
-/// e2b-core error it mapped).
-pub(crate) fn is_stale_proc(e: &ProcError) -> bool {
-    match e {
-        ProcError::Gone { .. } => true,
-        ProcError::Other { context, source } => {
-            context.contains(PAUSED_TEXT)
-                || source
-                    .as_ref()
-                    .and_then(|s| s.downcast_ref::<Error>())
-                    .is_some_and(is_stale)
-        }
-        ProcError::Transport { source, .. } => source.downcast_ref::<Error>().is_some_and(is_stale),
-        _ => false,
-    }
+/// The same for an exec start that failed: `Gone`, or an e2b-core source that
+/// [`is_stale`].
+pub(crate) fn is_stale_proc(e: &exec_world::Error) -> bool {
+    e.kind() == ErrorKind::Gone
+        || std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<Error>())
+            .is_some_and(is_stale)
 }
 
 impl Leases {

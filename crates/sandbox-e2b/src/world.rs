@@ -95,7 +95,7 @@ impl E2bWorld {
 
     /// The files seen through a virtual `/` at `root` (e.g. `/home/user`): `..`, absolute
     /// paths and symlinks cannot reach outside it.
-    pub fn rooted(&self, root: &str) -> Result<Rooted, exec_world::FsError> {
+    pub fn rooted(&self, root: &str) -> Result<Rooted, exec_world::Error> {
         Rooted::new(self.fs(), WorldPath::new(root)?)
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use e2b_core::proto::process::{ProcessInput, ProcessSelector};
-use exec_world::{ChildBackend, ExitStatus, InputSink, OutputStream, ProcError, Signal};
+use exec_world::{ChildBackend, Error, ExitStatus, InputSink, OutputStream, Signal};
 use tokio::io::AsyncReadExt;
 
 use crate::session::Session;
@@ -83,7 +83,7 @@ impl ChildBackend for E2bChild {
         self.session.pid()
     }
 
-    async fn started(&self) -> Result<u32, ProcError> {
+    async fn started(&self) -> Result<u32, Error> {
         self.session.started().await.map(|s| s.pid)
     }
 
@@ -99,15 +99,15 @@ impl ChildBackend for E2bChild {
         take(&mut self.stderr)
     }
 
-    async fn wait(&self) -> Result<ExitStatus, ProcError> {
+    async fn wait(&self) -> Result<ExitStatus, Error> {
         self.session.wait().await
     }
 
-    async fn signal(&self, sig: Signal) -> Result<(), ProcError> {
+    async fn signal(&self, sig: Signal) -> Result<(), Error> {
         self.session.signal_process(sig).await
     }
 
-    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError> {
+    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, Error> {
         self.session.terminate(grace).await
     }
 

@@ -112,10 +112,11 @@
 //!
 //! # Errors
 //!
-//! `e2b_core::Error` maps to `ProcError`: sandbox gone → `Gone`, timeouts → `Timeout`,
-//! transport, protocol, 429 and 5xx → `Transport`, envd `invalid_argument` at start (a
-//! missing cwd) → `InvalidSpec`, 401/403 and envd `permission_denied` →
-//! `PermissionDenied`, the rest → `Other`. A broken event stream ends `wait()` with
+//! Every failure is an `exec_world::Error`; an `e2b_core::Error` becomes one through
+//! e2b-core's one table (`e2b_core::world_error`): sandbox gone → `Gone`, timeouts →
+//! `Timeout`, transport, protocol, 429 and 502–504 → `Transport` (temporary), envd
+//! `invalid_argument` at start (a missing cwd) → `InvalidSpec`, 401/403 and envd
+//! `permission_denied` → `PermissionDenied`, the rest → `Other`. A broken event stream ends `wait()` with
 //! `Transport` (no reconnect: output while disconnected would be lost anyway), silence
 //! past e2b-core's stream idle timeout (envd sends keepalives) with `Timeout`. Every
 //! message names the operation (`starting PROGRAM in CWD`) and the cause once.
@@ -126,7 +127,6 @@
 //! `wait()` report it; if that kill cannot finish, dropping the child runs it again.
 
 mod child;
-mod errors;
 mod queue;
 mod session;
 mod shell;
@@ -137,7 +137,6 @@ mod terminal;
 mod world;
 pub mod wrapper;
 
-pub use errors::map_error;
 pub use shell::UserInfo;
 pub use subprocess::{DEFAULT_OUTPUT_BUFFER, E2bSubprocess};
 

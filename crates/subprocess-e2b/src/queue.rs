@@ -8,14 +8,14 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
-use exec_world::{OutputStream, ProcError};
+use exec_world::{Error, OutputStream};
 use tokio::sync::Notify;
 
 struct State {
     chunks: VecDeque<Bytes>,
     bytes: usize,
-    /// `Some` once the writer finished: `Ok` for EOF, `Err` with a message otherwise.
-    end: Option<Result<(), String>>,
+    /// `Some` once the writer finished: `Ok` for EOF, `Err` with the failure otherwise.
+    end: Option<Result<(), Error>>,
     reader_gone: bool,
     relaxed: bool,
 }
@@ -75,7 +75,7 @@ impl Queue {
     }
 
     /// Ends the stream (EOF, or an error item after the queued bytes).
-    pub(crate) fn close(&self, end: Result<(), String>) {
+    pub(crate) fn close(&self, end: Result<(), Error>) {
         let mut s = self.lock();
         if s.end.is_none() {
             s.end = Some(end);
@@ -96,7 +96,7 @@ impl Queue {
         self.lock().bytes
     }
 
-    async fn pop(&self) -> Option<Result<Bytes, ProcError>> {
+    async fn pop(&self) -> Option<Result<Bytes, Error>> {
         loop {
             let data = self.data.notified();
             {
@@ -115,10 +115,7 @@ impl Queue {
                     Some(Err(e)) => {
                         // One error item, then the end.
                         s.end = Some(Ok(()));
-                        return Some(Err(ProcError::Transport {
-                            context: "process output".into(),
-                            source: e.into(),
-                        }));
+                        return Some(Err(e));
                     }
                     None => {}
                 }

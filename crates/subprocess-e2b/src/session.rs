@@ -16,11 +16,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use e2b_core::proto::process::{DataEvent, ProcessEvent, ProcessSelector, Signal as EnvdSignal};
 use e2b_core::{ProcessStream, StartProcess};
-use exec_world::{ExitStatus, ProcError};
+use exec_world::{Error, ErrorKind, ExitStatus};
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use crate::errors::{Failure, map_error};
 use crate::queue::Queue;
 use crate::status::exit_status;
 use crate::world::WorldShared;
@@ -36,8 +35,8 @@ pub(crate) struct Started {
     pub(crate) envd_pid: u32,
 }
 
-type StartState = Option<Result<Started, Failure>>;
-type StatusState = Option<Result<ExitStatus, Failure>>;
+type StartState = Option<Result<Started, Error>>;
+type StatusState = Option<Result<ExitStatus, Error>>;
 
 /// The longest header line accepted before the program's own output.
 const MAX_HEADER: usize = 512;
@@ -80,12 +79,9 @@ pub(crate) struct Launch {
 
 impl Session {
     /// Starts the remote process in a task and returns at once.
-    pub(crate) fn launch(
-        world: Arc<WorldShared>,
-        launch: Launch,
-    ) -> Result<Arc<Session>, ProcError> {
+    pub(crate) fn launch(world: Arc<WorldShared>, launch: Launch) -> Result<Arc<Session>, Error> {
         let handle = tokio::runtime::Handle::try_current()
-            .map_err(|_| ProcError::other("spawn must be called within a tokio runtime"))?;
+            .map_err(|_| Error::other("spawn must be called within a tokio runtime"))?;
         let (started_tx, started) = watch::channel(None);
         let (status_tx, status) = watch::channel(None);
         let out = Queue::new(world.output_buffer);
@@ -114,12 +110,11 @@ impl Session {
                 Err(e) => {
                     // The request may have reached envd before the connection failed:
                     // end whatever carries this spawn's marker before reporting.
-                    if matches!(e, ProcError::Transport { .. } | ProcError::Timeout { .. }) {
+                    if matches!(e.kind(), ErrorKind::Transport | ErrorKind::Timeout) {
                         me.reap_after_loss(&e.to_string()).await;
                     }
-                    let f = Failure::of(&e);
-                    let _ = started_tx.send(Some(Err(f.clone())));
-                    let _ = status_tx.send(Some(Err(f)));
+                    let _ = started_tx.send(Some(Err(e.clone())));
+                    let _ = status_tx.send(Some(Err(e)));
                     out.close(Ok(()));
                     if let Some(q) = &err {
                         q.close(Ok(()));
@@ -198,16 +193,16 @@ impl Session {
     }
 
     /// Waits for the start (verified pid) or its failure.
-    pub(crate) async fn started(&self) -> Result<Started, ProcError> {
+    pub(crate) async fn started(&self) -> Result<Started, Error> {
         let mut rx = self.started.clone();
         let r = rx
             .wait_for(|s| s.is_some())
             .await
-            .map_err(|_| ProcError::other("the start task ended without a result"))?;
+            .map_err(|_| Error::other("the start task ended without a result"))?;
         match &*r {
             Some(Ok(s)) => Ok(*s),
-            Some(Err(f)) => Err(f.to_error()),
-            None => Err(ProcError::other("no start result")),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(Error::other("no start result")),
         }
     }
 
@@ -217,22 +212,22 @@ impl Session {
     }
 
     /// Waits for the end.
-    pub(crate) async fn wait(&self) -> Result<ExitStatus, ProcError> {
+    pub(crate) async fn wait(&self) -> Result<ExitStatus, Error> {
         let mut rx = self.status.clone();
         let r = rx
             .wait_for(|s| s.is_some())
             .await
-            .map_err(|_| ProcError::other("the reader task ended without a status"))?;
+            .map_err(|_| Error::other("the reader task ended without a status"))?;
         match &*r {
             Some(Ok(s)) => Ok(*s),
-            Some(Err(f)) => Err(f.to_error()),
-            None => Err(ProcError::other("no status")),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(Error::other("no status")),
         }
     }
 
     /// Sends `sig` to the process itself: envd's SendSignal for TERM/KILL when envd
     /// knows the program's pid, else `kill -s` through the trusted shell.
-    pub(crate) async fn signal_process(&self, sig: exec_world::Signal) -> Result<(), ProcError> {
+    pub(crate) async fn signal_process(&self, sig: exec_world::Signal) -> Result<(), Error> {
         let s = self.started().await?;
         if self.ended() {
             return Ok(());
@@ -251,7 +246,7 @@ impl Session {
             {
                 Ok(()) => Ok(()),
                 Err(e) if e.is_not_found() => Ok(()),
-                Err(e) => Err(map_error("sending a signal", e)),
+                Err(e) => Err(e.into_world("sending a signal")),
             };
         }
         self.world.shell.signal(s.pid, sig, false).await
@@ -260,7 +255,7 @@ impl Session {
     /// The kill path: exec-world's tree kill (TERM [+HUP] to group, session, descendants
     /// and marker holders, `grace`, KILL rounds), then envd's SIGKILL if it reported
     /// survivors or could not run. Returns once the kill is done (not the exit).
-    pub(crate) async fn kill(&self, grace: Duration) -> Result<(), ProcError> {
+    pub(crate) async fn kill(&self, grace: Duration) -> Result<(), Error> {
         // Wait for the start (or its failure); a failed start still has envd's pid or
         // the marker to go by.
         let _ = self.started().await;
@@ -270,7 +265,7 @@ impl Session {
         self.kill_target(self.leader(), grace).await
     }
 
-    async fn kill_target(&self, s: Started, grace: Duration) -> Result<(), ProcError> {
+    async fn kill_target(&self, s: Started, grace: Duration) -> Result<(), Error> {
         let tree = self
             .world
             .shell
@@ -299,14 +294,14 @@ impl Session {
                 Err(e) => {
                     return Err(match tree {
                         Err(t) => t,
-                        Ok(_) => map_error("killing the process", e),
+                        Ok(_) => e.into_world("killing the process"),
                     });
                 }
             }
         } else if !tree? {
             // Marker only (no leader known) and the script reported survivors.
-            return Err(ProcError::other(format!(
-                "terminating the processes of spawn {}: some survived the tree kill",
+            return Err(Error::other("some survived the tree kill").with_op(format!(
+                "terminating the processes of spawn {}",
                 self.marker
             )));
         }
@@ -321,7 +316,7 @@ impl Session {
     }
 
     /// `terminate`: the kill path, then the leader's status.
-    pub(crate) async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError> {
+    pub(crate) async fn terminate(&self, grace: Duration) -> Result<ExitStatus, Error> {
         self.kill(grace).await?;
         self.wait().await
     }
@@ -358,7 +353,7 @@ async fn start(
     world: &Arc<WorldShared>,
     session: &Session,
     mut launch: Launch,
-) -> Result<ProcessStream, ProcError> {
+) -> Result<ProcessStream, Error> {
     let info = world.user_info().await?;
     let setup = world.spawn_setup(&info).await?;
     launch.wrap.home = info.home.clone();
@@ -419,7 +414,10 @@ async fn start(
                 .api
                 .upload_bytes(&file, Some(&user), Bytes::from(launch.wrap.spec_file()))
                 .await
-                .map_err(|e| map_error("writing the terminal spec file", e))?;
+                .map_err(|e| {
+                    e.into_world("writing the terminal spec file")
+                        .with_path(&file)
+                })?;
             argv.extend(["--file".to_owned(), file]);
             StartProcess::new("/bin/sh").args(argv).pty(cols, rows)
         }
@@ -429,10 +427,10 @@ async fn start(
         spec = spec.timeout(t);
     }
     world.api.start_process(spec).await.map_err(|e| {
-        map_error(
-            &format!("starting {} in {}", launch.wrap.program, launch.cwd),
-            e,
-        )
+        e.into_world(format!(
+            "starting {} in {}",
+            launch.wrap.program, launch.cwd
+        ))
     })
 }
 
@@ -448,9 +446,9 @@ async fn read_events(
     let err = &session.err;
     let envd_pid = stream.pid();
     let mut header: Option<Vec<u8>> = Some(Vec::new());
-    let mut failure: Option<Failure> = None;
+    let mut failure: Option<Error> = None;
     let mut end = None;
-    let mut broken: Option<String> = None;
+    let mut broken: Option<Error> = None;
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(ProcessEvent::Data(DataEvent::Stdout(b) | DataEvent::Pty(b))) => {
@@ -468,17 +466,23 @@ async fn read_events(
                                 }
                                 Ok(Started { pid, envd_pid })
                             }
-                            Some(Header::NotFound) => Err(Failure::NotFound(program.clone())),
+                            Some(Header::NotFound) => {
+                                Err(Error::not_found(&program).with_op("spawn"))
+                            }
                             Some(Header::NotExecutable) => {
-                                Err(Failure::PermissionDenied(program.clone()))
+                                Err(Error::permission_denied(&program).with_op("spawn"))
                             }
                             Some(Header::Failed(why)) => {
-                                Err(Failure::Other(format!("the spawn helper refused: {why}")))
+                                Err(Error::other(format!("the spawn helper refused: {why}"))
+                                    .with_op("spawn")
+                                    .with_path(&program))
                             }
-                            None => Err(Failure::Other(format!(
+                            None => Err(Error::other(format!(
                                 "unexpected first output line {:?}",
                                 String::from_utf8_lossy(line)
-                            ))),
+                            ))
+                            .with_op("spawn")
+                            .with_path(&program)),
                         };
                         if let Err(f) = &outcome {
                             failure = Some(f.clone());
@@ -503,9 +507,9 @@ async fn read_events(
             // nothing.
             Err(_) if end.is_some() => break,
             Err(e) => {
-                broken = Some(e.to_string());
-                let pe = map_error("reading the process's events", e);
-                failure.get_or_insert(Failure::of(&pe));
+                let e = e.into_world("reading the process's events");
+                failure.get_or_insert_with(|| e.clone());
+                broken = Some(e);
                 break;
             }
         }
@@ -514,35 +518,39 @@ async fn read_events(
     let status = match (failure, end) {
         (Some(f), _) => Err(f),
         (None, Some(e)) if header.is_none() => Ok(exit_status(&e)),
-        (None, Some(e)) => Err(Failure::Other(format!(
-            "the spawn helper ended ({}) before starting {program}",
+        (None, Some(e)) => Err(Error::other(format!(
+            "the spawn helper ended ({}) before starting the program",
             if e.status.is_empty() {
                 format!("exit code {}", e.exit_code)
             } else {
                 e.status.clone()
             }
-        ))),
-        (None, None) => Err(Failure::Transport(
-            "the process event stream ended without an end event".into(),
-        )),
+        ))
+        .with_op("spawn")
+        .with_path(&program)),
+        (None, None) => Err(Error::new(ErrorKind::Transport)
+            .with_op("reading the process's events")
+            .with_detail("the event stream ended without an end event")
+            .with_temporary(true)),
     };
     if !observed_exit {
         // No observed exit: the tree may still run. End it before anyone hears of the
         // loss (a new request; the broken stream is not reused).
         let why = broken
-            .clone()
+            .as_ref()
+            .map(|e| e.to_string())
             .unwrap_or_else(|| "the stream ended without an end event".into());
         session.reap_after_loss(&why).await;
     }
     if started_tx.borrow().is_none() {
         let f = match &status {
-            Err(f) => f.clone(),
-            Ok(_) => Failure::Other("no start header".into()),
+            Err(e) => e.clone(),
+            Ok(_) => Error::other("no start header").with_op("spawn"),
         };
         let _ = started_tx.send(Some(Err(f)));
     }
     let close = match &broken {
-        Some(m) => Err(m.clone()),
+        Some(e) => Err(e.clone()),
         None => Ok(()),
     };
     out.close(close.clone());

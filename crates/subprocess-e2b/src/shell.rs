@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use e2b_core::trusted_shell::TrustedShell;
 use e2b_core::{EnvdApi, StartProcess};
-use exec_world::{ProcError, Signal};
-
-use crate::errors::map_error;
+use exec_world::{Error, Signal};
 
 /// The world's user as the trusted shell found it (`getent passwd`, never the profile).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,7 +122,7 @@ impl Shell {
 
     /// The default user's name, asked of a process run as that user without a profile
     /// (only when the adapter was not told a user).
-    pub(crate) async fn default_user_name(&self) -> Result<String, ProcError> {
+    pub(crate) async fn default_user_name(&self) -> Result<String, Error> {
         let spec = StartProcess::new("/bin/sh")
             .args(["-c", "id -un"])
             .cwd("/")
@@ -134,23 +132,23 @@ impl Shell {
             .api()
             .run(spec)
             .await
-            .map_err(|e| map_error("finding the sandbox's default user", e))?;
+            .map_err(|e| e.into_world("finding the sandbox's default user"))?;
         let name = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         if out.end.exit_code != 0 || name.is_empty() {
-            return Err(ProcError::other("`id -un` as the default user failed"));
+            return Err(Error::other("`id -un` as the default user failed"));
         }
         Ok(name)
     }
 
     /// Looks `name` up in the password database, as root.
-    pub(crate) async fn lookup(&self, name: &str) -> Result<UserInfo, ProcError> {
+    pub(crate) async fn lookup(&self, name: &str) -> Result<UserInfo, Error> {
         let out = self
             .shell
             .run(LOOKUP_SH, &[name])
             .await
-            .map_err(|e| map_error("looking up the sandbox user", e))?;
+            .map_err(|e| e.into_world("looking up the sandbox user"))?;
         if out.exit_code != 0 {
-            return Err(ProcError::other(format!(
+            return Err(Error::other(format!(
                 "user {name:?} is not in the sandbox's password database"
             )));
         }
@@ -160,9 +158,7 @@ impl Shell {
         let path = lines.next().unwrap_or_default().to_owned();
         let fields: Vec<&str> = entry.split(':').collect();
         if fields.len() < 7 || fields[5].is_empty() {
-            return Err(ProcError::other(format!(
-                "unusable passwd entry for {name:?}"
-            )));
+            return Err(Error::other(format!("unusable passwd entry for {name:?}")));
         }
         let shell = if fields[6].is_empty() {
             "/bin/sh"
@@ -182,16 +178,12 @@ impl Shell {
     }
 
     /// `program` on `path`, as `command -v` would find an executable file.
-    pub(crate) async fn which(
-        &self,
-        path: &str,
-        program: &str,
-    ) -> Result<Option<String>, ProcError> {
+    pub(crate) async fn which(&self, path: &str, program: &str) -> Result<Option<String>, Error> {
         let out = self
             .shell
             .run(WHICH_SH, &[path, program])
             .await
-            .map_err(|e| map_error("which", e))?;
+            .map_err(|e| e.into_world("which").with_path(program))?;
         let found = out.stdout_text();
         Ok((!found.is_empty()).then_some(found))
     }
@@ -204,12 +196,12 @@ impl Shell {
         helper: &str,
         user: &str,
         probe: &str,
-    ) -> Result<Option<CgroupSetup>, ProcError> {
+    ) -> Result<Option<CgroupSetup>, Error> {
         let out = self
             .shell
             .run_ok(SETUP_SH, &[dir, helper, user, probe])
             .await
-            .map_err(|e| map_error("placing the spawn helper", e))?;
+            .map_err(|e| e.into_world("placing the spawn helper").with_path(dir))?;
         let text = out.stdout_text();
         let Some(rest) = text.strip_prefix("cgroup ") else {
             return Ok(None);
@@ -235,17 +227,17 @@ impl Shell {
     }
 
     /// Creates `dir` (must not exist) with mode 0700, owned by `user`.
-    pub(crate) async fn make_state_dir(&self, dir: &str, user: &str) -> Result<(), ProcError> {
+    pub(crate) async fn make_state_dir(&self, dir: &str, user: &str) -> Result<(), Error> {
         self.shell
             .run_ok(STATE_DIR_SH, &[dir, user])
             .await
             .map(|_| ())
-            .map_err(|e| map_error("creating the adapter's state directory", e))
+            .map_err(|e| e.into_world("creating the adapter's state directory"))
     }
 
     /// Creates the empty private file `path` (0600) as `user` (no profile), so the
     /// upload that follows keeps that mode.
-    pub(crate) async fn make_private_file(&self, path: &str, user: &str) -> Result<(), ProcError> {
+    pub(crate) async fn make_private_file(&self, path: &str, user: &str) -> Result<(), Error> {
         let shell = if user == "root" {
             self.shell.clone()
         } else {
@@ -255,7 +247,7 @@ impl Shell {
             .run_ok(PRIVATE_FILE_SH, &[path])
             .await
             .map(|_| ())
-            .map_err(|e| map_error("creating the terminal spec file", e))
+            .map_err(|e| e.into_world("creating the terminal spec file"))
     }
 
     /// `kill -s NAME` to `pid`, or to the foreground group of its terminal. A process
@@ -265,7 +257,7 @@ impl Shell {
         pid: u32,
         sig: Signal,
         foreground: bool,
-    ) -> Result<(), ProcError> {
+    ) -> Result<(), Error> {
         let pid = pid.to_string();
         self.shell
             .run_ok(
@@ -274,7 +266,7 @@ impl Shell {
             )
             .await
             .map(|_| ())
-            .map_err(|e| map_error("sending a signal", e))
+            .map_err(|e| e.into_world("sending a signal"))
     }
 
     /// Runs exec-world's tree kill for `leader` / `marker` (and the members of the
@@ -287,7 +279,7 @@ impl Shell {
         grace: Duration,
         hangup: bool,
         cgroup: &str,
-    ) -> Result<bool, ProcError> {
+    ) -> Result<bool, Error> {
         let mut argv = exec_world::tree_script::kill_tree_argv(leader, marker, grace, hangup);
         argv.push(cgroup.to_owned());
         // argv = sh -c SCRIPT NAME ARGS…: run SCRIPT through the trusted shell with ARGS.
@@ -300,7 +292,7 @@ impl Shell {
         let out = shell
             .run(&script, &args)
             .await
-            .map_err(|e| map_error("terminating the process tree", e))?;
+            .map_err(|e| e.into_world("terminating the process tree"))?;
         Ok(out.exit_code == 0)
     }
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use exec_world::output::{CaptureLimit, Spill, capture};
-use exec_world::{Fs, FsError, OutputStream, ProcError, Version, WorldPath, WriteOptions};
+use exec_world::{Error, Fs, OutputStream, Version, WorldPath, WriteOptions};
 use futures::{SinkExt, StreamExt};
 use tokio::task::JoinHandle;
 
@@ -33,7 +33,7 @@ pub struct Spilled {
     /// True when the file holds only the first `max_bytes`.
     pub truncated: bool,
     /// The written file's version, or why it was not written.
-    pub file: Result<Version, FsError>,
+    pub file: Result<Version, Error>,
 }
 
 /// Tees `stream`: the returned stream yields the same items; the task writes the file and
@@ -42,8 +42,8 @@ pub struct Spilled {
 pub fn tee(
     stream: OutputStream,
     target: SpillTarget,
-) -> (OutputStream, JoinHandle<Result<Spilled, ProcError>>) {
-    let (tx, rx) = futures::channel::mpsc::channel::<Result<bytes::Bytes, ProcError>>(8);
+) -> (OutputStream, JoinHandle<Result<Spilled, Error>>) {
+    let (tx, rx) = futures::channel::mpsc::channel::<Result<bytes::Bytes, Error>>(8);
     let max = target.max_bytes;
     let complete = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let done = complete.clone();
@@ -51,7 +51,7 @@ pub fn tee(
     // early leaves an error item, so the spill is abandoned (old file kept).
     let tail = futures::stream::once(async move {
         (!done.load(std::sync::atomic::Ordering::SeqCst))
-            .then(|| Err(ProcError::other("output stream dropped before its end")))
+            .then(|| Err(Error::other("output stream dropped before its end")))
     })
     .filter_map(|x| async move { x });
     let task = tokio::spawn(async move {
@@ -65,7 +65,7 @@ pub fn tee(
         Ok(Spilled {
             total: c.total,
             truncated: false,
-            file: c.spill.unwrap_or_else(|| Err(FsError::other("no spill"))),
+            file: c.spill.unwrap_or_else(|| Err(Error::other("no spill"))),
         })
     });
     let counted = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -94,9 +94,7 @@ pub fn tee(
                     }
                     Some(Err(e)) => {
                         if let Some(mut t) = tx.take() {
-                            let _ = t
-                                .send(Err(ProcError::other(format!("output failed: {e}"))))
-                                .await;
+                            let _ = t.send(Err(e.clone())).await;
                         }
                     }
                     None => {
@@ -111,7 +109,7 @@ pub fn tee(
     let task = tokio::spawn(async move {
         let mut r = task
             .await
-            .map_err(|e| ProcError::other(format!("spill task: {e}")))??;
+            .map_err(|e| Error::other(format!("spill task: {e}")))??;
         let total = counted.load(std::sync::atomic::Ordering::Relaxed);
         r.truncated = total > max;
         r.total = total;

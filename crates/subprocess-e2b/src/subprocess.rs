@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use e2b_core::EnvdApi;
 use exec_world::{
-    Child, ProcCapabilities, ProcError, SpawnSpec, StdinMode, Subprocess, Terminal, TerminalSpec,
+    Child, Error, ProcCapabilities, SpawnSpec, StdinMode, Subprocess, Terminal, TerminalSpec,
     WorldPath,
 };
 
@@ -51,7 +51,7 @@ impl E2bSubprocess {
     pub async fn at_home(
         api: Arc<dyn EnvdApi>,
         user: Option<String>,
-    ) -> Result<E2bSubprocess, ProcError> {
+    ) -> Result<E2bSubprocess, Error> {
         let mut p = E2bSubprocess::new(api, WorldPath::root());
         if let Some(u) = user {
             p = p.user(u);
@@ -59,7 +59,7 @@ impl E2bSubprocess {
         let info = p.user_info().await?;
         p.prepare().await?;
         let home = WorldPath::new(&info.home)
-            .map_err(|e| ProcError::other(format!("home {}: {e}", info.home)))?;
+            .map_err(|e| Error::other(format!("home {}: {e}", info.home)))?;
         p.cwd = home;
         Ok(p)
     }
@@ -115,13 +115,13 @@ impl E2bSubprocess {
     /// Places the spawn helper and probes for a cgroup per spawn now rather than on the
     /// first spawn (one trusted command, once per adapter), so
     /// [`capabilities`](Subprocess::capabilities) reports `contained_escapes` exactly.
-    pub async fn prepare(&self) -> Result<(), ProcError> {
+    pub async fn prepare(&self) -> Result<(), Error> {
         let info = self.world.user_info().await?;
         self.world.spawn_setup(&info).await.map(|_| ())
     }
 
     /// The sandbox user as the trusted trusted shell found it (`getent passwd`).
-    pub async fn user_info(&self) -> Result<UserInfo, ProcError> {
+    pub async fn user_info(&self) -> Result<UserInfo, Error> {
         self.world.user_info().await
     }
 
@@ -165,7 +165,7 @@ impl Subprocess for E2bSubprocess {
         }
     }
 
-    async fn which(&self, program: &str) -> Result<Option<String>, ProcError> {
+    async fn which(&self, program: &str) -> Result<Option<String>, Error> {
         if program.is_empty() || program.contains('\0') {
             return Ok(None);
         }
@@ -180,7 +180,7 @@ impl Subprocess for E2bSubprocess {
         self.world.shell.which(&info.path, &program).await
     }
 
-    fn spawn(&self, spec: SpawnSpec) -> Result<Child, ProcError> {
+    fn spawn(&self, spec: SpawnSpec) -> Result<Child, Error> {
         validate(&spec.program, &spec.args, &spec.env)?;
         let launch = Launch {
             wrap: WrapArgs {
@@ -204,7 +204,7 @@ impl Subprocess for E2bSubprocess {
         Ok(Child::new(Box::new(E2bChild::new(session, piped))))
     }
 
-    fn spawn_terminal(&self, spec: TerminalSpec) -> Result<Terminal, ProcError> {
+    fn spawn_terminal(&self, spec: TerminalSpec) -> Result<Terminal, Error> {
         let program = spec.program.clone().unwrap_or_default();
         if spec.program.is_some() {
             validate(&program, &spec.args, &spec.env)?;

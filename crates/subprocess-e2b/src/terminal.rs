@@ -7,12 +7,10 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::session::Session;
 use async_trait::async_trait;
 use e2b_core::proto::process::{ProcessInput, ProcessSelector, PtySize};
-use exec_world::{ExitStatus, OutputStream, ProcError, Signal, TermSize, TerminalBackend};
-
-use crate::errors::map_error;
-use crate::session::Session;
+use exec_world::{Error, ExitStatus, OutputStream, Signal, TermSize, TerminalBackend};
 
 /// A program on a PTY in the sandbox.
 pub(crate) struct E2bTerminal {
@@ -36,11 +34,11 @@ impl TerminalBackend for E2bTerminal {
         self.session.pid()
     }
 
-    async fn started(&self) -> Result<u32, ProcError> {
+    async fn started(&self) -> Result<u32, Error> {
         self.session.started().await.map(|s| s.pid)
     }
 
-    async fn write(&self, data: &[u8]) -> Result<(), ProcError> {
+    async fn write(&self, data: &[u8]) -> Result<(), Error> {
         let s = self.session.started().await?;
         for chunk in data.chunks(64 << 10) {
             self.session
@@ -51,7 +49,7 @@ impl TerminalBackend for E2bTerminal {
                     ProcessInput::Pty(chunk.to_vec()),
                 )
                 .await
-                .map_err(|e| map_error("writing to the terminal", e))?;
+                .map_err(|e| e.into_world("writing to the terminal"))?;
         }
         Ok(())
     }
@@ -63,7 +61,7 @@ impl TerminalBackend for E2bTerminal {
             .take()
     }
 
-    async fn resize(&self, size: TermSize) -> Result<(), ProcError> {
+    async fn resize(&self, size: TermSize) -> Result<(), Error> {
         let s = self.session.started().await?;
         let size = PtySize {
             cols: u32::from(size.cols),
@@ -74,10 +72,10 @@ impl TerminalBackend for E2bTerminal {
             .api
             .resize_pty(ProcessSelector::Pid(s.envd_pid), size)
             .await
-            .map_err(|e| map_error("resizing the terminal", e))
+            .map_err(|e| e.into_world("resizing the terminal"))
     }
 
-    async fn signal(&self, sig: Signal) -> Result<(), ProcError> {
+    async fn signal(&self, sig: Signal) -> Result<(), Error> {
         let s = self.session.started().await?;
         if self.session.ended() {
             return Ok(());
@@ -85,11 +83,11 @@ impl TerminalBackend for E2bTerminal {
         self.session.world.shell.signal(s.pid, sig, true).await
     }
 
-    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError> {
+    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, Error> {
         self.session.terminate(grace).await
     }
 
-    async fn wait(&self) -> Result<ExitStatus, ProcError> {
+    async fn wait(&self) -> Result<ExitStatus, Error> {
         self.session.wait().await
     }
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use e2b_core::EnvdApi;
-use exec_world::ProcError;
+use exec_world::Error;
 use tokio::sync::OnceCell;
 
 use crate::shell::{CgroupSetup, Shell, UserInfo};
@@ -79,7 +79,7 @@ impl WorldShared {
 
     /// The spawn helper's placement and the cgroup probe (first call: one trusted
     /// command; then cached; a failure is retried by the next call).
-    pub(crate) async fn spawn_setup(&self, info: &UserInfo) -> Result<SpawnSetup, ProcError> {
+    pub(crate) async fn spawn_setup(&self, info: &UserInfo) -> Result<SpawnSetup, Error> {
         self.setup
             .get_or_try_init(|| async {
                 let dir = format!(
@@ -140,7 +140,7 @@ impl WorldShared {
 
     /// The user lookup (first call: one or two shell commands; then cached; a failed
     /// lookup is retried by the next call).
-    pub(crate) async fn user_info(&self) -> Result<UserInfo, ProcError> {
+    pub(crate) async fn user_info(&self) -> Result<UserInfo, Error> {
         self.info
             .get_or_try_init(|| async {
                 let name = match &self.user {
@@ -155,7 +155,7 @@ impl WorldShared {
 
     /// The private state directory (`/tmp/.exec-world-proc-<random>`, 0700, owned by
     /// the user), created on first use (terminal spec files without a cgroup per spawn).
-    pub(crate) async fn state_dir(&self, info: &UserInfo) -> Result<String, ProcError> {
+    pub(crate) async fn state_dir(&self, info: &UserInfo) -> Result<String, Error> {
         self.state_dir
             .get_or_try_init(|| async {
                 let dir = format!(

@@ -32,7 +32,7 @@
 
 use std::collections::BTreeMap;
 
-use exec_world::{EnvBase, ProcError};
+use exec_world::{EnvBase, Error};
 
 /// The helper file's text (POSIX sh): [`HELPER_BODY`] after exec-world's credential scrub
 /// function (`exec_world::env_scrub::SH_SCRUB_FN`, the list every backend shares).
@@ -206,8 +206,8 @@ pub(crate) fn validate(
     program: &str,
     args: &[String],
     env: &BTreeMap<String, String>,
-) -> Result<(), ProcError> {
-    let bad = |reason: String| Err(ProcError::InvalidSpec { reason });
+) -> Result<(), Error> {
+    let bad = |reason: String| Err(Error::invalid_spec(reason).with_op("spawn"));
     if program.is_empty() {
         return bad("empty program".into());
     }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use exec_world::{FsError, ProcError};
+use exec_world::Error;
 
 use super::framing::FrameError;
 use super::message::ResponseError;
@@ -13,7 +13,7 @@ use super::message::ResponseError;
 pub enum LspError {
     /// The language server could not be started (program missing, bad cwd…).
     #[error("starting the language server: {0}")]
-    Spawn(#[source] ProcError),
+    Spawn(#[source] Error),
     /// Writing to the server failed (it exited, or the transport broke).
     #[error("writing to the language server: {0}")]
     Write(String),
@@ -49,10 +49,10 @@ pub enum LspError {
     Serialize(#[from] serde_json::Error),
     /// Reading a document through `Fs` failed.
     #[error("reading a document: {0}")]
-    Fs(#[from] FsError),
+    Fs(#[from] Error),
     /// Ending the server process failed.
     #[error("ending the language server: {0}")]
-    Process(#[source] ProcError),
+    Process(#[source] Error),
 }
 
 impl From<FrameError> for LspError {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{Client, ConnectOptions, ListQuery};
 use crate::proto::control::SandboxState;
-use crate::retry::{Failure, Idempotence, classify};
+use crate::retry::{Idempotence, RetryClass, classify};
 
 /// Metadata key of the random token every create carries, so that a create whose answer
 /// was lost is found (by listing) instead of repeated.
@@ -183,7 +183,7 @@ impl Client {
                 }
                 match self.create_once(body).await {
                     Err(e) => {
-                        if classify(&e) == Failure::Ambiguous {
+                        if classify(&e) == RetryClass::Ambiguous {
                             maybe_created.store(true, Ordering::SeqCst);
                         }
                         Err(e)

@@ -45,16 +45,14 @@ pub fn basic_auth(user: &str) -> String {
     )
 }
 
-/// Parse `major.minor.patch` (extra suffixes ignored); `None` when unparsable.
-pub(crate) fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
-    let core = v.trim().trim_start_matches('v');
-    let core = core.split(['-', '+']).next().unwrap_or("");
-    let mut it = core.split('.').map(|p| p.parse::<u64>().ok());
-    Some((
-        it.next()??,
-        it.next().flatten().unwrap_or(0),
-        it.next().flatten().unwrap_or(0),
-    ))
+/// envd's version as semver; a leading `v` and a missing minor or patch are allowed, as
+/// in the SDKs' lenient compares. `None` when unparsable. A pre-release orders before its
+/// release (`0.4.0-rc1 < 0.4.0`), as with the SDKs' `compare-versions` and `packaging`.
+pub(crate) fn parse_version(v: &str) -> Option<semver::Version> {
+    let v = v.trim().trim_start_matches('v');
+    [v.to_string(), format!("{v}.0"), format!("{v}.0.0")]
+        .iter()
+        .find_map(|candidate| semver::Version::parse(candidate).ok())
 }
 
 impl EnvdConn {
@@ -70,8 +68,9 @@ impl EnvdConn {
     }
 
     /// True when the sandbox's envd is at least `min` (unknown versions count as new).
-    pub(crate) fn envd_at_least(&self, min: (u64, u64, u64)) -> bool {
-        parse_version(&self.envd_version).is_none_or(|v| v >= min)
+    pub(crate) fn envd_at_least(&self, (major, minor, patch): (u64, u64, u64)) -> bool {
+        parse_version(&self.envd_version)
+            .is_none_or(|v| v >= semver::Version::new(major, minor, patch))
     }
 
     /// The user to name on the wire: the chosen one, else `user` for envd < 0.4.0 (which
@@ -369,9 +368,13 @@ pub(crate) mod tests {
 
     #[test]
     fn versions() {
-        assert_eq!(parse_version("0.6.13"), Some((0, 6, 13)));
-        assert_eq!(parse_version("v1.2"), Some((1, 2, 0)));
-        assert_eq!(parse_version("0.4.0-rc1"), Some((0, 4, 0)));
+        use semver::Version;
+        assert_eq!(parse_version("0.6.13"), Some(Version::new(0, 6, 13)));
+        assert_eq!(parse_version("v1.2"), Some(Version::new(1, 2, 0)));
+        assert_eq!(parse_version("1"), Some(Version::new(1, 0, 0)));
+        assert!(parse_version("0.4.0-rc1") < Some(Version::new(0, 4, 0)));
+        assert!(parse_version("0.4.0-rc1") > Some(Version::new(0, 3, 9)));
         assert_eq!(parse_version("garbage"), None);
+        assert_eq!(parse_version("1.x"), None);
     }
 }

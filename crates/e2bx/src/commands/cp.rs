@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use e2b_core::reader_stream;
-use exec_world::{Fs as _, FsError, WorldPath, WriteOptions};
+use exec_world::{Error, ErrorKind, Fs as _, WorldPath, WriteOptions};
 use fs_e2b::E2bFs;
 use futures::StreamExt as _;
 use tokio::io::AsyncWriteExt as _;
@@ -82,12 +82,7 @@ async fn upload(fs: &E2bFs, src: &Path, dst: &str, quiet: bool) -> CliResult {
                     progress.inc(b.len());
                 }
             })
-            .map(move |chunk| {
-                chunk.map_err(|e| FsError::Other {
-                    context: format!("reading {shown}: {e}"),
-                    source: None,
-                })
-            })
+            .map(move |chunk| chunk.map_err(|e| Error::io("reading", e).with_path(&shown)))
     };
     // As the sandbox user, atomically (staged beside the target, then renamed): the user's
     // permissions apply and no link the user planted redirects the write.
@@ -160,23 +155,23 @@ pub fn world_path(p: &str) -> CliResult<WorldPath> {
 }
 
 /// One line for a file error about sandbox path `path`, with a hint where one helps.
-pub fn fs_error(path: &str, e: &FsError) -> CliError {
-    CliError::msg(match e {
-        FsError::NotFound { .. } => {
+pub fn fs_error(path: &str, e: &Error) -> CliError {
+    CliError::msg(match e.kind() {
+        ErrorKind::NotFound => {
             format!("{path}: no such file or directory in the sandbox; check the path with `e2bx ls`")
         }
-        FsError::PermissionDenied { .. } => format!(
+        ErrorKind::PermissionDenied => format!(
             "{path}: permission denied in the sandbox (its user cannot access it); pick a path under the home directory or /tmp"
         ),
-        FsError::IsADirectory { .. } => format!("{path}: is a directory in the sandbox"),
-        FsError::NotADirectory { .. } => {
+        ErrorKind::IsADirectory => format!("{path}: is a directory in the sandbox"),
+        ErrorKind::NotADirectory => {
             format!("{path}: a parent is not a directory in the sandbox")
         }
-        FsError::AlreadyExists { .. } => format!("{path}: already exists"),
-        FsError::Gone { .. } => {
+        ErrorKind::AlreadyExists => format!("{path}: already exists"),
+        ErrorKind::Gone => {
             "sandbox not found (it may have timed out); create a new one or check the id with `e2bx sandbox list`".to_owned()
         }
-        other => other.to_string(),
+        _ => e.to_string(),
     })
 }
 

@@ -43,8 +43,6 @@ async fn with_backend(cli: &Cli, backend: &Backend, ints: &mut Interrupts) -> Cl
         return interruptible(ints, sandbox::sandbox(backend, g, cmd)).await;
     }
     let session = interruptible(ints, backend.session(g)).await?;
-    let api = session.api();
-    let sb = api.as_ref();
     let r = match &cli.command {
         Command::Run(a) => run::run(&session, a, g.json, ints).await,
         Command::Shell(a) => shell::shell(&session, a, g.json, ints).await,
@@ -59,14 +57,23 @@ async fn with_backend(cli: &Cli, backend: &Backend, ints: &mut Interrupts) -> Cl
             })
             .await
         }
-        Command::Ls(a) => interruptible(ints, fs::ls(sb, &a.path, g.json)).await,
+        Command::Ls(a) => {
+            interruptible(ints, async {
+                fs::ls(&session.fs().await?, &a.path, g.json).await
+            })
+            .await
+        }
         Command::Cat(a) => {
             interruptible(ints, async { fs::cat(&session.fs().await?, &a.path).await }).await
         }
-        Command::Stat(a) => interruptible(ints, fs::stat(sb, &a.path, g.json)).await,
+        Command::Stat(a) => {
+            interruptible(ints, async {
+                fs::stat(&session.fs().await?, &a.path, g.json).await
+            })
+            .await
+        }
         Command::Sandbox(_) | Command::Serve(_) => Err(CliError::msg("unreachable command")),
     };
-    drop(api);
     session.end().await;
     r
 }

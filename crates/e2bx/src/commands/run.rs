@@ -71,7 +71,7 @@ pub async fn run(
     let outcome = tokio::select! {
         status = child.wait() => match status {
             Ok(s) => Outcome::Ended(s),
-            Err(exec_world::ProcError::NotFound { .. }) => {
+            Err(e) if e.kind() == exec_world::ErrorKind::NotFound => {
                 // What a shell does for a missing program: one line, exit 127.
                 let _ = out.await;
                 let _ = err.await;

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
 use super::{World, put, skip, symlink, within, wp};
-use crate::{ByteStream, Created, FileKind, FsError, Target, WriteOptions, bytes_stream};
+use crate::{ByteStream, Created, Error, ErrorKind, FileKind, Target, WriteOptions, bytes_stream};
 
 /// stat and lstat of a file and a directory; NotFound; NotADirectory through a file.
 pub async fn fs_stat_lstat_files_and_dirs(w: &World) {
@@ -31,17 +31,17 @@ pub async fn fs_stat_lstat_files_and_dirs(w: &World) {
     let missing = w.path("missing");
     assert!(matches!(
         fs.stat(&missing).await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
     assert!(matches!(
         fs.lstat(&missing).await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
     let through = w.path("f.txt/x");
     assert!(
         matches!(
             fs.stat(&through).await,
-            Err(FsError::NotADirectory { .. }) | Err(FsError::NotFound { .. })
+            Err(e) if e.kind() == ErrorKind::NotADirectory || e.kind() == ErrorKind::NotFound
         ),
         "stat through a file"
     );
@@ -85,7 +85,7 @@ pub async fn fs_symlinks(w: &World) {
     stored_or_resolved(ldm.symlink_target.as_deref(), d.as_str(), d.as_str());
     assert!(matches!(
         fs.stat(&dangling).await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
     assert_eq!(
         fs.lstat(&dangling).await.expect("lstat dangling").kind,
@@ -151,11 +151,11 @@ pub async fn fs_read_dir_one_level(w: &World) {
     assert_eq!(y.metadata.size, 2);
     assert!(matches!(
         fs.read_dir(&w.path("nope")).await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
     assert!(matches!(
         fs.read_dir(&w.path("a.txt")).await,
-        Err(FsError::NotADirectory { .. })
+        Err(e) if e.kind() == ErrorKind::NotADirectory
     ));
 }
 
@@ -174,31 +174,31 @@ pub async fn fs_bounded_read(w: &World) {
         b"0123456789"
     );
     match fs.read(&f, 9).await {
-        Err(FsError::TooLarge { limit, .. }) => assert_eq!(limit, 9),
+        Err(e) if e.kind() == ErrorKind::TooLarge => assert_eq!(e.limit(), Some(9)),
         other => panic!("expected TooLarge, got {other:?}"),
     }
     assert!(matches!(
         fs.read(&f, 0).await,
-        Err(FsError::TooLarge { .. })
+        Err(e) if e.kind() == ErrorKind::TooLarge
     ));
     let e = w.path("empty");
     put(fs, &e, b"").await;
     assert!(fs.read(&e, 0).await.expect("empty at 0").is_empty());
     assert!(matches!(
         fs.read(&w.path("missing"), 10).await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
     assert!(matches!(
         fs.read(&w.scratch, 10).await,
-        Err(FsError::IsADirectory { .. })
+        Err(e) if e.kind() == ErrorKind::IsADirectory
     ));
     assert!(matches!(
         fs.read_stream(&w.scratch).await.map(|_| ()),
-        Err(FsError::IsADirectory { .. })
+        Err(e) if e.kind() == ErrorKind::IsADirectory
     ));
     assert!(matches!(
         fs.read_stream(&w.path("missing")).await.map(|_| ()),
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
 }
 
@@ -274,7 +274,7 @@ pub async fn fs_large_file_streaming(w: &World) {
     );
     assert!(matches!(
         fs.read(&f, 1 << 20).await,
-        Err(FsError::TooLarge { .. })
+        Err(e) if e.kind() == ErrorKind::TooLarge
     ));
     if let (Some(before), Some(after)) = (peak_before, peak_rss()) {
         assert!(
@@ -345,13 +345,13 @@ pub async fn fs_write_versions_modes_parents(w: &World) {
             WriteOptions::default()
         )
         .await,
-        Err(FsError::NotADirectory { .. }) | Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotADirectory || e.kind() == ErrorKind::NotFound
     ));
     let deep = w.path("a/b/c.txt");
     assert!(matches!(
         fs.write(&deep, bytes_stream(&b"x"[..]), WriteOptions::default())
             .await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
     fs.write(
         &deep,
@@ -368,7 +368,7 @@ pub async fn fs_write_versions_modes_parents(w: &World) {
             WriteOptions::default()
         )
         .await,
-        Err(FsError::IsADirectory { .. })
+        Err(e) if e.kind() == ErrorKind::IsADirectory
     ));
 }
 
@@ -381,7 +381,7 @@ pub async fn fs_atomic_write_concurrent_reader(w: &World) {
     let size = 256 * 1024;
     let content = |b: u8| -> ByteStream {
         // Several chunks, so a non-atomic write would expose a prefix.
-        let chunks: Vec<Result<Bytes, FsError>> =
+        let chunks: Vec<Result<Bytes, Error>> =
             (0..8).map(|_| Ok(Bytes::from(vec![b; size / 8]))).collect();
         Box::pin(futures::stream::iter(chunks))
     };
@@ -434,7 +434,7 @@ pub async fn fs_failed_write_keeps_old(w: &World) {
     let failing: ByteStream = Box::pin(futures::stream::iter(vec![
         Ok(Bytes::from(vec![b'n'; 64 * 1024])),
         Ok(Bytes::from(vec![b'n'; 64 * 1024])),
-        Err(FsError::other("source failed midway")),
+        Err(Error::other("source failed midway")),
         Ok(Bytes::from_static(b"never")),
     ]));
     let r = fs.write(&f, failing, WriteOptions::default()).await;
@@ -445,14 +445,14 @@ pub async fn fs_failed_write_keeps_old(w: &World) {
     let g = w.path("never.txt");
     let failing: ByteStream = Box::pin(futures::stream::iter(vec![
         Ok(Bytes::from_static(b"partial")),
-        Err(FsError::other("source failed")),
+        Err(Error::other("source failed")),
     ]));
     assert!(
         fs.write(&g, failing, WriteOptions::default())
             .await
             .is_err()
     );
-    assert!(matches!(fs.stat(&g).await, Err(FsError::NotFound { .. })));
+    assert!(matches!(fs.stat(&g).await, Err(e) if e.kind() == ErrorKind::NotFound));
     let names: Vec<String> = fs
         .read_dir(&w.scratch)
         .await
@@ -512,7 +512,7 @@ pub async fn fs_create_if_absent_race(w: &World) {
     assert!(matches!(
         w.fs.create_if_absent(&w.path("no/parent"), Bytes::from_static(b"x"))
             .await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
     // A directory in the way also counts as existing.
     assert_eq!(
@@ -530,12 +530,12 @@ pub async fn fs_mkdir_and_remove(w: &World) {
     fs.mkdir(&d, false).await.expect("mkdir");
     assert!(matches!(
         fs.mkdir(&d, false).await,
-        Err(FsError::AlreadyExists { .. })
+        Err(e) if e.kind() == ErrorKind::AlreadyExists
     ));
     fs.mkdir(&d, true).await.expect("mkdir -p on existing dir");
     assert!(matches!(
         fs.mkdir(&w.path("x/y"), false).await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
     fs.mkdir(&w.path("x/y/z"), true).await.expect("mkdir -p");
     assert!(fs.stat(&w.path("x/y/z")).await.expect("stat").is_dir());
@@ -548,7 +548,7 @@ pub async fn fs_mkdir_and_remove(w: &World) {
     put(fs, &w.path("x/y/z/f"), b"f").await;
     assert!(matches!(
         fs.remove(&w.path("x"), false).await,
-        Err(FsError::NotEmpty { .. })
+        Err(e) if e.kind() == ErrorKind::NotEmpty
     ));
     assert!(
         fs.stat(&w.path("x/y/z/f")).await.is_ok(),
@@ -557,7 +557,7 @@ pub async fn fs_mkdir_and_remove(w: &World) {
     fs.remove(&w.path("x"), true).await.expect("remove -r");
     assert!(matches!(
         fs.stat(&w.path("x")).await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
     fs.remove(&d, false).await.expect("remove empty dir");
     fs.remove(&w.path("file"), false)
@@ -565,7 +565,7 @@ pub async fn fs_mkdir_and_remove(w: &World) {
         .expect("remove file");
     assert!(matches!(
         fs.remove(&w.path("file"), false).await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
     assert!(fs.read_dir(&w.scratch).await.expect("read_dir").is_empty());
 }
@@ -577,7 +577,7 @@ pub async fn fs_rename(w: &World) {
     let b = w.path("b");
     put(fs, &a, b"A").await;
     fs.rename(&a, &b).await.expect("rename");
-    assert!(matches!(fs.stat(&a).await, Err(FsError::NotFound { .. })));
+    assert!(matches!(fs.stat(&a).await, Err(e) if e.kind() == ErrorKind::NotFound));
     assert_eq!(&fs.read(&b, 10).await.expect("read")[..], b"A");
     put(fs, &a, b"A2").await;
     fs.rename(&a, &b).await.expect("rename over a file");
@@ -593,7 +593,7 @@ pub async fn fs_rename(w: &World) {
     );
     assert!(matches!(
         fs.rename(&w.path("nope"), &w.path("nope2")).await,
-        Err(FsError::NotFound { .. })
+        Err(e) if e.kind() == ErrorKind::NotFound
     ));
     fs.mkdir(&w.path("full"), false).await.expect("mkdir");
     put(fs, &w.path("full/x"), b"x").await;
@@ -633,7 +633,9 @@ pub async fn fs_relative_paths(w: &World) {
         "entries carry absolute paths"
     );
     match sub.stat(&wp("nope")).await {
-        Err(FsError::NotFound { path }) => assert_eq!(path, w.path("sub/nope")),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            assert_eq!(e.path(), Some(w.path("sub/nope").as_str()))
+        }
         other => panic!("expected NotFound with the resolved path, got {other:?}"),
     }
     sub.rename(&wp("f.txt"), &wp("../g.txt"))

@@ -10,7 +10,7 @@ use super::{
     within,
 };
 use crate::output::{CaptureLimit, Spill, capture};
-use crate::{EnvBase, ProcError, Signal, SpawnSpec, WriteOptions};
+use crate::{EnvBase, ErrorKind, Signal, SpawnSpec, WriteOptions};
 
 /// argv is passed without a shell (spaces, quotes, empty args), env and cwd apply.
 pub async fn proc_spawn_args_env_cwd(w: &World) {
@@ -135,15 +135,15 @@ pub async fn proc_which(w: &World) {
     );
 }
 
-/// A missing program is ProcError::NotFound, at spawn or from started/wait.
+/// A missing program is `ErrorKind::NotFound`, at spawn or from started/wait.
 pub async fn proc_missing_program(w: &World) {
     match w.proc.spawn(SpawnSpec::new("no-such-program-exec-world")) {
-        Err(ProcError::NotFound { .. }) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
         Err(e) => panic!("expected NotFound, got {e:?}"),
         Ok(child) => {
             assert!(matches!(
                 child.wait().await,
-                Err(ProcError::NotFound { .. })
+                Err(e) if e.kind() == ErrorKind::NotFound
             ));
         }
     }
@@ -429,7 +429,10 @@ pub async fn proc_cancel_terminates(w: &World) {
         child.wait_or_cancel(&cancel, Duration::from_millis(200)),
     )
     .await;
-    assert!(matches!(r, Err(ProcError::Cancelled { .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(ref e) if e.kind() == ErrorKind::Cancelled),
+        "{r:?}"
+    );
     let alive = survivors(w.proc.as_ref(), &pids).await;
     assert!(alive.is_empty(), "survivors of cancel: {alive:?}");
 }

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::error::FsError;
+use crate::error::{Error, ErrorKind};
 use crate::fs::{
     ByteStream, Created, DirEntry, FileKind, Fs, FsCapabilities, Metadata, Version, WriteOptions,
 };
@@ -29,7 +29,7 @@ const CHUNK: usize = 256 * 1024;
 ///
 /// ```no_run
 /// # use exec_world::{Fs, LocalFs, WorldPath};
-/// # async fn f() -> Result<(), exec_world::FsError> {
+/// # async fn f() -> Result<(), exec_world::Error> {
 /// let fs = LocalFs::at(WorldPath::new("/tmp")?)?;
 /// let meta = fs.stat(&WorldPath::new("x.txt")?).await?; // /tmp/x.txt
 /// # let _ = meta; Ok(()) }
@@ -41,18 +41,17 @@ pub struct LocalFs {
 
 impl LocalFs {
     /// The local file system with this process's current directory as cwd.
-    pub fn new() -> Result<LocalFs, FsError> {
-        let cwd = std::env::current_dir()
-            .map_err(|e| FsError::other(format!("current directory: {e}")))?;
-        let cwd = cwd.to_str().ok_or_else(|| FsError::InvalidPath {
-            path: cwd.display().to_string(),
-            reason: "current directory is not UTF-8".into(),
+    pub fn new() -> Result<LocalFs, Error> {
+        let cwd =
+            std::env::current_dir().map_err(|e| Error::other(format!("current directory: {e}")))?;
+        let cwd = cwd.to_str().ok_or_else(|| {
+            Error::invalid_path(cwd.display().to_string(), "current directory is not UTF-8")
         })?;
         LocalFs::at(WorldPath::new(cwd)?)
     }
 
     /// The local file system with `cwd` (made absolute against `/`) as cwd.
-    pub fn at(cwd: WorldPath) -> Result<LocalFs, FsError> {
+    pub fn at(cwd: WorldPath) -> Result<LocalFs, Error> {
         Ok(LocalFs {
             cwd: cwd.resolve(&WorldPath::root()),
         })
@@ -100,16 +99,20 @@ pub(crate) fn to_metadata(m: &std::fs::Metadata, target: Option<String>) -> Meta
         target,
         version,
     )
+    .with_owner(
+        super::owners::user_name(m.uid()),
+        super::owners::group_name(m.gid()),
+    )
 }
 
-async fn lstat_path(abs: &WorldPath, path: &Path) -> Result<Metadata, FsError> {
+async fn lstat_path(abs: &WorldPath, path: &Path) -> Result<Metadata, Error> {
     let m = tokio::fs::symlink_metadata(path)
         .await
-        .map_err(|e| FsError::from_io(abs, "lstat", e))?;
+        .map_err(|e| Error::from_io(abs, "lstat", e))?;
     let target = if m.file_type().is_symlink() {
         let t = tokio::fs::read_link(path)
             .await
-            .map_err(|e| FsError::from_io(abs, "readlink", e))?;
+            .map_err(|e| Error::from_io(abs, "readlink", e))?;
         Some(t.to_string_lossy().into_owned())
     } else {
         None
@@ -161,23 +164,23 @@ async fn fill_temp(
     mut data: ByteStream,
     mode: u32,
     owner: Option<(u32, u32)>,
-) -> Result<(), FsError> {
+) -> Result<(), Error> {
     let mut file = tokio::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .open(tmp)
         .await
-        .map_err(|e| FsError::from_io(abs, "create temporary file for", e))?;
+        .map_err(|e| Error::from_io(abs, "create temporary file for", e))?;
     while let Some(chunk) = data.next().await {
         let chunk = chunk?;
         file.write_all(&chunk)
             .await
-            .map_err(|e| FsError::from_io(abs, "write", e))?;
+            .map_err(|e| Error::from_io(abs, "write", e))?;
     }
     file.flush()
         .await
-        .map_err(|e| FsError::from_io(abs, "write", e))?;
+        .map_err(|e| Error::from_io(abs, "write", e))?;
     // A replaced file keeps its owner where we may set it (as root); else it is ours.
     if let Some((uid, gid)) = owner {
         let std_file = file.into_std().await;
@@ -188,10 +191,10 @@ async fn fill_temp(
     // clear set-id bits).
     file.set_permissions(std::fs::Permissions::from_mode(mode))
         .await
-        .map_err(|e| FsError::from_io(abs, "chmod", e))?;
+        .map_err(|e| Error::from_io(abs, "chmod", e))?;
     file.sync_all()
         .await
-        .map_err(|e| FsError::from_io(abs, "fsync", e))?;
+        .map_err(|e| Error::from_io(abs, "fsync", e))?;
     Ok(())
 }
 
@@ -224,36 +227,36 @@ impl Fs for LocalFs {
         }
     }
 
-    async fn stat(&self, p: &WorldPath) -> Result<Metadata, FsError> {
+    async fn stat(&self, p: &WorldPath) -> Result<Metadata, Error> {
         let (abs, path) = self.local(p);
         let m = tokio::fs::metadata(&path)
             .await
-            .map_err(|e| FsError::from_io(&abs, "stat", e))?;
+            .map_err(|e| Error::from_io(&abs, "stat", e))?;
         Ok(to_metadata(&m, None))
     }
 
-    async fn lstat(&self, p: &WorldPath) -> Result<Metadata, FsError> {
+    async fn lstat(&self, p: &WorldPath) -> Result<Metadata, Error> {
         let (abs, path) = self.local(p);
         lstat_path(&abs, &path).await
     }
 
-    async fn read_dir(&self, p: &WorldPath) -> Result<Vec<DirEntry>, FsError> {
+    async fn read_dir(&self, p: &WorldPath) -> Result<Vec<DirEntry>, Error> {
         let (abs, path) = self.local(p);
         let mut rd = tokio::fs::read_dir(&path)
             .await
-            .map_err(|e| FsError::from_io(&abs, "read_dir", e))?;
+            .map_err(|e| Error::from_io(&abs, "read_dir", e))?;
         let mut out = Vec::new();
         while let Some(entry) = rd
             .next_entry()
             .await
-            .map_err(|e| FsError::from_io(&abs, "read_dir", e))?
+            .map_err(|e| Error::from_io(&abs, "read_dir", e))?
         {
             let name = entry.file_name().to_string_lossy().into_owned();
             let child = abs.join(&name)?;
             let meta = match lstat_path(&child, &entry.path()).await {
                 Ok(m) => m,
                 // Removed between listing and lstat: not part of the listing.
-                Err(FsError::NotFound { .. }) => continue,
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             };
             out.push(DirEntry {
@@ -265,53 +268,47 @@ impl Fs for LocalFs {
         Ok(out)
     }
 
-    async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, FsError> {
+    async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, Error> {
         let (abs, path) = self.local(p);
         let file = tokio::fs::File::open(&path)
             .await
-            .map_err(|e| FsError::from_io(&abs, "open", e))?;
+            .map_err(|e| Error::from_io(&abs, "open", e))?;
         let meta = file
             .metadata()
             .await
-            .map_err(|e| FsError::from_io(&abs, "stat", e))?;
+            .map_err(|e| Error::from_io(&abs, "stat", e))?;
         if meta.is_dir() {
-            return Err(FsError::IsADirectory { path: abs });
+            return Err(Error::is_a_directory(abs));
         }
         if meta.len() > max_bytes {
-            return Err(FsError::TooLarge {
-                path: abs,
-                limit: max_bytes,
-            });
+            return Err(Error::too_large(abs, max_bytes));
         }
         // The file may grow, or report size 0 (/proc): never read past max + 1.
         let mut buf = Vec::with_capacity(meta.len() as usize);
         file.take(max_bytes.saturating_add(1))
             .read_to_end(&mut buf)
             .await
-            .map_err(|e| FsError::from_io(&abs, "read", e))?;
+            .map_err(|e| Error::from_io(&abs, "read", e))?;
         if buf.len() as u64 > max_bytes {
-            return Err(FsError::TooLarge {
-                path: abs,
-                limit: max_bytes,
-            });
+            return Err(Error::too_large(abs, max_bytes));
         }
         Ok(Bytes::from(buf))
     }
 
-    async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, FsError> {
+    async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, Error> {
         let (abs, path) = self.local(p);
         let file = tokio::fs::File::open(&path)
             .await
-            .map_err(|e| FsError::from_io(&abs, "open", e))?;
+            .map_err(|e| Error::from_io(&abs, "open", e))?;
         let meta = file
             .metadata()
             .await
-            .map_err(|e| FsError::from_io(&abs, "stat", e))?;
+            .map_err(|e| Error::from_io(&abs, "stat", e))?;
         if meta.is_dir() {
-            return Err(FsError::IsADirectory { path: abs });
+            return Err(Error::is_a_directory(abs));
         }
         let stream = tokio_util::io::ReaderStream::with_capacity(file, CHUNK)
-            .map(move |r| r.map_err(|e| FsError::from_io(&abs, "read", e)));
+            .map(move |r| r.map_err(|e| Error::from_io(&abs, "read", e)));
         Ok(Box::pin(stream))
     }
 
@@ -320,20 +317,20 @@ impl Fs for LocalFs {
         p: &WorldPath,
         data: ByteStream,
         opts: WriteOptions,
-    ) -> Result<Version, FsError> {
+    ) -> Result<Version, Error> {
         let (abs, path) = self.local(p);
         let parent = abs
             .parent()
-            .ok_or_else(|| FsError::IsADirectory { path: abs.clone() })?;
+            .ok_or_else(|| Error::is_a_directory(abs.clone()))?;
         if opts.create_parents {
             self.mkdir(&parent, true).await?;
         }
         let existing = match tokio::fs::symlink_metadata(&path).await {
-            Ok(m) if m.is_dir() => return Err(FsError::IsADirectory { path: abs }),
+            Ok(m) if m.is_dir() => return Err(Error::is_a_directory(abs)),
             Ok(m) if m.is_file() => Some((m.mode() & 0o7777, m.uid(), m.gid())),
             Ok(_) => None,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(FsError::from_io(&abs, "lstat", e)),
+            Err(e) => return Err(Error::from_io(&abs, "lstat", e)),
         };
         let mode = opts.mode.or(existing.map(|e| e.0)).unwrap_or(0o644);
         let tmp = temp_sibling(&path);
@@ -343,26 +340,26 @@ impl Fs for LocalFs {
             .await
             .map_err(|e| match e {
                 // A missing parent shows up as ENOENT on the temp file: name the target.
-                FsError::NotFound { .. } => FsError::NotFound { path: abs.clone() },
+                e if e.kind() == ErrorKind::NotFound => Error::not_found(&abs),
                 other => other,
             })?;
         tokio::fs::rename(&tmp, &path)
             .await
-            .map_err(|e| FsError::from_io(&abs, "rename into place", e))?;
+            .map_err(|e| Error::from_io(&abs, "rename into place", e))?;
         guard.disarm();
         sync_dir(Path::new(parent.as_str())).await;
         let m = tokio::fs::symlink_metadata(&path)
             .await
-            .map_err(|e| FsError::from_io(&abs, "stat", e))?;
+            .map_err(|e| Error::from_io(&abs, "stat", e))?;
         Ok(to_metadata(&m, None).version)
     }
 
-    async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, FsError> {
+    async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, Error> {
         let (abs, path) = self.local(p);
         match tokio::fs::symlink_metadata(&path).await {
             Ok(_) => return Ok(Created::AlreadyExisted),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(FsError::from_io(&abs, "lstat", e)),
+            Err(e) => return Err(Error::from_io(&abs, "lstat", e)),
         }
         let tmp = temp_sibling(&path);
         let _guard = TempGuard(Some(tmp.clone()));
@@ -375,7 +372,7 @@ impl Fs for LocalFs {
         )
         .await
         .map_err(|e| match e {
-            FsError::NotFound { .. } => FsError::NotFound { path: abs.clone() },
+            e if e.kind() == ErrorKind::NotFound => Error::not_found(&abs),
             other => other,
         })?;
         match tokio::fs::hard_link(&tmp, &path).await {
@@ -399,21 +396,21 @@ impl Fs for LocalFs {
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                         return Ok(Created::AlreadyExisted);
                     }
-                    Err(e) => return Err(FsError::from_io(&abs, "create", e)),
+                    Err(e) => return Err(Error::from_io(&abs, "create", e)),
                 };
                 f.write_all(&data)
                     .await
-                    .map_err(|e| FsError::from_io(&abs, "write", e))?;
+                    .map_err(|e| Error::from_io(&abs, "write", e))?;
                 f.sync_all()
                     .await
-                    .map_err(|e| FsError::from_io(&abs, "fsync", e))?;
+                    .map_err(|e| Error::from_io(&abs, "fsync", e))?;
                 Ok(Created::Created)
             }
-            Err(e) => Err(FsError::from_io(&abs, "link into place", e)),
+            Err(e) => Err(Error::from_io(&abs, "link into place", e)),
         }
     }
 
-    async fn mkdir(&self, p: &WorldPath, recursive: bool) -> Result<(), FsError> {
+    async fn mkdir(&self, p: &WorldPath, recursive: bool) -> Result<(), Error> {
         let (abs, path) = self.local(p);
         if recursive {
             match tokio::fs::create_dir_all(&path).await {
@@ -421,23 +418,23 @@ impl Fs for LocalFs {
                 Err(e) => {
                     // create_dir_all fails with EEXIST when a non-directory is in the way.
                     match tokio::fs::metadata(&path).await {
-                        Ok(m) if !m.is_dir() => Err(FsError::AlreadyExists { path: abs }),
-                        _ => Err(FsError::from_io(&abs, "mkdir", e)),
+                        Ok(m) if !m.is_dir() => Err(Error::already_exists(abs)),
+                        _ => Err(Error::from_io(&abs, "mkdir", e)),
                     }
                 }
             }
         } else {
             tokio::fs::create_dir(&path)
                 .await
-                .map_err(|e| FsError::from_io(&abs, "mkdir", e))
+                .map_err(|e| Error::from_io(&abs, "mkdir", e))
         }
     }
 
-    async fn remove(&self, p: &WorldPath, recursive: bool) -> Result<(), FsError> {
+    async fn remove(&self, p: &WorldPath, recursive: bool) -> Result<(), Error> {
         let (abs, path) = self.local(p);
         let m = tokio::fs::symlink_metadata(&path)
             .await
-            .map_err(|e| FsError::from_io(&abs, "lstat", e))?;
+            .map_err(|e| Error::from_io(&abs, "lstat", e))?;
         let r = if m.is_dir() {
             if recursive {
                 tokio::fs::remove_dir_all(&path).await
@@ -448,21 +445,21 @@ impl Fs for LocalFs {
             tokio::fs::remove_file(&path).await
         };
         r.map_err(|e| match e.raw_os_error() {
-            Some(libc::EEXIST) => FsError::NotEmpty { path: abs.clone() },
-            _ => FsError::from_io(&abs, "remove", e),
+            Some(libc::EEXIST) => Error::not_empty(abs.clone()),
+            _ => Error::from_io(&abs, "remove", e),
         })
     }
 
-    async fn rename(&self, from: &WorldPath, to: &WorldPath) -> Result<(), FsError> {
+    async fn rename(&self, from: &WorldPath, to: &WorldPath) -> Result<(), Error> {
         let (from_abs, from_path) = self.local(from);
         let (to_abs, to_path) = self.local(to);
         tokio::fs::rename(&from_path, &to_path)
             .await
             .map_err(|e| match e.raw_os_error() {
-                Some(libc::EEXIST) | Some(libc::ENOTEMPTY) => FsError::NotEmpty { path: to_abs },
-                Some(libc::EISDIR) => FsError::IsADirectory { path: to_abs },
-                Some(libc::ENOTDIR) => FsError::NotADirectory { path: to_abs },
-                _ => FsError::from_io(&from_abs, "rename", e),
+                Some(libc::EEXIST) | Some(libc::ENOTEMPTY) => Error::not_empty(to_abs),
+                Some(libc::EISDIR) => Error::is_a_directory(to_abs),
+                Some(libc::ENOTDIR) => Error::not_a_directory(to_abs),
+                _ => Error::from_io(&from_abs, "rename", e),
             })
     }
 }

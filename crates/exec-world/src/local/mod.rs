@@ -2,6 +2,7 @@
 
 mod cgroup;
 mod fs;
+mod owners;
 mod proc;
 mod pty;
 mod tree;

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use super::cgroup::{SpawnCgroup, join_self};
 use super::tree::{MARKER_VAR, Tree, new_marker, send};
-use crate::error::ProcError;
+use crate::error::Error;
 use crate::path::WorldPath;
 use crate::proc::{
     Child, ChildBackend, EnvBase, ExitStatus, InputSink, OutputStream, ProcCapabilities, Signal,
@@ -37,14 +37,12 @@ pub struct LocalSubprocess {
 
 impl LocalSubprocess {
     /// Local processes whose default cwd is this process's current directory.
-    pub fn new() -> Result<LocalSubprocess, ProcError> {
-        let cwd = std::env::current_dir().map_err(|e| ProcError::io("current directory", e))?;
-        let cwd = cwd.to_str().ok_or_else(|| ProcError::InvalidSpec {
-            reason: "current directory is not UTF-8".into(),
-        })?;
-        let cwd = WorldPath::new(cwd).map_err(|e| ProcError::InvalidSpec {
-            reason: e.to_string(),
-        })?;
+    pub fn new() -> Result<LocalSubprocess, Error> {
+        let cwd = std::env::current_dir().map_err(|e| Error::io("current directory", e))?;
+        let cwd = cwd
+            .to_str()
+            .ok_or_else(|| Error::invalid_spec("current directory is not UTF-8"))?;
+        let cwd = WorldPath::new(cwd).map_err(|e| Error::invalid_spec(e.to_string()))?;
         Ok(LocalSubprocess::at(cwd))
     }
 
@@ -56,19 +54,15 @@ impl LocalSubprocess {
     }
 
     /// The absolute cwd for a spec's optional cwd; InvalidSpec if it is not a directory.
-    pub(crate) fn resolve_cwd(&self, cwd: Option<&WorldPath>) -> Result<WorldPath, ProcError> {
+    pub(crate) fn resolve_cwd(&self, cwd: Option<&WorldPath>) -> Result<WorldPath, Error> {
         let dir = match cwd {
             Some(c) => c.resolve(&self.cwd),
             None => self.cwd.clone(),
         };
         match std::fs::metadata(dir.as_str()) {
             Ok(m) if m.is_dir() => Ok(dir),
-            Ok(_) => Err(ProcError::InvalidSpec {
-                reason: format!("cwd {dir} is not a directory"),
-            }),
-            Err(e) => Err(ProcError::InvalidSpec {
-                reason: format!("cwd {dir}: {e}"),
-            }),
+            Ok(_) => Err(Error::invalid_spec(format!("cwd {dir} is not a directory"))),
+            Err(e) => Err(Error::invalid_spec(format!("cwd {dir}: {e}"))),
         }
     }
 }
@@ -106,25 +100,19 @@ pub(crate) fn build_env(
 }
 
 /// Spawning needs a tokio runtime (for the pipes and the reaping task).
-pub(crate) fn ensure_runtime() -> Result<(), ProcError> {
+pub(crate) fn ensure_runtime() -> Result<(), Error> {
     tokio::runtime::Handle::try_current()
         .map(|_| ())
-        .map_err(|_| ProcError::other("spawn must be called within a tokio runtime"))
+        .map_err(|_| Error::other("spawn must be called within a tokio runtime"))
 }
 
-/// Maps a spawn error of `program` to a ProcError kind.
-pub(crate) fn spawn_error(program: &str, e: std::io::Error) -> ProcError {
+/// Maps a spawn error of `program` to a Error kind.
+pub(crate) fn spawn_error(program: &str, e: std::io::Error) -> Error {
     match e.kind() {
-        std::io::ErrorKind::NotFound => ProcError::NotFound {
-            program: program.into(),
-        },
-        std::io::ErrorKind::PermissionDenied => ProcError::PermissionDenied {
-            what: program.into(),
-        },
-        std::io::ErrorKind::InvalidInput => ProcError::InvalidSpec {
-            reason: format!("{program}: {e}"),
-        },
-        _ => ProcError::io(format!("spawn {program}"), e),
+        std::io::ErrorKind::NotFound => Error::not_found(program),
+        std::io::ErrorKind::PermissionDenied => Error::permission_denied(program),
+        std::io::ErrorKind::InvalidInput => Error::invalid_spec(format!("{program}: {e}")),
+        _ => Error::io(format!("spawn {program}"), e),
     }
 }
 
@@ -150,10 +138,10 @@ impl Reaped {
         mut child: tokio::process::Child,
         marker: String,
         cgroup: Option<std::path::PathBuf>,
-    ) -> Result<Reaped, ProcError> {
+    ) -> Result<Reaped, Error> {
         let pid = child
             .id()
-            .ok_or_else(|| ProcError::other("spawned child has no pid"))?;
+            .ok_or_else(|| Error::other("spawned child has no pid"))?;
         let (tx, rx) = watch::channel(None);
         tokio::spawn(async move {
             let r = child.wait().await.map(to_status).map_err(|e| e.to_string());
@@ -170,16 +158,16 @@ impl Reaped {
         self.status.borrow().is_some()
     }
 
-    pub(crate) async fn wait(&self) -> Result<ExitStatus, ProcError> {
+    pub(crate) async fn wait(&self) -> Result<ExitStatus, Error> {
         let mut rx = self.status.clone();
         let r = rx
             .wait_for(|s| s.is_some())
             .await
-            .map_err(|_| ProcError::other("reaper task ended without a status"))?;
+            .map_err(|_| Error::other("reaper task ended without a status"))?;
         match r.as_ref() {
             Some(Ok(s)) => Ok(*s),
-            Some(Err(e)) => Err(ProcError::other(format!("wait: {e}"))),
-            None => Err(ProcError::other("no status")),
+            Some(Err(e)) => Err(Error::other(format!("wait: {e}"))),
+            None => Err(Error::other("no status")),
         }
     }
 
@@ -193,7 +181,7 @@ impl Reaped {
         &self,
         grace: Duration,
         hangup: bool,
-    ) -> Result<ExitStatus, ProcError> {
+    ) -> Result<ExitStatus, Error> {
         self.tree.terminate(grace, hangup).await;
         self.wait().await
     }
@@ -214,7 +202,7 @@ where
 {
     Box::pin(
         tokio_util::io::ReaderStream::with_capacity(r, 64 * 1024)
-            .map(move |x| x.map_err(|e| ProcError::io(what, e))),
+            .map(move |x| x.map_err(|e| Error::io(what, e))),
     )
 }
 
@@ -224,7 +212,7 @@ impl ChildBackend for LocalChild {
         Some(self.reaped.pid)
     }
 
-    async fn started(&self) -> Result<u32, ProcError> {
+    async fn started(&self) -> Result<u32, Error> {
         Ok(self.reaped.pid)
     }
 
@@ -240,16 +228,16 @@ impl ChildBackend for LocalChild {
         self.stderr.get_mut().ok()?.take()
     }
 
-    async fn wait(&self) -> Result<ExitStatus, ProcError> {
+    async fn wait(&self) -> Result<ExitStatus, Error> {
         self.reaped.wait().await
     }
 
-    async fn signal(&self, sig: Signal) -> Result<(), ProcError> {
+    async fn signal(&self, sig: Signal) -> Result<(), Error> {
         self.reaped.signal(sig);
         Ok(())
     }
 
-    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError> {
+    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, Error> {
         self.reaped.terminate(grace, false).await
     }
 
@@ -318,21 +306,19 @@ impl Subprocess for LocalSubprocess {
         }
     }
 
-    async fn which(&self, program: &str) -> Result<Option<String>, ProcError> {
+    async fn which(&self, program: &str) -> Result<Option<String>, Error> {
         let env = build_env(EnvBase::Base, &BTreeMap::new(), "", false);
         let path = env.get("PATH").cloned().unwrap_or_default();
         let program = absolute_program(program, &self.cwd);
         tokio::task::spawn_blocking(move || search_path(&program, &path))
             .await
-            .map_err(|e| ProcError::other(format!("which: {e}")))
+            .map_err(|e| Error::other(format!("which: {e}")))
     }
 
-    fn spawn(&self, spec: SpawnSpec) -> Result<Child, ProcError> {
+    fn spawn(&self, spec: SpawnSpec) -> Result<Child, Error> {
         ensure_runtime()?;
         if spec.program.is_empty() {
-            return Err(ProcError::InvalidSpec {
-                reason: "empty program".into(),
-            });
+            return Err(Error::invalid_spec("empty program"));
         }
         let cwd = self.resolve_cwd(spec.cwd.as_ref())?;
         let marker = new_marker();
@@ -386,7 +372,7 @@ impl Subprocess for LocalSubprocess {
         })))
     }
 
-    fn spawn_terminal(&self, spec: TerminalSpec) -> Result<Terminal, ProcError> {
+    fn spawn_terminal(&self, spec: TerminalSpec) -> Result<Terminal, Error> {
         super::pty::spawn(self, spec)
     }
 }

@@ -21,7 +21,7 @@ use super::proc::{
     LocalSubprocess, Reaped, absolute_program, build_env, ensure_runtime, spawn_error,
 };
 use super::tree::{new_marker, send};
-use crate::error::ProcError;
+use crate::error::Error;
 use crate::proc::{ExitStatus, OutputStream, Signal};
 use crate::terminal::{TermSize, Terminal, TerminalBackend, TerminalSpec};
 
@@ -41,12 +41,12 @@ fn winsize(size: TermSize) -> Winsize {
     }
 }
 
-fn io_err(what: &str) -> impl FnOnce(rustix::io::Errno) -> ProcError + '_ {
-    move |e| ProcError::io(what, std::io::Error::from(e))
+fn io_err(what: &str) -> impl FnOnce(rustix::io::Errno) -> Error + '_ {
+    move |e| Error::io(what, std::io::Error::from(e))
 }
 
 /// Starts `spec` on a new pty.
-pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Terminal, ProcError> {
+pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Terminal, Error> {
     ensure_runtime()?;
     let cwd = sub.resolve_cwd(spec.cwd.as_ref())?;
     let marker = new_marker();
@@ -54,9 +54,7 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
     let program = match &spec.program {
         Some(p) if !p.is_empty() => p.clone(),
         Some(_) => {
-            return Err(ProcError::InvalidSpec {
-                reason: "empty program".into(),
-            });
+            return Err(Error::invalid_spec("empty program"));
         }
         None => std::env::var("SHELL")
             .ok()
@@ -71,7 +69,7 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
     let name = ptsname(&master, Vec::new()).map_err(io_err("ptsname"))?;
     let name = name
         .to_str()
-        .map_err(|_| ProcError::other("pty name is not UTF-8"))?
+        .map_err(|_| Error::other("pty name is not UTF-8"))?
         .to_string();
     tcsetwinsize(&master, winsize(spec.size)).map_err(io_err("set pty size"))?;
     let slave = std::fs::OpenOptions::new()
@@ -79,10 +77,10 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
         .write(true)
         .custom_flags(libc::O_NOCTTY)
         .open(&name)
-        .map_err(|e| ProcError::io(format!("open {name}"), e))?;
-    let stdio = |f: &File| -> Result<Stdio, ProcError> {
+        .map_err(|e| Error::io(format!("open {name}"), e))?;
+    let stdio = |f: &File| -> Result<Stdio, Error> {
         Ok(Stdio::from(
-            f.try_clone().map_err(|e| ProcError::io("dup pty", e))?,
+            f.try_clone().map_err(|e| Error::io("dup pty", e))?,
         ))
     };
 
@@ -130,19 +128,19 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
         master
             .as_fd()
             .try_clone_to_owned()
-            .map_err(|e| ProcError::io("dup pty", e))?,
+            .map_err(|e| Error::io("dup pty", e))?,
     );
     let writer: File = File::from(
         master
             .as_fd()
             .try_clone_to_owned()
-            .map_err(|e| ProcError::io("dup pty", e))?,
+            .map_err(|e| Error::io("dup pty", e))?,
     );
-    let (tx, rx) = mpsc::channel::<Result<Bytes, ProcError>>(64);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Error>>(64);
     std::thread::Builder::new()
         .name("exec-world-pty".into())
         .spawn(move || pump(reader, tx))
-        .map_err(|e| ProcError::io("start pty reader", e))?;
+        .map_err(|e| Error::io("start pty reader", e))?;
     let output: OutputStream = Box::pin(futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     }));
@@ -156,7 +154,7 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
 
 /// Copies pty output to `tx` until EIO (every slave holder gone). When nobody listens any
 /// more it keeps draining, so the session never blocks on a full pty.
-fn pump(mut reader: File, tx: mpsc::Sender<Result<Bytes, ProcError>>) {
+fn pump(mut reader: File, tx: mpsc::Sender<Result<Bytes, Error>>) {
     let mut buf = vec![0u8; 64 * 1024];
     let mut listening = true;
     loop {
@@ -176,7 +174,7 @@ fn pump(mut reader: File, tx: mpsc::Sender<Result<Bytes, ProcError>>) {
             Err(e) if e.raw_os_error() == Some(libc::EIO) => break,
             Err(e) => {
                 if listening {
-                    let _ = tx.blocking_send(Err(ProcError::io("read pty", e)));
+                    let _ = tx.blocking_send(Err(Error::io("read pty", e)));
                 }
                 break;
             }
@@ -190,34 +188,34 @@ impl TerminalBackend for LocalTerminal {
         Some(self.reaped.pid)
     }
 
-    async fn started(&self) -> Result<u32, ProcError> {
+    async fn started(&self) -> Result<u32, Error> {
         Ok(self.reaped.pid)
     }
 
-    async fn write(&self, data: &[u8]) -> Result<(), ProcError> {
+    async fn write(&self, data: &[u8]) -> Result<(), Error> {
         let writer = self.writer.clone();
         let data = data.to_vec();
         tokio::task::spawn_blocking(move || {
             let mut w = writer
                 .lock()
-                .map_err(|_| ProcError::other("pty writer poisoned"))?;
+                .map_err(|_| Error::other("pty writer poisoned"))?;
             w.write_all(&data)
                 .and_then(|_| w.flush())
-                .map_err(|e| ProcError::io("write pty", e))
+                .map_err(|e| Error::io("write pty", e))
         })
         .await
-        .map_err(|e| ProcError::other(format!("pty write task: {e}")))?
+        .map_err(|e| Error::other(format!("pty write task: {e}")))?
     }
 
     fn take_output(&mut self) -> Option<OutputStream> {
         self.output.get_mut().ok()?.take()
     }
 
-    async fn resize(&self, size: TermSize) -> Result<(), ProcError> {
+    async fn resize(&self, size: TermSize) -> Result<(), Error> {
         tcsetwinsize(self.master.as_fd(), winsize(size)).map_err(io_err("resize pty"))
     }
 
-    async fn signal(&self, sig: Signal) -> Result<(), ProcError> {
+    async fn signal(&self, sig: Signal) -> Result<(), Error> {
         // The foreground group, as the keyboard would; the leader's group as a fallback.
         let target = match tcgetpgrp(self.master.as_fd()) {
             Ok(pgrp) => pgrp.as_raw_nonzero().get(),
@@ -229,11 +227,11 @@ impl TerminalBackend for LocalTerminal {
         Ok(())
     }
 
-    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, ProcError> {
+    async fn terminate(&self, grace: Duration) -> Result<ExitStatus, Error> {
         self.reaped.terminate(grace, true).await
     }
 
-    async fn wait(&self) -> Result<ExitStatus, ProcError> {
+    async fn wait(&self) -> Result<ExitStatus, Error> {
         self.reaped.wait().await
     }
 }

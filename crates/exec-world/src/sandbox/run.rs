@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Child, ExitStatus, OutputStream, ProcError};
+use crate::{Child, Error, ExitStatus, OutputStream};
 
 /// What [`run_capped`] saw.
 #[derive(Debug, Default)]
@@ -59,7 +59,7 @@ pub async fn run_capped(
     cancel: &CancellationToken,
     cap: usize,
     stop_wait: Duration,
-) -> Result<RunOutcome, ProcError> {
+) -> Result<RunOutcome, Error> {
     let mut out = child.take_stdout();
     let mut err = child.take_stderr();
     let mut res = RunOutcome::default();
@@ -126,7 +126,7 @@ pub async fn run_capped(
 }
 
 /// The next chunk of an optional stream; pending forever when the stream is gone.
-async fn next(s: &mut Option<OutputStream>) -> Option<Result<bytes::Bytes, ProcError>> {
+async fn next(s: &mut Option<OutputStream>) -> Option<Result<bytes::Bytes, Error>> {
     match s {
         Some(s) => s.next().await,
         None => std::future::pending().await,

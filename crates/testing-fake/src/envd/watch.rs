@@ -2,7 +2,7 @@
 //! (`CreateWatcher` / `GetWatcherEvents` / `RemoveWatcher`), with fsnotify's event mapping.
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ffi::OsString;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,8 +15,9 @@ use e2b_proto::filesystem::{
     WatchDirResponse,
 };
 use e2b_proto::process::Empty;
+use futures::StreamExt as _;
+use inotify::{EventMask, EventStream, WatchMask, Watches};
 use rand::Rng as _;
-use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
 
 use super::Envd;
@@ -25,19 +26,27 @@ use super::connect::{self, RpcError};
 use super::filesystem::{FsCtx, entry_info, go_err, resolve_for};
 use super::isolation::FsWorker;
 
-const MASK: u32 = libc::IN_MOVED_TO
-    | libc::IN_MOVED_FROM
-    | libc::IN_CREATE
-    | libc::IN_ATTRIB
-    | libc::IN_MODIFY
-    | libc::IN_MOVE_SELF
-    | libc::IN_DELETE
-    | libc::IN_DELETE_SELF;
+/// What fsnotify (envd's watcher) asks inotify for.
+const MASK: WatchMask = WatchMask::MOVED_TO
+    .union(WatchMask::MOVED_FROM)
+    .union(WatchMask::CREATE)
+    .union(WatchMask::ATTRIB)
+    .union(WatchMask::MODIFY)
+    .union(WatchMask::MOVE_SELF)
+    .union(WatchMask::DELETE)
+    .union(WatchMask::DELETE_SELF);
 
-/// One inotify instance watching a directory (optionally recursively).
-struct Inotify {
-    fd: AsyncFd<OwnedFd>,
-    wds: Mutex<HashMap<i32, String>>,
+/// Read buffer of the event stream (room for many events with their names).
+const EVENT_BUFFER: usize = 64 * 1024;
+
+/// Watched directories by watch descriptor id: the world path each one watches.
+type WatchedDirs = HashMap<i32, String>;
+
+/// One inotify instance watching a directory (optionally recursively). Owned by the one
+/// task that reads it.
+struct DirWatcher {
+    events: EventStream<Vec<u8>>,
+    dirs: WatchedDirs,
     root: String,
     recursive: bool,
     include_entry: bool,
@@ -45,33 +54,28 @@ struct Inotify {
     fs: Arc<FsWorker>,
 }
 
-/// Add watches for `dir` (and its subdirectories when recursive). Runs on a worker.
+/// Add watches for `dir` (and its subdirectories when recursive). Runs on a worker, where
+/// the sandbox's paths resolve.
 fn add_watches(
     ctx: &FsCtx,
-    fd: i32,
+    watches: &mut Watches,
     dir: &str,
     recursive: bool,
-    wds: &mut HashMap<i32, String>,
+    dirs: &mut WatchedDirs,
 ) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
     let host = ctx.host(dir);
-    let c = std::ffi::CString::new(host.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    // SAFETY: valid fd and NUL-terminated path.
-    let wd = unsafe { libc::inotify_add_watch(fd, c.as_ptr(), MASK) };
-    if wd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    wds.insert(wd, dir.to_string());
+    let wd = watches.add(&host, MASK)?;
+    dirs.insert(wd.get_watch_descriptor_id(), dir.to_string());
     if recursive && let Ok(rd) = std::fs::read_dir(&host) {
         for e in rd.flatten() {
             if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let _ = add_watches(
                     ctx,
-                    fd,
+                    watches,
                     &format!("{}/{name}", dir.trim_end_matches('/')),
                     true,
-                    wds,
+                    dirs,
                 );
             }
         }
@@ -79,213 +83,181 @@ fn add_watches(
     Ok(())
 }
 
-fn ops_of(mask: u32) -> Vec<EventType> {
+/// fsnotify's operations for an inotify mask.
+fn ops_of(mask: EventMask) -> Vec<EventType> {
     let mut ops = Vec::new();
-    if mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
+    if mask.intersects(EventMask::CREATE | EventMask::MOVED_TO) {
         ops.push(EventType::Create);
     }
-    if mask & (libc::IN_MOVE_SELF | libc::IN_MOVED_FROM) != 0 {
+    if mask.intersects(EventMask::MOVE_SELF | EventMask::MOVED_FROM) {
         ops.push(EventType::Rename);
     }
-    if mask & libc::IN_ATTRIB != 0 {
+    if mask.contains(EventMask::ATTRIB) {
         ops.push(EventType::Chmod);
     }
-    if mask & libc::IN_MODIFY != 0 {
+    if mask.contains(EventMask::MODIFY) {
         ops.push(EventType::Write);
     }
-    if mask & (libc::IN_DELETE_SELF | libc::IN_DELETE) != 0 {
+    if mask.intersects(EventMask::DELETE_SELF | EventMask::DELETE) {
         ops.push(EventType::Remove);
     }
     ops
 }
 
-impl Inotify {
-    /// Validate the path and start watching (on a worker thread).
+/// Checks that `p` is a directory, with envd's messages.
+fn check_directory(ctx: &FsCtx, p: &str) -> Result<(), RpcError> {
+    match std::fs::metadata(ctx.host(p)) {
+        Ok(md) if md.is_dir() => Ok(()),
+        Ok(_) => Err(RpcError::invalid(format!(
+            "path {p} not a directory: %!w(<nil>)"
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(RpcError::not_found(format!(
+            "path {p} not found: stat {p}: {}",
+            go_err(&e)
+        ))),
+        Err(e) => Err(RpcError::internal(format!(
+            "error statting path {p}: stat {p}: {}",
+            go_err(&e)
+        ))),
+    }
+}
+
+impl DirWatcher {
+    /// Validate the path and start watching (the watches are added on a worker thread).
     async fn open(
         envd: &Envd,
         user: &ActingUser,
         req: &WatchDirRequest,
-    ) -> Result<Arc<Inotify>, RpcError> {
+    ) -> Result<DirWatcher, RpcError> {
         let (_, path) = resolve_for(envd, user, &req.path)?;
         let ctx = envd.fsctx.clone();
         let recursive = req.recursive;
         let p = path.clone();
         let ctx2 = ctx.clone();
-        let (fd, wds) = envd
+        let (inotify, dirs) = envd
             .fs
             .run(
-                move || -> Result<(OwnedFd, HashMap<i32, String>), RpcError> {
-                    match std::fs::metadata(ctx2.host(&p)) {
-                        Ok(md) if md.is_dir() => {}
-                        Ok(_) => {
-                            return Err(RpcError::invalid(format!(
-                                "path {p} not a directory: %!w(<nil>)"
-                            )));
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                            return Err(RpcError::not_found(format!(
-                                "path {p} not found: stat {p}: {}",
+                move || -> Result<(inotify::Inotify, WatchedDirs), RpcError> {
+                    check_directory(&ctx2, &p)?;
+                    let inotify = inotify::Inotify::init()
+                        .map_err(|e| RpcError::internal(format!("error creating watcher: {e}")))?;
+                    let mut dirs = HashMap::new();
+                    add_watches(&ctx2, &mut inotify.watches(), &p, recursive, &mut dirs).map_err(
+                        |e| {
+                            RpcError::internal(format!(
+                                "error adding path {p} to watcher: {}",
                                 go_err(&e)
-                            )));
-                        }
-                        Err(e) => {
-                            return Err(RpcError::internal(format!(
-                                "error statting path {p}: stat {p}: {}",
-                                go_err(&e)
-                            )));
-                        }
-                    }
-                    // SAFETY: inotify_init1 has no preconditions.
-                    let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-                    if raw < 0 {
-                        return Err(RpcError::internal(format!(
-                            "error creating watcher: {}",
-                            std::io::Error::last_os_error()
-                        )));
-                    }
-                    // SAFETY: a fresh fd we own.
-                    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-                    let mut wds = HashMap::new();
-                    add_watches(&ctx2, fd.as_raw_fd(), &p, recursive, &mut wds).map_err(|e| {
-                        RpcError::internal(format!(
-                            "error adding path {p} to watcher: {}",
-                            go_err(&e)
-                        ))
-                    })?;
-                    Ok((fd, wds))
+                            ))
+                        },
+                    )?;
+                    Ok((inotify, dirs))
                 },
             )
             .await
             .map_err(|e| RpcError::internal(e.to_string()))??;
-        Ok(Arc::new(Inotify {
-            // SAFETY: the fd is owned by the AsyncFd and stays open for its lifetime.
-            fd: unsafe { AsyncFd::register(fd) }.map_err(|e| {
-                RpcError::internal(format!(
-                    "error creating watcher: {}",
-                    std::io::Error::from(e)
-                ))
-            })?,
-            wds: Mutex::new(wds),
+        let events = inotify
+            .into_event_stream(vec![0u8; EVENT_BUFFER])
+            .map_err(|e| RpcError::internal(format!("error creating watcher: {e}")))?;
+        Ok(DirWatcher {
+            events,
+            dirs,
             root: path,
             recursive,
             include_entry: req.include_entry,
             ctx,
             fs: envd.fs.clone(),
-        }))
+        })
     }
 
-    /// Wait for the next batch of events.
-    async fn next(&self) -> Result<Vec<FilesystemEvent>, RpcError> {
-        let mut buf = vec![0u8; 64 * 1024];
-        let n = loop {
-            let mut guard = self
-                .fd
-                .readable()
-                .await
-                .map_err(|e| RpcError::internal(format!("watcher error: {e}")))?;
-            let r = guard.try_io(|inner| {
-                // SAFETY: buffer is valid for writes of its length.
-                let n =
-                    unsafe { libc::read(inner.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-                if n < 0 {
-                    Err(std::io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
-            });
-            match r {
-                Ok(Ok(n)) => break n,
-                Ok(Err(e)) => return Err(RpcError::internal(format!("watcher error: {e}"))),
-                Err(_) => continue,
-            }
-        };
-        let mut out = Vec::new();
-        let mut off = 0;
-        let hdr = std::mem::size_of::<libc::inotify_event>();
-        while off + hdr <= n {
-            let wd = i32::from_ne_bytes([buf[off], buf[off + 1], buf[off + 2], buf[off + 3]]);
-            let mask = u32::from_ne_bytes([buf[off + 4], buf[off + 5], buf[off + 6], buf[off + 7]]);
-            let len =
-                u32::from_ne_bytes([buf[off + 12], buf[off + 13], buf[off + 14], buf[off + 15]])
-                    as usize;
-            let name_bytes = &buf[off + hdr..(off + hdr + len).min(n)];
-            off += hdr + len;
-            let name = String::from_utf8_lossy(name_bytes)
-                .trim_end_matches('\0')
-                .to_string();
-            if mask & libc::IN_Q_OVERFLOW != 0 {
+    /// Wait for the next event that concerns a watched directory, as fsnotify's events
+    /// (one per operation it stands for).
+    async fn next(&mut self) -> Result<Vec<FilesystemEvent>, RpcError> {
+        loop {
+            let ev = match self.events.next().await {
+                Some(Ok(ev)) => ev,
+                Some(Err(e)) => return Err(RpcError::internal(format!("watcher error: {e}"))),
+                None => return Err(RpcError::internal("watcher error: inotify closed")),
+            };
+            if ev.mask.contains(EventMask::Q_OVERFLOW) {
                 return Err(RpcError::internal(
                     "watcher error: fsnotify: queue or buffer overflow",
                 ));
             }
-            let dir = {
-                let mut wds = self
-                    .wds
-                    .lock()
-                    .map_err(|_| RpcError::internal("poisoned"))?;
-                if mask & libc::IN_IGNORED != 0 {
-                    wds.remove(&wd);
-                    continue;
-                }
-                match wds.get(&wd) {
-                    Some(d) => d.clone(),
-                    None => continue,
-                }
+            let wd = ev.wd.get_watch_descriptor_id();
+            if ev.mask.contains(EventMask::IGNORED) {
+                self.dirs.remove(&wd);
+                continue;
+            }
+            let Some(dir) = self.dirs.get(&wd) else {
+                continue;
             };
-            let full = if name.is_empty() {
-                dir.clone()
-            } else {
-                format!("{}/{name}", dir.trim_end_matches('/'))
-            };
+            let full = joined(dir, ev.name.as_ref());
             if self.recursive
-                && mask & libc::IN_ISDIR != 0
-                && mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0
+                && ev.mask.contains(EventMask::ISDIR)
+                && ev.mask.intersects(EventMask::CREATE | EventMask::MOVED_TO)
+            {
+                self.watch_new_dir(&full).await;
+            }
+            return Ok(self.fs_events(ev.mask, &full).await);
+        }
+    }
+
+    /// Watches a directory created (or moved) below a recursive watch, and its subtree.
+    async fn watch_new_dir(&mut self, full: &str) {
+        let ctx = self.ctx.clone();
+        let mut watches = self.events.watches();
+        let p = full.to_string();
+        let added = self
+            .fs
+            .run(move || {
+                let mut dirs = HashMap::new();
+                let _ = add_watches(&ctx, &mut watches, &p, true, &mut dirs);
+                dirs
+            })
+            .await
+            .unwrap_or_default();
+        self.dirs.extend(added);
+    }
+
+    /// fsnotify's events for one inotify event on `full`, named relative to the root.
+    async fn fs_events(&self, mask: EventMask, full: &str) -> Vec<FilesystemEvent> {
+        let rel = if full == self.root {
+            ".".to_string()
+        } else {
+            full.strip_prefix(&format!("{}/", self.root.trim_end_matches('/')))
+                .unwrap_or(full)
+                .to_string()
+        };
+        let mut out = Vec::new();
+        for op in ops_of(mask) {
+            let entry = if self.include_entry
+                && matches!(op, EventType::Create | EventType::Write | EventType::Chmod)
             {
                 let ctx = self.ctx.clone();
-                let raw = self.fd.get_ref().as_raw_fd();
-                let p = full.clone();
-                let added = self
-                    .fs
-                    .run(move || {
-                        let mut wds = HashMap::new();
-                        let _ = add_watches(&ctx, raw, &p, true, &mut wds);
-                        wds
-                    })
+                let p = full.to_string();
+                self.fs
+                    .run(move || entry_info(&ctx, &p).ok())
                     .await
-                    .unwrap_or_default();
-                if let Ok(mut wds) = self.wds.lock() {
-                    wds.extend(added);
-                }
-            }
-            let rel = if full == self.root {
-                ".".to_string()
+                    .ok()
+                    .flatten()
             } else {
-                full.strip_prefix(&format!("{}/", self.root.trim_end_matches('/')))
-                    .unwrap_or(&full)
-                    .to_string()
+                None
             };
-            for op in ops_of(mask) {
-                let entry = if self.include_entry
-                    && matches!(op, EventType::Create | EventType::Write | EventType::Chmod)
-                {
-                    let ctx = self.ctx.clone();
-                    let p = full.clone();
-                    self.fs
-                        .run(move || entry_info(&ctx, &p).ok())
-                        .await
-                        .ok()
-                        .flatten()
-                } else {
-                    None
-                };
-                out.push(FilesystemEvent {
-                    name: rel.clone(),
-                    event_type: op,
-                    entry,
-                });
-            }
+            out.push(FilesystemEvent {
+                name: rel.clone(),
+                event_type: op,
+                entry,
+            });
         }
-        Ok(out)
+        out
+    }
+}
+
+/// `dir/name`, or `dir` for an event on the watched directory itself.
+fn joined(dir: &str, name: Option<&OsString>) -> String {
+    match name.map(|n| n.to_string_lossy()) {
+        Some(name) if !name.is_empty() => format!("{}/{name}", dir.trim_end_matches('/')),
+        _ => dir.to_string(),
     }
 }
 
@@ -304,7 +276,7 @@ pub(crate) async fn watch_dir(
     };
     let keepalive = connect::keepalive_interval(headers);
     let deadline = deadline.map(|d| Instant::now() + d);
-    let watcher = match Inotify::open(&envd, &user, &req).await {
+    let mut watcher = match DirWatcher::open(&envd, &user, &req).await {
         Ok(w) => w,
         Err(e) => return connect::stream_error(e),
     };
@@ -415,7 +387,7 @@ pub(crate) async fn create_watcher(
     user: &ActingUser,
     req: WatchDirRequest,
 ) -> Result<CreateWatcherResponse, RpcError> {
-    let watcher = Inotify::open(envd, user, &req).await?;
+    let mut watcher = DirWatcher::open(envd, user, &req).await?;
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::rng();
     let id: String = std::iter::once('w')
