@@ -33,7 +33,11 @@ async fn e2b_world() -> ToolWorld {
     let fs =
         fs_e2b::E2bFs::new(api.clone(), fs_e2b::E2bFsOptions::new("/home/user")).expect("E2bFs");
     fs.mkdir(&scratch, true).await.expect("scratch dir");
-    let proc = subprocess_e2b::E2bSubprocess::new(api, scratch.clone());
+    let proc = subprocess_e2b::E2bSubprocess::new(
+        api,
+        subprocess_e2b::E2bSubprocessOptions::new(scratch.as_str()),
+    )
+    .expect("E2bSubprocess");
     ToolWorld::new(Arc::new(fs), Arc::new(proc), scratch)
         .with_lsp_cache(host_lsp_cache().await)
         .with_guard(emu)

@@ -309,3 +309,67 @@ async fn a_dropped_pooled_connection_does_not_fail_the_next_call() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goaway_never_fails_the_next_call() {
+    let emu = emulator().await;
+    for http2 in [true, false] {
+        let cfg = integration_tests::emulator_config(&emu, Duration::from_secs(20)).http2(http2);
+        // No retries: the next call must succeed on its own, not by being sent again.
+        let c = Client::new(cfg)
+            .expect("client")
+            .with_retry_policy(RetryPolicy::none());
+        let sb = c.create(&CreateOptions::new("base")).await.expect("create");
+        let api = sb.into_api();
+        for round in 0..5 {
+            // The next request is answered, then its connection is shut down (GOAWAY).
+            emu.faults()
+                .add(FaultRule::new(FaultAction::GoAway).times(1));
+            let first = api.run(e2b_core::StartProcess::new("true")).await;
+            assert!(first.is_ok(), "http2 {http2} round {round}: {first:?}");
+            for what in ["start", "stat"] {
+                let next = match what {
+                    "start" => api.run(e2b_core::StartProcess::new("true")).await.map(drop),
+                    _ => api.stat("/", None).await.map(drop),
+                };
+                if let Err(e) = next {
+                    panic!("http2 {http2} round {round}: the {what} after a GOAWAY failed: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Without retries, a read sent right after the server dropped every pooled connection
+/// (through the proxy, no GOAWAY, no `Connection: close`) still succeeds, over HTTP/1.1
+/// and HTTP/2: it is sent once more on a fresh connection. Without that resend about one
+/// in eight such calls failed here ("connection closed before message completed",
+/// "stream closed because of a broken pipe").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_on_a_dropped_pooled_connection_is_sent_again_without_retries() {
+    let emu = emulator().await;
+    let proxy = Proxy::start(emu.addr()).await;
+    for http2 in [false, true] {
+        let cfg = integration_tests::emulator_config(&emu, Duration::from_secs(20))
+            .api_url(&proxy.url)
+            .sandbox_url(&proxy.url)
+            .http2(http2);
+        let c = Client::new(cfg)
+            .expect("client")
+            .with_retry_policy(RetryPolicy::none());
+        let sb = c.create(&CreateOptions::new("base")).await.expect("create");
+        let id = sb.id().to_owned();
+        let api = sb.into_api();
+        for round in 0..40 {
+            api.stat("/", None).await.expect("warm");
+            proxy.drop_connections().await;
+            if let Err(e) = api.stat("/", None).await {
+                panic!("http2 {http2} round {round}: envd stat after a drop failed: {e}");
+            }
+            proxy.drop_connections().await;
+            if let Err(e) = c.get(&id).await {
+                panic!("http2 {http2} round {round}: control get after a drop failed: {e}");
+            }
+        }
+    }
+}

@@ -98,6 +98,8 @@ async fn too_large_is_decided_without_a_download() {
         )
         .await
         .expect("write");
+    // A first read asks the acting user's ids once per handle.
+    assert_eq!(env.fs.read(&f, 1 << 20).await.expect("read").len(), 1 << 20);
     let before = env.emu.counters().get_on(Plane::Envd, "GET /files");
     let starts = env
         .emu
@@ -112,9 +114,9 @@ async fn too_large_is_decided_without_a_download() {
     assert_eq!(
         env.emu.counters().get_on(Plane::Envd, "GET /files"),
         before,
-        "reads never use envd's root GET /files"
+        "TooLarge is decided before envd's GET /files"
     );
-    // One reader process, which exits before sending a byte of content.
+    // One reader process, which exits before any byte of content moves.
     assert_eq!(
         env.emu
             .counters()
@@ -135,6 +137,11 @@ async fn too_large_is_decided_without_a_download() {
             .expect("read via link")
             .len(),
         1 << 20
+    );
+    // The content came through one GET of the reader's descriptor.
+    assert_eq!(
+        env.emu.counters().get_on(Plane::Envd, "GET /files"),
+        before + 1
     );
 }
 
@@ -544,8 +551,8 @@ async fn writes_never_let_root_follow_a_path_the_user_controls() {
     sh(&env, "umask 077; printf SECRET > /tmp/root-only", &[]).await;
     let dir = scratch(&env.fs).await;
     let f = dir.join("t.txt").expect("path");
-    // While writes run, the user plants a link to the root-only file at `data` in every
-    // staging directory it can see (where envd's root upload used to land).
+    // While writes run, the user replaces `data` in every staging directory it can see
+    // with a link to the root-only file (where a root write by path would land).
     let planter = env
         .api
         .start_process(
@@ -553,7 +560,7 @@ async fn writes_never_let_root_follow_a_path_the_user_controls() {
                 .args([
                     "-c",
                     r#"cd "$1" || exit 1
-while :; do for s in .e2b-stage-*; do [ -d "$s" ] && ln -s /tmp/root-only "$s/data" 2>/dev/null; done; done"#,
+while :; do for s in .e2b-stage-*; do [ -d "$s" ] && ln -sf /tmp/root-only "$s/data" 2>/dev/null; done; done"#,
                     "sh",
                     dir.as_str(),
                 ])
@@ -584,64 +591,141 @@ while :; do for s in .e2b-stage-*; do [ -d "$s" ] && ln -s /tmp/root-only "$s/da
         .await,
         "root 600\nSECRET"
     );
-    // Uploads land in root's private directory: 0711, not listable or writable by the user.
-    let up = sh(&env, "stat -c '%U %a' /tmp/.e2b-upload-*", &[]).await;
-    assert!(up.lines().all(|l| l == "root 711"), "{up}");
-    assert_ne!(
-        sh_as_user(&env, "ls /tmp/.e2b-upload-* >/dev/null 2>&1", &[]).await,
-        0
-    );
-    // Writes still work and leave no upload behind.
+    // Writes still work and leave no staging directory behind.
     env.fs
         .write(&f, bytes_stream(&b"final"[..]), WriteOptions::default())
         .await
         .expect("write");
     assert_eq!(&env.fs.read(&f, 10).await.expect("read")[..], b"final");
-    assert_eq!(
-        sh(&env, "find /tmp/.e2b-upload-* -mindepth 1 | wc -l", &[])
-            .await
-            .trim(),
-        "0"
-    );
+    let mut left = String::new();
+    for _ in 0..50 {
+        left = sh(
+            &env,
+            r#"cd "$1" && ls -a | grep -c '^\.e2b-stage-'; true"#,
+            &[dir.as_str()],
+        )
+        .await;
+        if left.trim() == "0" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left.trim(), "0", "staging directories left");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_read_stream_leaves_no_reader_running() {
+async fn a_read_stream_leaves_no_process_running() {
     let env = env().await;
     let dir = scratch(&env.fs).await;
     let f = dir.join("sparse-big").expect("path");
-    // 1 TiB that takes no disk: no reader gets through it while the test runs.
+    // 1 TiB that takes no disk: no read gets through it while the test runs.
     assert_eq!(
         sh_as_user(&env, r#"truncate -s 1T "$1""#, &[f.as_str()]).await,
         0
     );
+    // Processes of a read: the holder's root wrapper and the holder (perl), and any
+    // process of the sandbox holding the file open.
+    let script = r#"n=0
+for p in /proc/[0-9]*; do
+  case $(readlink "$p/exe" 2>/dev/null) in */perl*) n=$((n + 1));; esac
+  ls -l "$p/fd" 2>/dev/null | grep -q -- "$1" && n=$((n + 1))
+done
+echo "$n""#;
+    let args = [f.as_str()];
+    let running = || sh(&env, script, &args);
+    let idle = running().await.trim().to_string();
+    let settled = || async {
+        let mut now = String::new();
+        for _ in 0..100 {
+            now = running().await.trim().to_string();
+            if now == idle {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        now
+    };
     let mut s = env.fs.read_stream(&f).await.expect("read_stream");
     let first = s.next().await.expect("a chunk").expect("bytes");
     assert!(!first.is_empty());
-    // Processes holding the file open (the reader has exec'd `cat`, so its command line
-    // does not name the file).
-    let script =
-        r#"for p in /proc/[0-9]*; do ls -l "$p/fd" 2>/dev/null; done | grep -c -- "$1"; true"#;
-    let args = [f.as_str()];
-    let running = || sh(&env, script, &args);
-    assert_ne!(
-        running().await.trim(),
-        "0",
-        "the reader runs while streamed"
-    );
+    // envd streams the file it opened; the holder let go and its wrapper ended.
+    assert_eq!(settled().await, idle, "processes left while streaming");
+    assert!(!s.next().await.expect("more").expect("bytes").is_empty());
     drop(s);
-    let mut left = String::new();
-    for _ in 0..100 {
-        left = running().await.trim().to_string();
-        if left == "0" {
-            break;
+    assert_eq!(settled().await, idle, "processes left after the drop");
+}
+
+/// Pids of the sandbox processes with `path` open on fd 3 (seen as root).
+async fn holders_of(env: &Env, path: &WorldPath) -> Vec<String> {
+    let script = r#"for p in /proc/[0-9]*; do
+  [ "$(readlink "$p/fd/3" 2>/dev/null)" = "$1" ] && echo "${p#/proc/}"
+done; true"#;
+    sh(env, script, &[path.as_str()])
+        .await
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_process_holding_a_read_is_out_of_the_users_reach() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    let f = dir.join("held").expect("path");
+    env.fs
+        .write(
+            &f,
+            bytes_stream(&b"held bytes"[..]),
+            WriteOptions::default(),
+        )
+        .await
+        .expect("write");
+    for kill in [false, true] {
+        // envd's GET waits 3 s: the holder keeps the file open on fd 3 meanwhile.
+        env.emu.faults().add(
+            FaultRule::new(FaultAction::Delay(Duration::from_secs(3)))
+                .surface(Plane::Envd)
+                .method("GET")
+                .path_prefix("/files")
+                .times(1),
+        );
+        let (fs, path) = (env.fs.clone(), f.clone());
+        let read = tokio::spawn(async move { fs.read(&path, 1 << 20).await });
+        let mut pids = Vec::new();
+        for _ in 0..100 {
+            pids = holders_of(&env, &f).await;
+            if !pids.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let [pid] = &pids[..] else {
+            panic!("one process holds the file, found {pids:?}");
+        };
+        // The user (its owner) can neither use its descriptor nor list or attach to it:
+        // the holder is non-dumpable, so it cannot be made to hold another file.
+        for probe in [
+            r#"exec cat "/proc/$1/fd/3""#,
+            r#"exec ls "/proc/$1/fd""#,
+            r#"exec cat "/proc/$1/environ""#,
+        ] {
+            assert_ne!(
+                sh_as_user(&env, probe, &[pid]).await,
+                0,
+                "as the user: {probe} succeeded"
+            );
+        }
+        if kill {
+            // Killed by the user: it stays a zombie (the root wrapper never reaps it), so
+            // its pid cannot be reused and root has nothing to read.
+            assert_eq!(sh_as_user(&env, r#"kill -9 "$1""#, &[pid]).await, 0);
+            let got = read.await.expect("join");
+            assert!(got.is_err(), "a read whose holder was killed: {got:?}");
+        } else {
+            let got = read.await.expect("join").expect("read");
+            assert_eq!(&got[..], b"held bytes");
+        }
     }
-    assert_eq!(
-        left, "0",
-        "the reader was killed when its stream was dropped"
-    );
 }
 
 /// Fails the next envd `Start` (every fs operation begins with one) with `action`.

@@ -10,7 +10,7 @@ use e2b_core::lifecycle::{KeepAliveConfig, OwnerOptions, SandboxOwner};
 use e2b_core_support::{client, emulator};
 use exec_world::{Fs as _, SpawnSpec, Subprocess as _, WorldPath};
 use fs_e2b::{E2bFs, E2bFsOptions};
-use subprocess_e2b::E2bSubprocess;
+use subprocess_e2b::{E2bSubprocess, E2bSubprocessOptions};
 use testing_fake::Plane;
 
 #[tokio::test]
@@ -26,7 +26,8 @@ async fn lifecycle_adapters_share_one_handle_and_one_tree() {
     let h = owner.handle().await.expect("handle");
     let cwd = WorldPath::new(h.workdir()).expect("workdir");
     let fs = E2bFs::new(h.api(), E2bFsOptions::new(h.workdir())).expect("E2bFs");
-    let sub = E2bSubprocess::new(h.api(), cwd.clone());
+    let sub =
+        E2bSubprocess::new(h.api(), E2bSubprocessOptions::new(h.workdir())).expect("E2bSubprocess");
     emu.counters().reset();
 
     fs.create_if_absent(

@@ -22,10 +22,13 @@ async fn world() -> World {
     let fs = Rooted::new(Arc::new(env.fs.clone()), v("/home/user")).expect("rooted");
     let scratch = v(&format!("/{name}"));
     fs.mkdir(&scratch, false).await.expect("mkdir scratch");
-    let proc: Arc<dyn Subprocess> = Arc::new(subprocess_e2b::E2bSubprocess::new(
-        env.api.clone(),
-        v("/home/user"),
-    ));
+    let proc: Arc<dyn Subprocess> = Arc::new(
+        subprocess_e2b::E2bSubprocess::new(
+            env.api.clone(),
+            subprocess_e2b::E2bSubprocessOptions::new("/home/user"),
+        )
+        .expect("E2bSubprocess"),
+    );
     World::new(Arc::new(fs), proc, scratch)
         .with_proc_root(v("/home/user"))
         .with_guard(env)

@@ -1,8 +1,8 @@
 //! What the conformance suite does not prove about `E2bSubprocess` on the emulator: the
 //! pid is the verified group id (never envd's start event alone), credential-shaped
 //! variables are scrubbed, terminal argv/env stay off envd's command lines, a chatty
-//! command keeps host memory bounded, the spill file holds the output, and the request
-//! cost of one spawn.
+//! command keeps host memory bounded, the spill file holds the output, the request
+//! cost of one spawn, and construction (options, builder methods that keep the caches).
 
 mod subprocess_e2b_support;
 
@@ -12,8 +12,8 @@ use e2b_core::CreateOptions;
 use exec_world::{EnvBase, ErrorKind, SpawnSpec, Subprocess, TerminalSpec, WorldPath};
 use fs_e2b::{E2bFs, E2bFsOptions};
 use futures::StreamExt;
-use subprocess_e2b::E2bSubprocess;
 use subprocess_e2b::spill::{SpillTarget, tee};
+use subprocess_e2b::{E2bSubprocess, E2bSubprocessOptions};
 use subprocess_e2b_support::{env, proc_of};
 use testing_fake::{FaultAction, FaultRule, Plane};
 
@@ -382,6 +382,50 @@ async fn request_cost_of_one_spawn() {
     let snap = env.emu.counters().snapshot();
     eprintln!("spawn + terminate: {snap:?}");
     assert_eq!(snap.get("POST /process.Process/Start"), 2, "{snap:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn builder_methods_keep_the_cached_lookups() {
+    let env = env().await;
+    let starts = || {
+        env.emu
+            .counters()
+            .get_on(Plane::Envd, "POST /process.Process/Start")
+    };
+    // The cwd must be absolute; nothing is sent to refuse it.
+    let before = starts();
+    let e = E2bSubprocess::new(env.api.clone(), E2bSubprocessOptions::new("home/user"))
+        .expect_err("relative cwd");
+    assert_eq!(e.kind(), ErrorKind::InvalidPath, "{e}");
+    assert_eq!(starts(), before);
+    // The default user, looked up once by the first handle.
+    let p = proc_of(&env).await;
+    let q = p
+        .clone()
+        .output_buffer(64 << 10)
+        .process_timeout(Some(Duration::from_secs(60)));
+    let before = starts();
+    let (out, st) = output(&q, SpawnSpec::new("echo").arg("hi")).await;
+    assert_eq!((out.as_str(), st.success()), ("hi\n", true));
+    // One Start: the spawn (before, a builder call dropped the lookup: 3).
+    assert_eq!(starts() - before, 1, "settings changed, lookup kept");
+    // Another user gets its own lookup, once; switching back costs nothing.
+    let u = E2bSubprocess::new(
+        env.api.clone(),
+        E2bSubprocessOptions::new("/tmp").user("user"),
+    )
+    .expect("adapter");
+    output(&u, SpawnSpec::new("true")).await;
+    let r = u.clone().user("root");
+    let before = starts();
+    let (out, _) = output(&r, SpawnSpec::new("id").arg("-un")).await;
+    assert_eq!(out, "root\n");
+    assert_eq!(starts() - before, 2, "root: its lookup, then the spawn");
+    let back = r.user("user").process_timeout(None);
+    let before = starts();
+    let (out, _) = output(&back, SpawnSpec::new("id").arg("-un")).await;
+    assert_eq!(out, "user\n");
+    assert_eq!(starts() - before, 1, "user's lookup kept across the switch");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

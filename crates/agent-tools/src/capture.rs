@@ -1,6 +1,8 @@
-//! Bounded capture of one output stream: keeps the first `cap` bytes, counts the rest and
-//! discards it, and cuts at a UTF-8 boundary when the stream was truncated.
+//! Bounded capture of one output stream for the bash tool: keeps the first `cap` bytes,
+//! counts the rest and discards it, and cuts at a UTF-8 boundary when the stream was
+//! truncated (exec-world's `output::Prefix` and `utf8_complete_len`), as a serde type.
 
+use exec_world::output::{Prefix, utf8_complete_len};
 use serde::{Deserialize, Serialize};
 
 /// One captured output stream (stdout or stderr) of a command.
@@ -22,73 +24,35 @@ pub struct CapturedOutput {
     pub total_bytes: u64,
 }
 
-/// Accumulates a stream in bounded memory.
+/// Accumulates a stream in bounded memory (exec-world's [`Prefix`]).
 #[derive(Debug)]
-pub(crate) struct Capture {
-    cap: usize,
-    kept: Vec<u8>,
-    total: u64,
-}
+pub(crate) struct Capture(Prefix);
 
 impl Capture {
     /// A capture keeping at most `cap` bytes.
     pub(crate) fn new(cap: usize) -> Capture {
-        Capture {
-            cap,
-            kept: Vec::with_capacity(cap.min(64 * 1024)),
-            total: 0,
-        }
+        Capture(Prefix::new(cap))
     }
 
     /// Adds a chunk: the part that fits under the cap is kept, the rest only counted.
     pub(crate) fn push(&mut self, chunk: &[u8]) {
-        self.total += chunk.len() as u64;
-        let room = self.cap.saturating_sub(self.kept.len());
-        let take = room.min(chunk.len());
-        self.kept.extend_from_slice(&chunk[..take]);
+        self.0.push(chunk);
     }
 
     /// The result; cut back to a character boundary if truncated.
     pub(crate) fn finish(self) -> CapturedOutput {
-        let truncated = self.total > self.kept.len() as u64;
-        let mut bytes = self.kept;
+        let (truncated, total_bytes) = (self.0.truncated(), self.0.total());
+        let mut bytes = self.0.into_vec();
         if truncated {
-            let keep = utf8_cut(&bytes);
-            bytes.truncate(keep);
+            bytes.truncate(utf8_complete_len(&bytes));
         }
         CapturedOutput {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             bytes,
             truncated,
-            total_bytes: self.total,
+            total_bytes,
         }
     }
-}
-
-/// The length of `buf` without a trailing *incomplete* UTF-8 character: if the last
-/// (up to 4) bytes start a multi-byte sequence that is cut short, the cut is moved to
-/// before its lead byte. Invalid bytes are not touched (they are data, shown as U+FFFD).
-pub(crate) fn utf8_cut(buf: &[u8]) -> usize {
-    let len = buf.len();
-    // Look back over at most 3 continuation bytes for the lead byte.
-    for back in 1..=len.min(4) {
-        let i = len - back;
-        let b = buf[i];
-        if b & 0b1100_0000 == 0b1000_0000 {
-            continue; // continuation byte: keep looking for the lead
-        }
-        let need = match b {
-            0x00..=0x7f => 1,
-            0xc2..=0xdf => 2,
-            0xe0..=0xef => 3,
-            0xf0..=0xf4 => 4,
-            _ => return len, // not a lead byte: invalid data, keep as is
-        };
-        // Only a *valid prefix* is dropped: the continuation bytes seen so far must be
-        // all the bytes after the lead.
-        return if back < need { i } else { len };
-    }
-    len
 }
 
 #[cfg(test)]
@@ -97,15 +61,15 @@ mod tests {
 
     #[test]
     fn cuts_only_incomplete_trailing_chars() {
-        assert_eq!(utf8_cut(b"abc"), 3);
-        assert_eq!(utf8_cut("aé".as_bytes()), 3);
-        assert_eq!(utf8_cut(&"aé".as_bytes()[..2]), 1);
-        assert_eq!(utf8_cut(&"a€".as_bytes()[..3]), 1);
-        assert_eq!(utf8_cut(&"a😀".as_bytes()[..4]), 1);
-        assert_eq!(utf8_cut("a😀".as_bytes()), 5);
-        assert_eq!(utf8_cut(b"ab\xff"), 3);
-        assert_eq!(utf8_cut(b"ab\x80\x80"), 4);
-        assert_eq!(utf8_cut(b""), 0);
+        assert_eq!(utf8_complete_len(b"abc"), 3);
+        assert_eq!(utf8_complete_len("aé".as_bytes()), 3);
+        assert_eq!(utf8_complete_len(&"aé".as_bytes()[..2]), 1);
+        assert_eq!(utf8_complete_len(&"a€".as_bytes()[..3]), 1);
+        assert_eq!(utf8_complete_len(&"a😀".as_bytes()[..4]), 1);
+        assert_eq!(utf8_complete_len("a😀".as_bytes()), 5);
+        assert_eq!(utf8_complete_len(b"ab\xff"), 3);
+        assert_eq!(utf8_complete_len(b"ab\x80\x80"), 4);
+        assert_eq!(utf8_complete_len(b""), 0);
     }
 
     #[test]

@@ -20,3 +20,8 @@ pub use bash::{BashError, BashOutput, BashRequest, BashTool};
 pub use capture::CapturedOutput;
 pub use lsp::{LspClient, LspError, LspOptions};
 pub use terminal::{Key, TerminalError, TerminalSession};
+
+/// The README's example, compiled as a doctest so it cannot drift from the API.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -23,6 +23,9 @@ pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default sandbox lifetime asked for at create and connect (the SDKs' 300 s).
 pub const DEFAULT_SANDBOX_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Default of [`Config::http2`].
+pub const DEFAULT_HTTP2: bool = false;
+
 /// What a disabled request timeout means: long enough never to matter.
 const NO_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -90,6 +93,7 @@ pub struct Config {
     pub(crate) transfer_idle_timeout: Option<Duration>,
     pub(crate) keepalive_interval: Duration,
     pub(crate) user_agent: String,
+    pub(crate) http2: bool,
 }
 
 impl Default for Config {
@@ -112,6 +116,7 @@ impl Config {
             transfer_idle_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
             user_agent: format!("e2b-rust-core/{}", env!("CARGO_PKG_VERSION")),
+            http2: DEFAULT_HTTP2,
         }
     }
 
@@ -195,6 +200,14 @@ impl Config {
     /// seconds, at least 1).
     pub fn keepalive_interval(mut self, t: Duration) -> Self {
         self.keepalive_interval = t;
+        self
+    }
+
+    /// HTTP/2 for every request (`true`: prior knowledge, as the Python SDK speaks to
+    /// envd; on `https` without falling back to HTTP/1.1) or HTTP/1.1 on plain `http` and
+    /// whatever TLS negotiates (ALPN) on `https` (`false`). Default [`DEFAULT_HTTP2`].
+    pub fn http2(mut self, on: bool) -> Self {
+        self.http2 = on;
         self
     }
 

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use exec_world::output::Prefix;
 use futures::StreamExt as _;
 
 use crate::envd::StartProcess;
@@ -138,30 +139,32 @@ impl TrustedShell {
     /// Run `script` and collect its bounded output; a non-zero exit is data.
     pub async fn run(&self, script: &str, args: &[&str]) -> Result<ControlOutput, Error> {
         let mut stream = self.api.start_process(self.command(script, args)).await?;
-        let mut out = ControlOutput::default();
-        let mut ended = false;
+        let (mut stdout, mut stderr) = (Prefix::new(self.max_output), Prefix::new(self.max_output));
+        let mut exit_code = None;
         while let Some(ev) = stream.next().await {
             match ev? {
                 ProcessEvent::Data(DataEvent::Stdout(b)) => {
-                    out.truncated |= append_bounded(&mut out.stdout, &b, self.max_output);
+                    stdout.push(&b);
                 }
                 ProcessEvent::Data(DataEvent::Stderr(b) | DataEvent::Pty(b)) => {
-                    out.truncated |= append_bounded(&mut out.stderr, &b, self.max_output);
+                    stderr.push(&b);
                 }
-                ProcessEvent::End(end) => {
-                    out.exit_code = end.exit_code;
-                    ended = true;
-                }
+                ProcessEvent::End(end) => exit_code = Some(end.exit_code),
                 ProcessEvent::Start(_) | ProcessEvent::Keepalive(_) => {}
             }
         }
-        if !ended {
+        let Some(exit_code) = exit_code else {
             return Err(Error::protocol(
                 Surface::Envd,
                 "shell command stream ended without an end event",
             ));
-        }
-        Ok(out)
+        };
+        Ok(ControlOutput {
+            exit_code,
+            truncated: stdout.truncated() || stderr.truncated(),
+            stdout: stdout.into_vec(),
+            stderr: stderr.into_vec(),
+        })
     }
 
     /// Run `script`; a non-zero exit becomes [`Error::ControlCommand`] with bounded stderr.
@@ -176,14 +179,6 @@ impl TrustedShell {
         }
         Ok(out)
     }
-}
-
-/// Append at most `limit - buf.len()` bytes; true when something was dropped.
-fn append_bounded(buf: &mut Vec<u8>, chunk: &[u8], limit: usize) -> bool {
-    let room = limit.saturating_sub(buf.len());
-    let take = room.min(chunk.len());
-    buf.extend_from_slice(&chunk[..take]);
-    take < chunk.len()
 }
 
 /// 20 random lowercase alphanumerics from the OS random source (via std's hasher seeds
@@ -214,15 +209,6 @@ pub fn random_suffix() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bounded_append_cuts_and_flags() {
-        let mut b = Vec::new();
-        assert!(!append_bounded(&mut b, b"abc", 5));
-        assert!(append_bounded(&mut b, b"defg", 5));
-        assert_eq!(b, b"abcde");
-        assert!(append_bounded(&mut b, b"x", 5));
-    }
 
     #[test]
     fn random_suffixes_are_distinct_and_well_formed() {

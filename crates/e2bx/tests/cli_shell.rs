@@ -1,39 +1,30 @@
-//! `e2bx shell` in a real PTY (openpty in the test, e2bx as the session leader on the
-//! slave side): the remote bash answers typed input, a local resize reaches the remote PTY,
-//! `exit` ends e2bx with the shell's status, and the terminal settings are restored.
+//! `e2bx shell` in a real PTY (exec-world's PTY helper in the test, e2bx as the session
+//! leader on the slave side): the remote bash answers typed input, a local resize reaches
+//! the remote PTY, `exit` ends e2bx with the shell's status, and the terminal settings are
+//! restored.
 
 mod support;
 
 use std::io::{Read as _, Write as _};
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use exec_world::TermSize;
+
+/// A PTY pair from exec-world's helper, the master as a `File` for plain reads and writes.
 struct Pty {
     master: std::fs::File,
     slave: OwnedFd,
 }
 
 fn openpty(cols: u16, rows: u16) -> Pty {
-    let mut m: libc::c_int = -1;
-    let mut s: libc::c_int = -1;
-    let ws = libc::winsize {
-        ws_row: rows,
-        ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: out-pointers to valid ints; null name and termios; a valid winsize.
-    let rc = unsafe { libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), &ws) };
-    assert_eq!(rc, 0, "openpty");
-    // SAFETY: both fds were just returned to us and are owned from here on.
-    unsafe {
-        Pty {
-            master: std::fs::File::from_raw_fd(m),
-            slave: OwnedFd::from_raw_fd(s),
-        }
+    let pty = exec_world::pty::open(TermSize { cols, rows }).expect("openpty");
+    Pty {
+        master: pty.master.into(),
+        slave: pty.slave,
     }
 }
 
@@ -107,14 +98,9 @@ fn interactive_shell_in_a_pty() {
         .stdin(dup(&pty.slave))
         .stdout(dup(&pty.slave))
         .stderr(dup(&pty.slave));
-    // SAFETY: only async-signal-safe calls between fork and exec.
+    // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        cmd.pre_exec(exec_world::pty::make_controlling_terminal);
     }
     let mut child = cmd.spawn().expect("spawn e2bx shell");
     let mut writer = pty.master.try_clone().expect("dup master");
@@ -126,17 +112,14 @@ fn interactive_shell_in_a_pty() {
     screen.wait_for("42", |s| s.contains("42"));
 
     // Resize locally: SIGWINCH reaches e2bx, which resizes the remote PTY.
-    let ws = libc::winsize {
-        ws_row: 41,
-        ws_col: 123,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: valid fd and winsize.
-    assert_eq!(
-        unsafe { libc::ioctl(writer.as_raw_fd(), libc::TIOCSWINSZ, &ws) },
-        0
-    );
+    exec_world::pty::set_size(
+        &writer,
+        TermSize {
+            cols: 123,
+            rows: 41,
+        },
+    )
+    .expect("resize");
     let mut resized = false;
     for _ in 0..20 {
         screen.clear();

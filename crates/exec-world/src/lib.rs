@@ -37,6 +37,7 @@ pub mod local;
 pub mod output;
 mod path;
 mod proc;
+pub mod pty;
 pub mod rooted;
 pub mod sandbox;
 mod terminal;

@@ -1,10 +1,14 @@
 //! Bounded capture of process output: keep a head and a tail in memory, count the rest,
 //! optionally spill everything to a file in the world. Backend-independent, so every
 //! `Subprocess` gets the same output cap without implementing it.
+//!
+//! [`Prefix`] (the first bytes up to a cap, everything counted) and [`utf8_complete_len`]
+//! are the pieces every bounded capture of the workspace is built from: [`capture`]'s
+//! head, agent-tools' bash output and e2b-core's trusted shell.
 
 use std::collections::VecDeque;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 
 use crate::error::Error;
@@ -62,6 +66,98 @@ impl Captured {
     }
 }
 
+/// The first `cap` bytes of a stream, and a count of every byte: the one bounded
+/// buffer behind the workspace's output caps.
+///
+/// ```
+/// let mut p = exec_world::output::Prefix::new(4);
+/// assert_eq!(p.push(b"ab"), b"");
+/// assert_eq!(p.push(b"cdef"), b"ef"); // what did not fit
+/// assert_eq!((p.kept(), p.total(), p.truncated()), (&b"abcd"[..], 6, true));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Prefix {
+    cap: usize,
+    kept: Vec<u8>,
+    total: u64,
+}
+
+impl Prefix {
+    /// An empty prefix keeping at most `cap` bytes.
+    pub fn new(cap: usize) -> Prefix {
+        Prefix {
+            cap,
+            kept: Vec::with_capacity(cap.min(64 * 1024)),
+            total: 0,
+        }
+    }
+
+    /// Keeps the part of `chunk` that fits under the cap and counts all of it; returns
+    /// the part that did not fit (empty when everything was kept).
+    pub fn push<'a>(&mut self, chunk: &'a [u8]) -> &'a [u8] {
+        self.total += chunk.len() as u64;
+        let room = self.cap.saturating_sub(self.kept.len());
+        let (kept, rest) = chunk.split_at(room.min(chunk.len()));
+        self.kept.extend_from_slice(kept);
+        rest
+    }
+
+    /// The bytes kept so far.
+    pub fn kept(&self) -> &[u8] {
+        &self.kept
+    }
+
+    /// Every byte pushed, kept or not.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// True when some pushed bytes were not kept.
+    pub fn truncated(&self) -> bool {
+        self.total > self.kept.len() as u64
+    }
+
+    /// The kept bytes.
+    pub fn into_vec(self) -> Vec<u8> {
+        self.kept
+    }
+}
+
+/// The length of `buf` without a trailing *incomplete* UTF-8 character (what a cap cut
+/// in the middle of one leaves): if the last bytes start a multi-byte sequence that is
+/// cut short, the length ends before its lead byte. Invalid bytes elsewhere are data and
+/// are not touched.
+///
+/// ```
+/// use exec_world::output::utf8_complete_len;
+/// let euro = "a€".as_bytes();
+/// assert_eq!(utf8_complete_len(&euro[..3]), 1);
+/// assert_eq!(utf8_complete_len(euro), 4);
+/// assert_eq!(utf8_complete_len(b"ab\xff"), 3);
+/// ```
+pub fn utf8_complete_len(buf: &[u8]) -> usize {
+    let len = buf.len();
+    // Look back over at most 3 continuation bytes for the lead byte.
+    for back in 1..=len.min(4) {
+        let i = len - back;
+        let b = buf[i];
+        if b & 0b1100_0000 == 0b1000_0000 {
+            continue; // continuation byte: keep looking for the lead
+        }
+        let need = match b {
+            0x00..=0x7f => 1,
+            0xc2..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf4 => 4,
+            _ => return len, // not a lead byte: invalid data, keep as is
+        };
+        // Only a *valid prefix* is dropped: the continuation bytes seen so far must be
+        // all the bytes after the lead.
+        return if back < need { i } else { len };
+    }
+    len
+}
+
 /// Reads `stream` to its end keeping at most `limit.head + limit.tail` bytes in memory;
 /// with `spill`, the whole stream is also written to a file (the spill's failure is
 /// reported in [`Captured::spill`] and does not stop the capture).
@@ -82,9 +178,8 @@ pub async fn capture(
     limit: CaptureLimit,
     spill: Option<Spill<'_>>,
 ) -> Result<Captured, Error> {
-    let mut head = BytesMut::new();
+    let mut head = Prefix::new(limit.head);
     let mut tail: VecDeque<u8> = VecDeque::new();
-    let mut total = 0u64;
     let (tx, writer) = match spill {
         Some(sp) => {
             let (tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, Error>>(16);
@@ -105,15 +200,12 @@ pub async fn capture(
                     break;
                 }
             };
-            total += chunk.len() as u64;
             if let Some(t) = tx.as_mut() {
                 if t.send(Ok(chunk.clone())).await.is_err() {
                     tx = None; // the spill failed; keep capturing
                 }
             }
-            let room = limit.head.saturating_sub(head.len());
-            let (h, rest) = chunk.split_at(room.min(chunk.len()));
-            head.extend_from_slice(h);
+            let rest = head.push(&chunk);
             if rest.len() >= limit.tail {
                 tail.clear();
                 tail.extend(&rest[rest.len() - limit.tail..]);
@@ -143,9 +235,26 @@ pub async fn capture(
         return Err(e);
     }
     Ok(Captured {
-        head: head.freeze(),
+        total: head.total(),
+        head: Bytes::from(head.into_vec()),
         tail: Bytes::from(Vec::from(tail)),
-        total,
         spill: spilled,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_cuts_at_the_cap_and_flags() {
+        let mut b = Prefix::new(5);
+        assert!(b.push(b"abc").is_empty());
+        assert!(!b.truncated());
+        assert_eq!(b.push(b"defg"), b"fg");
+        assert_eq!(b.kept(), b"abcde");
+        assert_eq!(b.push(b"x"), b"x");
+        assert_eq!((b.total(), b.truncated()), (8, true));
+        assert_eq!(b.into_vec(), b"abcde");
+    }
 }

@@ -31,10 +31,10 @@ pub(crate) struct Shared {
     pub background_cleanup: bool,
     /// Lifetime of each shell command.
     pub command_timeout: std::time::Duration,
-    /// Shell commands as root (only to make the upload directory).
+    /// Shell commands as root (only to start the holders' wrappers).
     pub root_ctl: Ctl,
-    /// Root's private upload directory, once made (see [`crate::scripts::UPLOAD_DIR`]).
-    pub upload_dir: std::sync::Mutex<Option<WorldPath>>,
+    /// The acting user's uid, gid and groups (decimal), once asked (see [`crate::holder`]).
+    pub identity: std::sync::Mutex<Option<[String; 3]>>,
 }
 
 impl Shared {
@@ -81,7 +81,7 @@ impl E2bFs {
                 background_cleanup: opts.background_cleanup,
                 command_timeout: opts.command_timeout,
                 root_ctl,
-                upload_dir: std::sync::Mutex::new(None),
+                identity: std::sync::Mutex::new(None),
             }),
             cwd: cwd.normalize(),
         })

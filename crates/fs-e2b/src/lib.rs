@@ -7,15 +7,16 @@
 //! | operation | how |
 //! | --- | --- |
 //! | `stat` / `lstat` / `read_dir` | one shell command: GNU `find [-L] … -printf` (kind, mode, size, device, inode, mtime and ctime with nanoseconds, link text) |
-//! | `read` | a process running as the acting user (never envd's `GET /files`, which opens files as root): it opens the file once, checks its kind and size (`TooLarge` before a byte is sent), prints the size, then at most `max_bytes + 1` bytes over envd's process stream |
-//! | `read_stream` | the same reader without a limit, yielded in chunks of at most 1 MiB; dropping the stream kills the reader |
-//! | `write` | shell command as the user: checks, `mkdir -m 0700` of a random sibling staging dir; `POST /files` into root's private upload dir (`/tmp/.e2b-upload-…`, root 0711, made once per handle: envd writes as root and follows links, so it never writes where the user can plant one); shell command as the user: link or copy the upload into the staging dir, `chmod`, `mv -T` over the target, stat of the renamed inode through an open descriptor; envd `Remove` of the upload |
-//! | `create_if_absent` | same upload and staging, then `ln -T staged target` (a hard link fails if anything exists at the target) |
+//! | `read` | a holder process of the acting user (forked by a root `perl` wrapper, it becomes the user without exec'ing, so it stays non-dumpable) opens the file with that user's rights, checks its kind and size (`TooLarge` before a byte moves) and holds it; envd's `GET /files` of `/proc/PID/fd/FD` reads that open file, never a path the user controls; then the holder's stdin is closed and it ends (see `src/holder.rs`); at most `max_bytes + 1` bytes are taken |
+//! | `read_stream` | the same, streamed in chunks of at most 1 MiB (no process runs while it streams) |
+//! | `write` | a holder of the acting user checks the parent (made when asked) and the target, makes a random sibling staging dir (0700) and creates `data` in it; envd's `POST /files` writes `/proc/PID/fd/FD`, the file the holder created and holds; on `commit` (stdin) the holder sets the mode, renames it over the target and prints the record of the new inode through its descriptor. Three requests: start, upload, commit |
+//! | `create_if_absent` | the same holder and upload, committed with a hard link to the target (fails if anything exists there) |
 //! | `mkdir` / `remove` / `rename` | shell commands (`mkdir [-p]`, `rmdir` / `rm [-rf]`, `mv -T`) |
 //!
 //! Root (envd's `/files` routes and file RPCs) never acts on a path the user controls:
-//! reads come from a process running as the user, uploads land in root's own directory,
-//! and everything in the user's directories is done by the user's processes.
+//! it reads and writes only files a holder of the user opened (through the holder's
+//! descriptor), and everything in the user's directories is done by the user's
+//! processes. Holders need `perl` (Debian's essential `perl-base`).
 //!
 //! Shell commands run as the acting user (`sh -c SCRIPT sh ARGS…`, paths only as
 //! positional arguments, `LC_ALL=C`), so permissions and ownership are the user's. They
@@ -27,6 +28,7 @@
 //! renamed (read through the still-open staged file), which is what `stat` reports next.
 
 mod fs;
+mod holder;
 mod meta;
 mod options;
 mod read;

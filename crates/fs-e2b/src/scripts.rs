@@ -4,9 +4,16 @@
 
 /// `find -printf` format of one record: kind, mode, size, device, inode, mtime, ctime,
 /// owner, group, link text, name; every field ends with NUL.
+macro_rules! record_format {
+    () => {
+        r"%y\0%m\0%s\0%D\0%i\0%T@\0%C@\0%u\0%g\0%l\0%f\0"
+    };
+}
+
+/// [`record_format!`] quoted for the shell.
 macro_rules! fmt {
     () => {
-        r"'%y\0%m\0%s\0%D\0%i\0%T@\0%C@\0%u\0%g\0%l\0%f\0'"
+        concat!("'", record_format!(), "'")
     };
 }
 
@@ -38,106 +45,141 @@ exec rm -- "$1""#;
 /// `rename($1, $2)`.
 pub(crate) const RENAME: &str = r#"exec mv -T -- "$1" "$2""#;
 
-/// The check that opens WRITE_PREPARE and CREATE_PREPARE: the upload directory `$U` must
-/// be a real directory the acting user cannot write to (root's, made by
-/// [`UPLOAD_DIR`]), else exit 70 (it is made again under a new name).
-macro_rules! upload_dir_check {
-    ($var:literal) => {
-        concat!(
-            r#"if [ ! -d ""#,
-            $var,
-            r#"" ] || [ -L ""#,
-            $var,
-            r#"" ] || { [ -w ""#,
-            $var,
-            r#"" ] && [ ! -O / ]; }; then exit 70; fi
-"#
-        )
-    };
-}
-
-/// Exit code: the upload directory is missing or writable by the acting user.
-pub(crate) const EXIT_UPLOAD_DIR: i32 = 70;
-
-/// As root: the private upload directory `$1` (root's, 0711: the user can reach a file in
-/// it by its random name but can neither list it nor create, replace or link anything
-/// in it), so envd's `POST /files`, which writes as root and follows links, never meets
-/// a path the user controls.
-pub(crate) const UPLOAD_DIR: &str = r#"umask 077; exec mkdir -m 0711 -- "$1""#;
+/// As the acting user: its uid, gid and groups, one per line.
+pub(crate) const IDENTITY: &str = "id -u && id -g && exec id -G";
 
 /// Removes `$1` and everything under it (as the acting user).
 pub(crate) const REMOVE_TREE: &str = r#"exec rm -rf -- "$1""#;
 
-/// Before a write of `$1` (parent `$2`): upload directory `$5` checked, parent checks
-/// (created when `$4 = 1`), target not a directory, staging dir `$3` created 0700;
-/// prints the mode of an existing file.
-pub(crate) const WRITE_PREPARE: &str = concat!(
-    upload_dir_check!("$5"),
-    r#"t=$1 p=$2 s=$3
-if [ ! -d "$p" ]; then
-  if [ -e "$p" ] || [ -L "$p" ]; then exit 66; fi
-  if [ "$4" = 1 ]; then umask 022; mkdir -p -- "$p" || exit 1; else exit 64; fi
-fi
-if [ -d "$t" ] && [ ! -L "$t" ]; then exit 67; fi
-mkdir -m 0700 -- "$s" || exit 1
-if [ -f "$t" ] && [ ! -L "$t" ]; then exec stat -c %a -- "$t"; fi"#
+/// Exit code of a holder that could not make itself unreachable by the user's other
+/// processes (no `perl`, or the change of identity or the non-dumpable check failed).
+pub(crate) const EXIT_UNPROTECTED: i32 = 71;
+
+/// Exit code of a write holder told anything but `commit` (it removed its staging dir).
+pub(crate) const EXIT_ABORTED: i32 = 75;
+
+/// As root: runs a holder, `$1` ([`READ_HOLDER`] or [`WRITE_HOLDER`]) with the rest as
+/// its arguments, in `perl` with an empty environment (no `PERL5LIB` or `PERL5OPT`
+/// reaches root's interpreter), stderr on stdout.
+pub(crate) const HOLDER_WRAPPER: &str = r#"command -v perl >/dev/null || { echo "perl: not found"; echo e71; exit 71; }
+s=$1; shift
+exec env -i LC_ALL=C perl -e "$s" -- "$@" 2>&1"#;
+
+/// The start shared by both holders (perl; the first arguments are uid, gid, groups).
+/// The root process forks; the child takes the acting user's gid, groups and uid (real,
+/// effective and saved) without exec'ing anything, so the kernel keeps it non-dumpable:
+/// no process of the user can ptrace it or open its `/proc` entries, hence none can
+/// change what its descriptors are (it checks that its `/proc/PID/fd` is root's). The
+/// root parent reaps the child only once the child said so on a private pipe (`done`),
+/// which it does only when root no longer opens its descriptors: a child the user kills
+/// stays a zombie, its pid is not reused and `/proc/PID/fd` is empty. The parent then
+/// exits with the child's status. `fail` prints the cause, then `eCODE`.
+macro_rules! holder_start {
+    () => {
+        r#"use Fcntl qw(O_RDONLY O_WRONLY O_CREAT O_EXCL O_NOFOLLOW O_NONBLOCK O_NOCTTY F_GETFD F_SETFD FD_CLOEXEC);
+my ($uid, $gid, $groups) = splice(@ARGV, 0, 3);
+$| = 1;
+pipe(my $pr, my $pw) or do { print "pipe: $!\ne1\n"; exit 1 };
+my $pid = fork();
+do { print "fork: $!\ne1\n"; exit 1 } unless defined $pid;
+if ($pid) {
+  close $pw; close STDIN;
+  my $word = <$pr>;
+  sleep 3600 while !defined $word;
+  waitpid($pid, 0);
+  exit($? & 127 ? 1 : $? >> 8);
+}
+close $pr;
+my $said = 0;
+sub done { return if $said; $said = 1; print $pw "r\n"; close $pw }
+sub fail { my ($code, $msg) = @_; done(); print "$msg\n" if defined $msg; print "e$code\n"; exit $code }
+$) = "$gid $groups"; $( = $gid; $> = $uid; $< = $uid;
+fail(71, "cannot act as $uid:$gid") unless $< == $uid && $> == $uid && $( == $gid && $) == $gid;
+my @pfd = stat("/proc/$$/fd");
+fail(71, "the holder is reachable by the user (fs.suid_dumpable?)") unless @pfd && $pfd[4] == 0;
+"#
+    };
+}
+
+/// The read holder (arguments after the ids: path, limit). It opens the path once
+/// (`O_NONBLOCK`: a FIFO never blocks it), refuses a directory (67) or anything not a
+/// regular file (69), checks the size of the open file against the limit (68), prints
+/// `ok PID FD SIZE` and keeps the file open until stdin ends; envd's root
+/// `GET /files` reads `/proc/PID/fd/FD`, the file this user opened.
+pub(crate) const READ_HOLDER: &str = concat!(
+    holder_start!(),
+    r#"my ($path, $limit) = @ARGV;
+sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or fail(2, "$path: $!");
+my @st = stat($fh) or fail(1, "$path: $!");
+fail(67) if -d _;
+fail(69) unless -f _;
+fail(68) if length($limit) && $st[7] > $limit;
+print "ok $$ ", fileno($fh), " $st[7]\n";
+1 while defined(<STDIN>);
+done();
+exit 0;"#
 );
 
-/// Commits a write: the uploaded file `$1` (in root's upload directory) is linked, or
-/// copied where a link cannot cross mounts, into the staging dir `$4` by the acting
-/// user, gets mode `$3`, is renamed over `$2`, and `$4` is removed; prints the record of
-/// the renamed inode (through fd 3, so a later rename by someone else cannot change what
-/// is reported).
-pub(crate) const WRITE_COMMIT: &str = concat!(
-    r#"u=$1 t=$2 s=$4 f=$4/data
-{ ln -- "$u" "$f" 2>/dev/null || cat -- "$u" > "$f"; } || exit 1
-exec 3<"$f" || exit 1
-chmod -- "$3" "$f" || exit 1
-mv -T -f -- "$f" "$t" || exit 1
-rmdir -- "$s" 2>/dev/null
-exec find -L "/proc/$$/fd/3" -maxdepth 0 -printf "#,
-    fmt!()
+/// The write holder (arguments after the ids: target, parent, staging dir, create
+/// parents `1`/`0`, mode (octal, empty: the existing file's, else 644), `create`
+/// (`1`: `create_if_absent`), the `find -printf` record format). As the user: 65 when
+/// creating and anything is at the target; parent checks (made 0755 when asked);
+/// target not a directory; the staging dir made 0700 and `data` in it created
+/// (`O_EXCL`, no link followed); prints `ok PID FD` and waits for a line on stdin while
+/// envd's root `POST /files` writes `/proc/PID/fd/FD`, the file this user created.
+/// `commit`: a write gets the mode and is renamed over the target, then its record is
+/// printed (through the held descriptor); a create gets 0644 and is hard-linked to the
+/// target (65 when anything is there). Anything else: the staging dir is removed, 75.
+pub(crate) const WRITE_HOLDER: &str = concat!(
+    holder_start!(),
+    r#"my ($t, $p, $s, $mkp, $mode, $create, $fmt) = @ARGV;
+my $f = "$s/data";
+sub clean {
+  for (1 .. 3) {
+    if (opendir(my $d, $s)) { unlink map { "$s/$_" } grep { $_ ne '.' && $_ ne '..' } readdir $d }
+    return if rmdir $s;
+  }
+}
+if ($create) { fail(65) if -e $t || -l $t }
+unless (-d $p) {
+  fail(66) if -e $p || -l $p;
+  fail(64) unless $mkp;
+  umask 022;
+  my $acc = '';
+  for my $c (grep { length } split m{/}, $p) {
+    $acc .= "/$c";
+    next if -d $acc;
+    mkdir($acc, 0755) or -d $acc or fail(1, "mkdir $acc: $!");
+  }
+}
+fail(67) if !$create && -d $t && !-l $t;
+my $m = $create ? '644' : $mode;
+if ($m eq '') {
+  $m = '644';
+  if (-f $t && !-l $t) { my @st = stat($t) or fail(1, "$t: $!"); $m = sprintf('%o', $st[2] & 07777) }
+}
+mkdir($s, 0700) or fail(1, "mkdir $s: $!");
+sysopen(my $fh, $f, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600) or do { my $e = $!; rmdir $s; fail(1, "$f: $e") };
+print "ok $$ ", fileno($fh), "\n";
+my $go = <STDIN>;
+done();
+$go = '' unless defined $go;
+chomp $go;
+if ($go ne 'commit') { clean(); exit 75 }
+chmod(oct($m), $fh) or do { my $e = $!; clean(); fail(1, "chmod $t: $e") };
+if ($create) {
+  if (link($f, $t)) { clean(); exit 0 }
+  my $e = $!;
+  clean();
+  fail(65) if -e $t || -l $t;
+  fail(1, "link $t: $e");
+}
+rename($f, $t) or do { my $e = $!; clean(); fail(1, "rename $t: $e") };
+clean();
+my $fl = fcntl($fh, F_GETFD, 0);
+fcntl($fh, F_SETFD, $fl & ~FD_CLOEXEC) if defined $fl;
+exec('find', '-L', "/proc/$$/fd/" . fileno($fh), '-maxdepth', '0', '-printf', $fmt) or fail(1, "find: $!");"#
 );
 
-/// Before `create_if_absent($1)` (parent `$2`): upload directory `$4` checked, 65 when
-/// anything is at `$1`, parent checks, staging dir `$3` created 0700.
-pub(crate) const CREATE_PREPARE: &str = concat!(
-    upload_dir_check!("$4"),
-    r#"t=$1 p=$2 s=$3
-if [ -e "$t" ] || [ -L "$t" ]; then exit 65; fi
-if [ ! -d "$p" ]; then
-  if [ -e "$p" ] || [ -L "$p" ]; then exit 66; fi
-  exit 64
-fi
-mkdir -m 0700 -- "$s" || exit 1"#
-);
-
-/// Commits `create_if_absent`: the uploaded `$1` is linked or copied into staging dir
-/// `$3`, gets 0644 and is hard-linked to `$2` (fails when anything is there: exit 65);
-/// `$3` is removed in every case.
-pub(crate) const CREATE_COMMIT: &str = r#"u=$1 t=$2 s=$3 f=$3/data
-if ! { ln -- "$u" "$f" 2>/dev/null || cat -- "$u" > "$f"; }; then rm -rf -- "$s"; exit 1; fi
-if ! chmod 0644 -- "$f"; then rm -rf -- "$s"; exit 1; fi
-if ln -T -- "$f" "$t" 2>"$s/err"; then rm -rf -- "$s"; exit 0; fi
-if [ -e "$t" ] || [ -L "$t" ]; then rm -rf -- "$s"; exit 65; fi
-cat -- "$s/err" >&2
-rm -rf -- "$s"
-exit 1"#;
-
-/// Reads `$1` as the acting user. Shell tests first (no process): a directory is 67, a
-/// dangling link 64, anything that exists but is not a regular file 69 (so a FIFO is
-/// never opened); then the file is opened once on fd 3 and everything after concerns that
-/// open file: its kind again and its size (one `stat`; more than the limit `$2`: exit 68
-/// before a byte is sent), then one line with the size and the content (at most `$2 + 1`
-/// bytes when `$2` is set, so a file that grew is still cut just past the limit).
-pub(crate) const READ: &str = r#"if [ -d "$1" ]; then exit 67; fi
-if [ ! -e "$1" ] && [ -L "$1" ]; then exit 64; fi
-if [ -e "$1" ] && [ ! -f "$1" ]; then exit 69; fi
-exec 3<"$1" || exit 1
-s=$(stat -L -c %F:%s "/proc/$$/fd/3") || exit 1
-case $s in "regular file:"*|"regular empty file:"*) ;; directory:*) exit 67;; *) exit 69;; esac
-s=${s##*:}
-if [ -n "$2" ] && [ "$s" -gt "$2" ]; then exit 68; fi
-printf '%s\n' "$s"
-if [ -n "$2" ]; then exec head -c "$(($2 + 1))" <&3; fi
-exec cat <&3"#;
+/// The `find -printf` record format as one argument (no shell quoting).
+pub(crate) const RECORD_FORMAT: &str = record_format!();

@@ -84,28 +84,26 @@ impl Ctl {
         })
     }
 
-    /// Starts `script` with `args` and returns its event stream (for output too large to
-    /// collect); `lifetime` replaces the command timeout (`None`: unbounded).
+    /// Starts `script` with `args` and returns its event stream (for processes driven
+    /// while they run); `lifetime` replaces the command timeout (`None`: unbounded),
+    /// `stdin` opens a stdin pipe.
     pub(crate) async fn start(
         &self,
         script: &str,
         args: &[&str],
         lifetime: Option<Duration>,
+        stdin: bool,
         path: &WorldPath,
         what: &str,
     ) -> Result<ProcessStream, Error> {
         let mut spec = self.shell.command(script, args);
         spec.timeout = lifetime;
+        spec.stdin = stdin;
         self.shell
             .api()
             .start_process(spec)
             .await
             .map_err(|e| e.into_world(what).with_path(path))
-    }
-
-    /// The envd API the commands run on.
-    pub(crate) fn api(&self) -> &Arc<dyn EnvdApi> {
-        self.shell.api()
     }
 
     /// Runs `script` and requires exit 0 (else the classified error).

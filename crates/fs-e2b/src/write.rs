@@ -1,15 +1,16 @@
-//! Atomic `write` and no-replace `create_if_absent`. envd's `POST /files` writes as root
-//! and follows links, so it only ever writes into root's private upload directory
-//! (`/tmp/.e2b-upload-…`, 0711, made once per handle): the user can neither plant a link
-//! there nor swap anything in it. A process running as the acting user then links (or
-//! copies) the upload into a random sibling staging directory of the target (created
-//! 0700 by that user) and renames (`mv -T`) or hard-links (`ln -T`) it into place, so the
-//! target is reached with the user's permissions only. The staging directory and the
-//! upload are removed on every failure path, and from a background task when the future
-//! is dropped midway.
+//! Atomic `write` and no-replace `create_if_absent`, with the acting user's permissions
+//! only. One holder process of that user (see [`crate::holder`]) checks the parent and
+//! the target, makes a random sibling staging directory (0700) and creates `data` in it;
+//! envd's `POST /files` (root) then writes `/proc/PID/fd/FD`, the file that holder
+//! created and holds, never a path the user controls; told `commit`, the holder renames
+//! it over the target (`create_if_absent`: hard-links it, which fails if anything is
+//! there) and prints the record of the new inode. Requests per write: the holder's
+//! start, the upload, the `commit` line. The staging directory is removed on every
+//! failure path, and from a background task when the future is dropped midway.
 
 use std::io;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use e2b_core::trusted_shell::random_suffix;
@@ -17,23 +18,24 @@ use exec_world::{ByteStream, Created, Error, Version, WorldPath, WriteOptions};
 use futures::StreamExt as _;
 
 use crate::fs::Shared;
+use crate::holder::{self, Holder};
 use crate::meta::parse_records;
 use crate::scripts;
 use crate::shell::{EXIT_EXISTS, ShellOutput, classify};
 
-/// A staging directory (the user's) and an upload (in root's directory) that are removed
-/// unless disarmed: awaited by [`Stage::cleanup`], or from a spawned task when dropped
-/// armed.
+/// How long a write holder may live (the upload happens while it waits).
+const HOLDER_LIFETIME: Duration = Duration::from_secs(3600);
+
+/// A staging directory (the user's) removed unless disarmed: awaited by
+/// [`Stage::cleanup`], or from a spawned task when dropped armed.
 struct Stage {
     sh: Arc<Shared>,
     dir: WorldPath,
-    upload: WorldPath,
     armed: bool,
 }
 
-/// Removes the staging directory (as the acting user: root never follows the user's
-/// path) and the upload (envd `Remove`, inside root's own directory).
-async fn remove_stage(sh: &Shared, dir: &WorldPath, upload: &WorldPath) {
+/// Removes the staging directory as the acting user (root never follows its path).
+async fn remove_stage(sh: &Shared, dir: &WorldPath) {
     if let Err(e) = sh
         .ctl
         .run_ok(
@@ -46,15 +48,11 @@ async fn remove_stage(sh: &Shared, dir: &WorldPath, upload: &WorldPath) {
     {
         tracing::warn!(dir = %dir, error = %e, "removing a staging directory failed");
     }
-    if let Err(e) = sh.api.remove(upload.as_str(), Some("root")).await {
-        tracing::warn!(file = %upload, error = %e, "removing an upload failed");
-    }
 }
 
 impl Stage {
-    /// A new (not yet created) staging directory next to `target`, and an upload name
-    /// in root's upload directory `uploads`.
-    fn next_to(sh: &Arc<Shared>, target: &WorldPath, uploads: &WorldPath) -> Result<Stage, Error> {
+    /// A new (not yet created) staging directory next to `target`.
+    fn next_to(sh: &Arc<Shared>, target: &WorldPath) -> Result<Stage, Error> {
         let parent = target
             .parent()
             .ok_or_else(|| Error::is_a_directory(target).with_op("write"))?;
@@ -62,45 +60,19 @@ impl Stage {
         Ok(Stage {
             sh: sh.clone(),
             dir,
-            upload: uploads.join(&random_suffix())?,
             armed: true,
         })
     }
 
-    /// Removes both now (best effort) and disarms.
+    /// Removes it now (best effort) and disarms.
     async fn cleanup(mut self) {
         self.armed = false;
-        remove_stage(&self.sh, &self.dir, &self.upload).await;
+        remove_stage(&self.sh, &self.dir).await;
     }
 
-    /// Runs one control step of a write (non-zero exit: the classified error); on any
-    /// failure the stage is removed (it may exist when a step after its mkdir failed).
-    async fn run_step(
-        self,
-        script: &str,
-        args: &[&str],
-        abs: &WorldPath,
-    ) -> Result<(ShellOutput, Stage), Error> {
-        match self.sh.ctl.run_ok(script, args, abs, "write").await {
-            Ok(out) => Ok((out, self)),
-            Err(e) => {
-                self.cleanup().await;
-                Err(e)
-            }
-        }
-    }
-
-    /// Nothing was created (a prepare step refused): nothing to remove.
+    /// The holder removed it (or never made it): nothing to do.
     fn disarm(mut self) {
         self.armed = false;
-    }
-
-    /// The staging directory is gone already: only the upload is removed.
-    async fn finish(mut self) {
-        self.armed = false;
-        if let Err(e) = self.sh.api.remove(self.upload.as_str(), Some("root")).await {
-            tracing::warn!(file = %self.upload, error = %e, "removing an upload failed");
-        }
     }
 }
 
@@ -114,73 +86,21 @@ impl Drop for Stage {
             return;
         };
         let sh = self.sh.clone();
-        let (dir, upload) = (self.dir.clone(), self.upload.clone());
+        let dir = self.dir.clone();
         handle.spawn(async move {
-            // Twice: an upload still being handled could recreate the file.
-            for delay in [0u64, 1000] {
-                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
-                remove_stage(&sh, &dir, &upload).await;
-            }
+            // After the holder's own cleanup (it ends on EOF), in case it could not.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            remove_stage(&sh, &dir).await;
         });
     }
 }
 
-/// Root's upload directory of this handle, made on first use (or again, under a new
-/// name, when `fresh`: a prepare step found the old one gone or writable by the user).
-async fn upload_dir(sh: &Shared, fresh: bool) -> Result<WorldPath, Error> {
-    if !fresh && let Some(d) = sh.upload_dir.lock().ok().and_then(|g| g.clone()) {
-        return Ok(d);
-    }
-    let dir = WorldPath::new(format!("/tmp/.e2b-upload-{}", random_suffix()))?;
-    sh.root_ctl
-        .run_ok(
-            scripts::UPLOAD_DIR,
-            &[dir.as_str()],
-            &dir,
-            "make upload dir",
-        )
-        .await?;
-    if let Ok(mut g) = sh.upload_dir.lock() {
-        *g = Some(dir.clone());
-    }
-    Ok(dir)
-}
-
-/// Runs a prepare script whose argument `upload_arg` is the upload directory, making the
-/// directory first if needed and again once if the script finds it unsafe (exit 70).
-/// Returns the output and the stage (nothing created yet when the exit is not 0).
-async fn prepare(
-    sh: &Arc<Shared>,
-    script: &str,
-    abs: &WorldPath,
-    args: impl Fn(&Stage) -> Vec<String>,
-    what: &str,
-) -> Result<(ShellOutput, Stage), Error> {
-    let mut fresh = false;
-    loop {
-        let uploads = upload_dir(sh, fresh).await?;
-        let stage = Stage::next_to(sh, abs, &uploads)?;
-        let argv = args(&stage);
-        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        match sh.ctl.run(script, &argv, abs, what).await {
-            Ok(o) if o.exit_code == scripts::EXIT_UPLOAD_DIR && !fresh => {
-                stage.disarm();
-                fresh = true;
-            }
-            Ok(o) => return Ok((o, stage)),
-            Err(e) => {
-                stage.cleanup().await;
-                return Err(e);
-            }
-        }
-    }
-}
-
-/// Uploads `data` to `file`; an error item of `data` is returned as itself.
+/// Uploads `data` into the holder's file `fd_path`; an error item of `data` is
+/// returned as itself.
 async fn upload(
     sh: &Shared,
     target: &WorldPath,
-    file: &WorldPath,
+    fd_path: &str,
     data: ByteStream,
 ) -> Result<(), Error> {
     let failed: Arc<Mutex<Option<Error>>> = Arc::new(Mutex::new(None));
@@ -194,11 +114,7 @@ async fn upload(
             io::Error::other(msg)
         })
     });
-    let r = sh
-        .api
-        .upload(file.as_str(), sh.user(), Box::pin(body))
-        .await;
-    match r {
+    match sh.api.upload(fd_path, sh.user(), Box::pin(body)).await {
         Ok(_) => Ok(()),
         Err(e) => {
             if let Some(src) = failed.lock().ok().and_then(|mut s| s.take()) {
@@ -209,6 +125,81 @@ async fn upload(
     }
 }
 
+/// Runs one write holder: start (refusals come back as `Ok(Err(output))`), upload,
+/// `commit`, exit.
+async fn run(
+    sh: &Arc<Shared>,
+    abs: &WorldPath,
+    data: ByteStream,
+    mode: &str,
+    create_parents: bool,
+    create: bool,
+    what: &'static str,
+) -> Result<ShellOutput, Error> {
+    let parent = abs.parent().unwrap_or_else(WorldPath::root);
+    let stage = Stage::next_to(sh, abs)?;
+    let started = holder::start(
+        sh,
+        scripts::WRITE_HOLDER,
+        &[
+            abs.as_str(),
+            parent.as_str(),
+            stage.dir.as_str(),
+            if create_parents { "1" } else { "0" },
+            mode,
+            if create { "1" } else { "0" },
+            scripts::RECORD_FORMAT,
+        ],
+        HOLDER_LIFETIME.max(sh.command_timeout),
+        abs,
+        what,
+    )
+    .await;
+    let held = match started {
+        Ok(Ok(held)) => held,
+        Ok(Err((code, text))) => {
+            stage.disarm();
+            return Ok(ShellOutput {
+                exit_code: code,
+                stdout: Vec::new(),
+                stderr: text,
+            });
+        }
+        Err(e) => {
+            stage.cleanup().await;
+            return Err(e);
+        }
+    };
+    let mut h: Holder = held.holder;
+    if let Err(e) = upload(sh, abs, &held.fd_path, data).await {
+        // The holder removes its staging dir when told anything but `commit`.
+        let aborted = h.tell("abort", abs, what).await.is_ok()
+            && h.finish(abs, what)
+                .await
+                .is_ok_and(|o| o.exit_code == scripts::EXIT_ABORTED);
+        if aborted {
+            stage.disarm();
+        } else {
+            stage.cleanup().await;
+        }
+        return Err(e);
+    }
+    if let Err(e) = h.tell("commit", abs, what).await {
+        stage.cleanup().await;
+        return Err(Error::other(format!(
+            "the holder ended before its file was written ({e})"
+        ))
+        .with_op(what)
+        .with_path(abs));
+    }
+    let out = h.finish(abs, what).await;
+    match &out {
+        Ok(o) if o.exit_code == 0 => stage.disarm(),
+        _ => stage.cleanup().await,
+    }
+    out
+}
+
 /// See [`exec_world::Fs::write`].
 pub(crate) async fn write(
     sh: &Arc<Shared>,
@@ -216,49 +207,14 @@ pub(crate) async fn write(
     data: ByteStream,
     opts: WriteOptions,
 ) -> Result<Version, Error> {
-    let parent = abs.parent().unwrap_or_else(WorldPath::root);
-    let create_parents = if opts.create_parents { "1" } else { "0" };
-    let (out, stage) = prepare(
-        sh,
-        scripts::WRITE_PREPARE,
-        abs,
-        |st| {
-            vec![
-                abs.to_string(),
-                parent.to_string(),
-                st.dir.to_string(),
-                create_parents.to_owned(),
-                st.upload
-                    .parent()
-                    .map(|p| p.to_string())
-                    .unwrap_or_default(),
-            ]
-        },
-        "write",
-    )
-    .await?;
+    let mode = opts
+        .mode
+        .map(|m| format!("{:o}", m & 0o7777))
+        .unwrap_or_default();
+    let out = run(sh, abs, data, &mode, opts.create_parents, false, "write").await?;
     if out.exit_code != 0 {
-        stage.cleanup().await;
         return Err(classify(&out, abs, "write"));
     }
-    let dir = stage.dir.clone();
-    let existing = String::from_utf8_lossy(&out.stdout);
-    let existing = u32::from_str_radix(existing.trim(), 8).ok();
-    let mode = opts.mode.or(existing).unwrap_or(0o644) & 0o7777;
-    let file = stage.upload.clone();
-    if let Err(e) = upload(sh, abs, &file, data).await {
-        stage.cleanup().await;
-        return Err(e);
-    }
-    let mode = format!("{mode:o}");
-    let (out, stage) = stage
-        .run_step(
-            scripts::WRITE_COMMIT,
-            &[file.as_str(), abs.as_str(), &mode, dir.as_str()],
-            abs,
-        )
-        .await?;
-    stage.finish().await;
     let rec = parse_records(&out.stdout)?
         .into_iter()
         .next()
@@ -276,66 +232,11 @@ pub(crate) async fn create_if_absent(
     abs: &WorldPath,
     data: Bytes,
 ) -> Result<Created, Error> {
-    let parent = abs.parent().unwrap_or_else(WorldPath::root);
-    let (o, stage) = prepare(
-        sh,
-        scripts::CREATE_PREPARE,
-        abs,
-        |st| {
-            vec![
-                abs.to_string(),
-                parent.to_string(),
-                st.dir.to_string(),
-                st.upload
-                    .parent()
-                    .map(|p| p.to_string())
-                    .unwrap_or_default(),
-            ]
-        },
-        "create_if_absent",
-    )
-    .await?;
-    match o.exit_code {
-        0 => {}
-        EXIT_EXISTS => {
-            stage.disarm();
-            return Ok(Created::AlreadyExisted);
-        }
-        _ => {
-            stage.disarm();
-            return Err(classify(&o, abs, "create_if_absent"));
-        }
-    }
-    let file = stage.upload.clone();
-    if let Err(e) = upload(sh, abs, &file, exec_world::bytes_stream(data)).await {
-        stage.cleanup().await;
-        return Err(e);
-    }
-    let out = sh
-        .ctl
-        .run(
-            scripts::CREATE_COMMIT,
-            &[file.as_str(), abs.as_str(), stage.dir.as_str()],
-            abs,
-            "create_if_absent",
-        )
-        .await;
-    match out {
-        Ok(o) if o.exit_code == 0 => {
-            stage.finish().await;
-            Ok(Created::Created)
-        }
-        Ok(o) if o.exit_code == EXIT_EXISTS => {
-            stage.finish().await;
-            Ok(Created::AlreadyExisted)
-        }
-        Ok(o) => {
-            stage.finish().await;
-            Err(classify(&o, abs, "create_if_absent"))
-        }
-        Err(e) => {
-            stage.cleanup().await;
-            Err(e)
-        }
+    let data = exec_world::bytes_stream(data);
+    let out = run(sh, abs, data, "", false, true, "create_if_absent").await?;
+    match out.exit_code {
+        0 => Ok(Created::Created),
+        EXIT_EXISTS => Ok(Created::AlreadyExisted),
+        _ => Err(classify(&out, abs, "create_if_absent")),
     }
 }

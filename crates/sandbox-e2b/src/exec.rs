@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use exec_world::sandbox::{
-    ExecOutput, ExecSpec, SANDBOX_ID_VAR, SandboxError, TAG_VAR, UNTAGGED, WORKSPACE, exit_code_of,
-    run_capped, utf8_cut, validate,
+    ExecOutput, ExecSpec, SANDBOX_ID_VAR, SandboxError, TAG_VAR, UNTAGGED, WORKSPACE, run_capped,
+    validate,
 };
 use exec_world::{Child, EnvBase, SpawnSpec, Subprocess as _, WorldPath};
 
@@ -85,13 +85,7 @@ pub(crate) async fn exec(
     if r.stuck {
         leases.reboot(id).await;
     }
-    Ok(ExecOutput {
-        exit_code: r.status.as_ref().and_then(exit_code_of),
-        stdout: utf8_cut(&r.stdout, r.truncated),
-        stderr: utf8_cut(&r.stderr, r.truncated),
-        truncated: r.truncated,
-        timed_out: r.timed_out,
-    })
+    Ok(r.output())
 }
 
 fn start_error(id: &str, e: exec_world::Error) -> SandboxError {

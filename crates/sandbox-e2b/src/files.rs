@@ -63,22 +63,11 @@ pub(crate) async fn read_file(
         0 => {}
         3 | 4 => return Ok(None),
         5 => {
-            return Err(SandboxError::failed(
-                OP,
-                Some(path),
-                "not a regular file (a FIFO, socket or device is never read)",
-            ));
+            return Err(SandboxError::not_regular_file(OP, path));
         }
         _ => return Err(script_failed(OP, path, &out.stderr)),
     }
-    let mut data = out.stdout;
-    let truncated = data.len() as u64 > max_bytes;
-    data.truncate(
-        usize::try_from(max_bytes)
-            .unwrap_or(usize::MAX)
-            .min(data.len()),
-    );
-    Ok(Some(FileContent { data, truncated }))
+    Ok(Some(FileContent::capped(out.stdout, max_bytes)))
 }
 
 pub(crate) async fn stat(

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use e2b_core::{Client, ConnectOptions, EnvdApi, Error, Sandbox, Surface};
+use exec_world::ErrorKind;
 use exec_world::sandbox::SandboxError;
-use exec_world::{ErrorKind, WorldPath};
-use subprocess_e2b::{E2bSubprocess, UserInfo};
+use subprocess_e2b::{E2bSubprocess, E2bSubprocessOptions, UserInfo};
 
 use crate::config::{MAX_TIMEOUT_SECONDS, SandboxConfig};
 use crate::errors::{map_core, op_failed};
@@ -146,10 +146,11 @@ impl Leases {
         }
         let id = sb.id().to_owned();
         let api = sb.into_api();
-        let proc = E2bSubprocess::new(api.clone(), WorldPath::root())
-            .process_timeout(None)
+        let opts = E2bSubprocessOptions::new("/")
             .output_buffer(OUTPUT_BUFFER)
             .known_user(sandbox_user());
+        let proc = E2bSubprocess::new(api.clone(), opts)
+            .map_err(|e| SandboxError::from_source(op, None, e))?;
         let attached = Attached { api, proc };
         self.lock().insert(
             id,

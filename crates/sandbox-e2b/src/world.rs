@@ -11,7 +11,7 @@ use e2b_core::lifecycle::{
 use e2b_core::{Client, EnvdApi};
 use exec_world::{Fs, Rooted, Subprocess, WorldPath};
 use fs_e2b::{E2bFs, E2bFsOptions};
-use subprocess_e2b::E2bSubprocess;
+use subprocess_e2b::{E2bSubprocess, E2bSubprocessOptions};
 
 /// Files, processes and terminals of one E2B sandbox, with its owner.
 ///
@@ -77,9 +77,9 @@ impl E2bWorld {
             path: workdir.clone(),
             reason: "not a usable exec-world path",
         };
-        let cwd = WorldPath::new(&workdir).map_err(invalid)?;
         let fs = E2bFs::new(handle.api(), E2bFsOptions::new(&workdir)).map_err(invalid)?;
-        let subprocess = E2bSubprocess::new(handle.api(), cwd);
+        let subprocess = E2bSubprocess::new(handle.api(), E2bSubprocessOptions::new(&workdir))
+            .map_err(invalid)?;
         Ok(E2bWorld {
             owner,
             handle,

@@ -1,5 +1,7 @@
 //! `exec_world::Subprocess` and `Terminal` over an E2B sandbox: [`E2bSubprocess`] takes
-//! an `Arc<dyn e2b_core::EnvdApi>` and runs every program through envd.
+//! an `Arc<dyn e2b_core::EnvdApi>` and [`E2bSubprocessOptions`] and runs every program
+//! through envd. Its builder methods (`user`, `output_buffer`, `process_timeout`) keep the
+//! cached user lookups.
 //!
 //! # How a spawn runs
 //!
@@ -127,6 +129,7 @@
 //! `wait()` report it; if that kill cannot finish, dropping the child runs it again.
 
 mod child;
+mod options;
 mod queue;
 mod session;
 mod shell;
@@ -137,8 +140,9 @@ mod terminal;
 mod world;
 pub mod wrapper;
 
+pub use options::{DEFAULT_OUTPUT_BUFFER, E2bSubprocessOptions};
 pub use shell::UserInfo;
-pub use subprocess::{DEFAULT_OUTPUT_BUFFER, E2bSubprocess};
+pub use subprocess::E2bSubprocess;
 
 /// The README's example, compiled as a doctest.
 #[doc = include_str!("../README.md")]

@@ -11,19 +11,19 @@ use exec_world::{
 };
 
 use crate::child::E2bChild;
+use crate::options::E2bSubprocessOptions;
 use crate::session::{Launch, Session};
 use crate::shell::UserInfo;
 use crate::terminal::E2bTerminal;
 use crate::world::WorldShared;
 use crate::wrapper::{WrapArgs, validate};
 
-/// Default bound on what is buffered on the host per output stream (1 MiB).
-pub const DEFAULT_OUTPUT_BUFFER: usize = 1 << 20;
-
 /// Processes and terminals in one E2B sandbox, through envd.
 ///
-/// Cheap to clone (clones share the user lookup and the state directory). See the crate
-/// docs for the wrapper, the environment, the kill path and the request cost.
+/// Cheap to clone: clones, [`with_cwd`](E2bSubprocess::with_cwd) handles and the
+/// handles the builder methods return share the cached user lookups and state
+/// directories (per user). See the crate docs for the wrapper, the environment, the kill
+/// path and the request cost.
 #[derive(Clone, Debug)]
 pub struct E2bSubprocess {
     world: Arc<WorldShared>,
@@ -34,28 +34,41 @@ pub struct E2bSubprocess {
 }
 
 impl E2bSubprocess {
-    /// Processes in the sandbox behind `api`, as envd's default user, with default cwd
-    /// `cwd` (made absolute against `/`).
-    pub fn new(api: Arc<dyn EnvdApi>, cwd: WorldPath) -> E2bSubprocess {
-        E2bSubprocess {
-            world: Arc::new(WorldShared::new(api, None, DEFAULT_OUTPUT_BUFFER, None)),
-            cwd: cwd.resolve(&WorldPath::root()),
-            user: None,
-            output_buffer: DEFAULT_OUTPUT_BUFFER,
-            process_timeout: None,
+    /// Processes in the sandbox behind `api` with `opts`. [`ErrorKind::InvalidPath`]
+    /// when `opts.cwd` is not an absolute POSIX path. No request is made.
+    ///
+    /// [`ErrorKind::InvalidPath`]: exec_world::ErrorKind::InvalidPath
+    pub fn new(api: Arc<dyn EnvdApi>, opts: E2bSubprocessOptions) -> Result<E2bSubprocess, Error> {
+        let cwd = WorldPath::new(&opts.cwd)?;
+        if !cwd.is_absolute() {
+            return Err(Error::invalid_path(
+                &opts.cwd,
+                "the cwd of an E2bSubprocess must be an absolute POSIX path",
+            ));
         }
+        let output_buffer = opts.output_buffer.max(1);
+        let world = WorldShared::new(api, opts.user.clone(), output_buffer, opts.process_timeout);
+        if let Some(info) = opts.known_user {
+            world.preset_user(info);
+        }
+        Ok(E2bSubprocess {
+            world: Arc::new(world),
+            cwd: cwd.normalize(),
+            user: opts.user,
+            output_buffer,
+            process_timeout: opts.process_timeout,
+        })
     }
 
-    /// Like [`E2bSubprocess::new`] with the user's login home (found by the control
-    /// shell) as the cwd.
+    /// Like [`E2bSubprocess::new`] with the user's login home (found by the trusted
+    /// shell: one or two requests) as the cwd.
     pub async fn at_home(
         api: Arc<dyn EnvdApi>,
         user: Option<String>,
     ) -> Result<E2bSubprocess, Error> {
-        let mut p = E2bSubprocess::new(api, WorldPath::root());
-        if let Some(u) = user {
-            p = p.user(u);
-        }
+        let mut opts = E2bSubprocessOptions::new("/");
+        opts.user = user;
+        let mut p = E2bSubprocess::new(api, opts)?;
         let info = p.user_info().await?;
         p.prepare().await?;
         let home = WorldPath::new(&info.home)
@@ -64,9 +77,9 @@ impl E2bSubprocess {
         Ok(p)
     }
 
-    fn rebuild(mut self) -> E2bSubprocess {
-        self.world = Arc::new(WorldShared::new(
-            self.world.api.clone(),
+    /// This handle with its settings applied to a new shared part; the caches are kept.
+    fn apply_settings(mut self) -> E2bSubprocess {
+        self.world = Arc::new(self.world.with_settings(
             self.user.clone(),
             self.output_buffer,
             self.process_timeout,
@@ -74,10 +87,11 @@ impl E2bSubprocess {
         self
     }
 
-    /// Runs processes as `user` instead of envd's default user.
+    /// Runs processes as `user` instead of envd's default user (that user's lookup is
+    /// cached like the first one's).
     pub fn user(mut self, user: impl Into<String>) -> E2bSubprocess {
         self.user = Some(user.into());
-        self.rebuild()
+        self.apply_settings()
     }
 
     /// Runs processes as the user `info` describes (name, home, shell, `PATH`), known
@@ -91,16 +105,17 @@ impl E2bSubprocess {
     }
 
     /// Bound on the bytes buffered on the host per output stream before the reader
-    /// stops reading envd (back-pressure); default [`DEFAULT_OUTPUT_BUFFER`].
+    /// stops reading envd (back-pressure); default
+    /// [`DEFAULT_OUTPUT_BUFFER`](crate::DEFAULT_OUTPUT_BUFFER).
     pub fn output_buffer(mut self, bytes: usize) -> E2bSubprocess {
         self.output_buffer = bytes.max(1);
-        self.rebuild()
+        self.apply_settings()
     }
 
     /// A lifetime envd enforces on every process (SIGKILL at expiry); default none.
     pub fn process_timeout(mut self, timeout: Option<Duration>) -> E2bSubprocess {
         self.process_timeout = timeout;
-        self.rebuild()
+        self.apply_settings()
     }
 
     /// Another handle with default cwd `cwd` (relative: against the current one),
@@ -113,7 +128,7 @@ impl E2bSubprocess {
     }
 
     /// Places the spawn helper and probes for a cgroup per spawn now rather than on the
-    /// first spawn (one trusted command, once per adapter), so
+    /// first spawn (one trusted command, once per adapter and user), so
     /// [`capabilities`](Subprocess::capabilities) reports `contained_escapes` exactly.
     pub async fn prepare(&self) -> Result<(), Error> {
         let info = self.world.user_info().await?;

@@ -1,10 +1,14 @@
 //! What every process of one adapter shares: the envd API, the trusted shell, the
-//! settings, values found once and cached (the user lookup, the spawn helper's placement
-//! with the cgroup probe, the private state directory for terminal spec files) and the
-//! names of the spawn cgroups free for reuse.
+//! settings, values found once per user and cached (the user lookup, the spawn helper's
+//! placement with the cgroup probe, the private state directory for terminal spec files)
+//! and the names of the spawn cgroups free for reuse. The caches live in a registry
+//! shared by every handle built from one adapter, so changing a setting (or switching
+//! users and back) never repeats a lookup; what the adapter placed in the sandbox is
+//! removed when its last handle goes.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use e2b_core::EnvdApi;
@@ -25,6 +29,68 @@ pub(crate) struct SpawnSetup {
     pub(crate) cgroup: Option<CgroupSetup>,
 }
 
+/// The cached lookups of one user.
+#[derive(Default)]
+struct UserCache {
+    info: OnceCell<UserInfo>,
+    state_dir: OnceCell<String>,
+    setup: OnceCell<SpawnSetup>,
+    /// True once the setup found a cgroup per spawn.
+    contained: AtomicBool,
+}
+
+/// What every handle of one adapter shares: each user's caches and the spawn cgroup
+/// names.
+struct Adapter {
+    shell: Shell,
+    users: Mutex<HashMap<Option<String>, Arc<UserCache>>>,
+    /// Prefix of this adapter's cgroup names (`exec-world-<random>-`).
+    cgroup_prefix: String,
+    next_cgroup: AtomicU64,
+    /// Names of spawn cgroups whose spawn is over, per kind (pipes, terminals): reused
+    /// while empty (the helper checks), removed when the adapter goes.
+    free_cgroups: Mutex<[Vec<String>; 2]>,
+}
+
+impl Adapter {
+    /// `user`'s caches, made on first use.
+    fn cache_of(&self, user: &Option<String>) -> Arc<UserCache> {
+        self.users
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(user.clone())
+            .or_default()
+            .clone()
+    }
+}
+
+impl Drop for Adapter {
+    /// Removes the adapter's empty cgroups and its helper directories in the background
+    /// (best effort: only within a runtime, and cgroups a leftover process still lives in
+    /// stay).
+    fn drop(&mut self) {
+        let users = self.users.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let placed: Vec<SpawnSetup> = users
+            .values()
+            .filter_map(|c| c.setup.get().cloned())
+            .collect();
+        if placed.is_empty() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shell = self.shell.clone();
+        let prefix = self.cgroup_prefix.clone();
+        handle.spawn(async move {
+            for setup in placed {
+                let mount = setup.cgroup.map(|c| c.mount).unwrap_or_default();
+                shell.cleanup(&mount, &prefix, &setup.dir).await;
+            }
+        });
+    }
+}
+
 /// Shared by an [`E2bSubprocess`](crate::E2bSubprocess) and its processes.
 pub(crate) struct WorldShared {
     pub(crate) api: Arc<dyn EnvdApi>,
@@ -32,17 +98,8 @@ pub(crate) struct WorldShared {
     pub(crate) user: Option<String>,
     pub(crate) output_buffer: usize,
     pub(crate) process_timeout: Option<Duration>,
-    info: OnceCell<UserInfo>,
-    state_dir: OnceCell<String>,
-    setup: OnceCell<SpawnSetup>,
-    /// True once the setup found a cgroup per spawn.
-    contained: AtomicBool,
-    /// Prefix of this adapter's cgroup names (`exec-world-<random>-`).
-    cgroup_prefix: String,
-    next_cgroup: AtomicU64,
-    /// Names of spawn cgroups whose spawn is over, per kind (pipes, terminals): reused
-    /// while empty (the helper checks), removed when the adapter goes.
-    free_cgroups: Mutex<[Vec<String>; 2]>,
+    cache: Arc<UserCache>,
+    adapter: Arc<Adapter>,
 }
 
 impl std::fmt::Debug for WorldShared {
@@ -61,37 +118,61 @@ impl WorldShared {
         output_buffer: usize,
         process_timeout: Option<Duration>,
     ) -> WorldShared {
-        WorldShared {
-            shell: Shell::new(api.clone()),
-            api,
-            user,
-            output_buffer,
-            process_timeout,
-            info: OnceCell::new(),
-            state_dir: OnceCell::new(),
-            setup: OnceCell::new(),
-            contained: AtomicBool::new(false),
+        let shell = Shell::new(api.clone());
+        let adapter = Arc::new(Adapter {
+            shell: shell.clone(),
+            users: Mutex::new(HashMap::new()),
             cgroup_prefix: format!("exec-world-{}-", e2b_core::trusted_shell::random_suffix()),
             next_cgroup: AtomicU64::new(0),
             free_cgroups: Mutex::new([Vec::new(), Vec::new()]),
+        });
+        WorldShared {
+            shell,
+            api,
+            cache: adapter.cache_of(&user),
+            user,
+            output_buffer,
+            process_timeout,
+            adapter,
         }
     }
 
-    /// The spawn helper's placement and the cgroup probe (first call: one trusted
-    /// command; then cached; a failure is retried by the next call).
+    /// The same world with other settings; the caches (of every user) are shared.
+    pub(crate) fn with_settings(
+        &self,
+        user: Option<String>,
+        output_buffer: usize,
+        process_timeout: Option<Duration>,
+    ) -> WorldShared {
+        WorldShared {
+            api: self.api.clone(),
+            shell: self.shell.clone(),
+            cache: self.adapter.cache_of(&user),
+            user,
+            output_buffer,
+            process_timeout,
+            adapter: self.adapter.clone(),
+        }
+    }
+
+    /// The spawn helper's placement and the cgroup probe for this user (first call: one
+    /// trusted command; then cached; a failure is retried by the next call).
     pub(crate) async fn spawn_setup(&self, info: &UserInfo) -> Result<SpawnSetup, Error> {
-        self.setup
+        self.cache
+            .setup
             .get_or_try_init(|| async {
                 let dir = format!(
                     "/tmp/.exec-world-spawn-{}",
                     e2b_core::trusted_shell::random_suffix()
                 );
-                let probe = format!("{}probe", self.cgroup_prefix);
+                let probe = format!("{}probe", self.adapter.cgroup_prefix);
                 let cgroup = self
                     .shell
                     .setup(&dir, crate::wrapper::helper_sh(), &info.name, &probe)
                     .await?;
-                self.contained.store(cgroup.is_some(), Ordering::SeqCst);
+                self.cache
+                    .contained
+                    .store(cgroup.is_some(), Ordering::SeqCst);
                 Ok(SpawnSetup {
                     helper: format!("{dir}/{}", crate::wrapper::HELPER_FILE),
                     dir,
@@ -104,44 +185,46 @@ impl WorldShared {
 
     /// The cgroup2 mount spawns' cgroups live in, once the setup found one.
     pub(crate) fn setup_mount(&self) -> Option<&String> {
-        self.setup.get()?.cgroup.as_ref().map(|c| &c.mount)
+        self.cache.setup.get()?.cgroup.as_ref().map(|c| &c.mount)
     }
 
     /// True once the setup found that spawns get a cgroup of their own.
     pub(crate) fn contained(&self) -> bool {
-        self.contained.load(Ordering::SeqCst)
+        self.cache.contained.load(Ordering::SeqCst)
     }
 
     /// A cgroup name for a new spawn: a free one of the same kind, else a fresh one.
     pub(crate) fn take_cgroup(&self, terminal: bool) -> String {
         let reused = self
+            .adapter
             .free_cgroups
             .lock()
             .ok()
             .and_then(|mut f| f[usize::from(terminal)].pop());
         reused.unwrap_or_else(|| {
-            let n = self.next_cgroup.fetch_add(1, Ordering::Relaxed);
-            format!("{}{n}", self.cgroup_prefix)
+            let n = self.adapter.next_cgroup.fetch_add(1, Ordering::Relaxed);
+            format!("{}{n}", self.adapter.cgroup_prefix)
         })
     }
 
     /// Gives back the cgroup name of a spawn that is over (nothing of it is killed
     /// through that name any more).
     pub(crate) fn give_back_cgroup(&self, terminal: bool, name: String) {
-        if let Ok(mut f) = self.free_cgroups.lock() {
+        if let Ok(mut f) = self.adapter.free_cgroups.lock() {
             f[usize::from(terminal)].push(name);
         }
     }
 
     /// Fills the user lookup with known facts (the template's); no-op once looked up.
     pub(crate) fn preset_user(&self, info: UserInfo) {
-        let _ = self.info.set(info);
+        let _ = self.cache.info.set(info);
     }
 
     /// The user lookup (first call: one or two shell commands; then cached; a failed
     /// lookup is retried by the next call).
     pub(crate) async fn user_info(&self) -> Result<UserInfo, Error> {
-        self.info
+        self.cache
+            .info
             .get_or_try_init(|| async {
                 let name = match &self.user {
                     Some(u) => u.clone(),
@@ -156,7 +239,8 @@ impl WorldShared {
     /// The private state directory (`/tmp/.exec-world-proc-<random>`, 0700, owned by
     /// the user), created on first use (terminal spec files without a cgroup per spawn).
     pub(crate) async fn state_dir(&self, info: &UserInfo) -> Result<String, Error> {
-        self.state_dir
+        self.cache
+            .state_dir
             .get_or_try_init(|| async {
                 let dir = format!(
                     "/tmp/.exec-world-proc-{}",
@@ -167,28 +251,5 @@ impl WorldShared {
             })
             .await
             .cloned()
-    }
-}
-
-impl Drop for WorldShared {
-    /// Removes the adapter's empty cgroups and its helper directory in the background
-    /// (best effort: only within a runtime, and cgroups a leftover process still lives in
-    /// stay).
-    fn drop(&mut self) {
-        let Some(setup) = self.setup.get() else {
-            return;
-        };
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let shell = self.shell.clone();
-        let mount = setup
-            .cgroup
-            .as_ref()
-            .map(|c| c.mount.clone())
-            .unwrap_or_default();
-        let prefix = self.cgroup_prefix.clone();
-        let dir = setup.dir.clone();
-        handle.spawn(async move { shell.cleanup(&mount, &prefix, &dir).await });
     }
 }

@@ -12,16 +12,19 @@
 //! * [`FaultAction::DropAccessToken`]: remove `X-Access-Token` before envd sees the request;
 //! * [`FaultAction::CutIdle`]: handle normally, but end a streaming response (no
 //!   end-of-stream frame) once no byte has passed for a while, like a proxy that drops
-//!   idle connections (envd's keepalive pings are what keeps a silent stream alive).
+//!   idle connections (envd's keepalive pings are what keeps a silent stream alive);
+//! * [`FaultAction::GoAway`]: handle normally, then shut the connection down gracefully
+//!   (HTTP/2 `GOAWAY`, HTTP/1.1 close after the response), as a restarting server does.
 //!
-//! When several rules match one request they all fire: delays first, then the token drop,
-//! then the first of the terminal actions (status, reset, cut stream, cut idle).
+//! When several rules match one request they all fire: delays first, then the token drop
+//! and the go-away, then the first of the terminal actions (status, reset, cut stream, cut idle).
 //!
 //! Over HTTP (`POST /_emulator/faults`) a rule is JSON:
 //! `{"surface":"envd","method":"POST","pathPrefix":"/process.Process/Start","sandboxId":null,
 //! "times":1,"action":{"kind":"cutStream","afterFrames":1}}`; other action kinds are
 //! `{"kind":"status","status":503,"body":"…","contentType":"…"}`, `{"kind":"delay","ms":500}`,
-//! `{"kind":"reset"}`, `{"kind":"dropAccessToken"}` and `{"kind":"cutIdle","ms":3000}`.
+//! `{"kind":"reset"}`, `{"kind":"dropAccessToken"}`, `{"kind":"cutIdle","ms":3000}` and
+//! `{"kind":"goAway"}`.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -57,6 +60,8 @@ pub enum FaultAction {
     /// End a streaming response without an end-of-stream frame once nothing has passed
     /// for this long (an idle-dropping proxy).
     CutIdle(Duration),
+    /// Handle the request, then shut its connection down gracefully (HTTP/2 `GOAWAY`).
+    GoAway,
 }
 
 impl FaultAction {
@@ -163,6 +168,7 @@ pub(crate) struct RequestFacts<'a> {
 pub(crate) struct Fired {
     pub delays: Vec<Duration>,
     pub drop_access_token: bool,
+    pub go_away: bool,
     pub terminal: Option<FaultAction>,
 }
 
@@ -242,6 +248,7 @@ impl Faults {
             match &e.rule.action {
                 FaultAction::Delay(d) => fired.delays.push(*d),
                 FaultAction::DropAccessToken => fired.drop_access_token = true,
+                FaultAction::GoAway => fired.go_away = true,
                 other => {
                     if fired.terminal.is_none() {
                         fired.terminal = Some(other.clone());
@@ -313,6 +320,8 @@ pub enum FaultActionWire {
         /// Milliseconds of silence before the cut.
         ms: u64,
     },
+    /// See [`FaultAction::GoAway`].
+    GoAway,
 }
 
 fn default_content_type() -> String {
@@ -336,6 +345,7 @@ impl From<FaultRuleWire> for FaultRule {
             FaultActionWire::CutStream { after_frames } => FaultAction::CutStream { after_frames },
             FaultActionWire::DropAccessToken => FaultAction::DropAccessToken,
             FaultActionWire::CutIdle { ms } => FaultAction::CutIdle(Duration::from_millis(ms)),
+            FaultActionWire::GoAway => FaultAction::GoAway,
         };
         FaultRule {
             surface: w.surface,
@@ -371,6 +381,7 @@ impl From<&FaultRule> for FaultRuleWire {
             FaultAction::CutIdle(d) => FaultActionWire::CutIdle {
                 ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
             },
+            FaultAction::GoAway => FaultActionWire::GoAway,
         };
         FaultRuleWire {
             surface: r.surface,

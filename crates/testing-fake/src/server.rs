@@ -163,6 +163,12 @@ async fn dispatch(shared: Arc<Shared>, req: Request) -> Result<Response, ResetCo
         _ => {}
     }
     let mut req = req;
+    if fired.go_away
+        && let Some(GoAway(n)) = req.extensions().get::<GoAway>()
+    {
+        // Served first: the connection ends once its requests in flight are answered.
+        n.notify_one();
+    }
     if fired.drop_access_token {
         req.headers_mut().remove(headers::ACCESS_TOKEN);
     }
@@ -184,6 +190,13 @@ async fn dispatch(shared: Arc<Shared>, req: Request) -> Result<Response, ResetCo
         (None, None) => resp,
     })
 }
+
+/// HTTP/2 receive window, per stream and per connection (Go's `MaxUploadBufferPer*`).
+const H2_WINDOW: u32 = 1 << 20;
+
+/// Per connection: told by a `GoAway` fault to shut the connection down gracefully.
+#[derive(Clone)]
+struct GoAway(Arc<tokio::sync::Notify>);
 
 /// The sandbox id in a control-plane path (`/sandboxes/{id}/…`, `/v2/sandboxes/{id}/…`).
 fn control_sandbox_id(path: &str) -> Option<String> {
@@ -215,19 +228,41 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, stop: CancellationTok
         let shared = shared.clone();
         let stop = stop.clone();
         conns.spawn(async move {
+            let go_away = Arc::new(tokio::sync::Notify::new());
+            let told = go_away.clone();
             let svc =
                 hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    dispatch(shared.clone(), req.map(Body::new))
+                    let mut req = req.map(Body::new);
+                    req.extensions_mut().insert(GoAway(go_away.clone()));
+                    dispatch(shared.clone(), req)
                 });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            // HTTP/1.1 and HTTP/2 with prior knowledge on the same plain port, as envd
+            // serves h2c; receive windows of 1 MiB per stream and per connection, Go's
+            // http2 server defaults (envd's).
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder
+                .http2()
+                .initial_stream_window_size(H2_WINDOW)
+                .initial_connection_window_size(H2_WINDOW);
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-            tokio::select! {
-                r = conn => {
-                    if let Err(e) = r {
-                        tracing::debug!(error = %e, "connection ended with an error");
+            tokio::pin!(conn);
+            let ended = tokio::select! {
+                r = conn.as_mut() => Some(r),
+                () = told.notified() => None,
+                () = stop.cancelled() => return,
+            };
+            let r = match ended {
+                Some(r) => r,
+                None => {
+                    conn.as_mut().graceful_shutdown();
+                    tokio::select! {
+                        r = conn.as_mut() => r,
+                        () = stop.cancelled() => return,
                     }
                 }
-                () = stop.cancelled() => {}
+            };
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "connection ended with an error");
             }
         });
     }

@@ -61,9 +61,12 @@ pub async fn world() -> World {
     let env = env().await;
     let scratch = scratch(&env.fs).await;
     let fs: Arc<dyn Fs> = Arc::new(env.fs.clone());
-    let proc: Arc<dyn Subprocess> = Arc::new(subprocess_e2b::E2bSubprocess::new(
-        env.api.clone(),
-        WorldPath::new("/home/user").expect("path"),
-    ));
+    let proc: Arc<dyn Subprocess> = Arc::new(
+        subprocess_e2b::E2bSubprocess::new(
+            env.api.clone(),
+            subprocess_e2b::E2bSubprocessOptions::new("/home/user"),
+        )
+        .expect("E2bSubprocess"),
+    );
     World::new(fs, proc, scratch).with_guard(env)
 }

@@ -1,6 +1,7 @@
 //! [`LspClient`]: one language server process and the JSON-RPC connection to it (the
 //! connection's tasks are in `connection.rs`), with its options and the default client
-//! capabilities.
+//! capabilities. The messages the client builds are `lsp-types` values, not JSON written
+//! by hand; what comes back stays JSON where servers differ (diagnostics, notifications).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -8,9 +9,24 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use exec_world::{Child, ExitStatus, Fs, SpawnSpec, StdinMode, Subprocess, Target, WorldPath};
+use lsp_types::notification::{
+    DidChangeTextDocument, DidCloseTextDocument, DidOpenTextDocument, Initialized,
+    Notification as _,
+};
+use lsp_types::request::{Initialize, Request as _};
+use lsp_types::{
+    ClientCapabilities, ClientInfo, CompletionClientCapabilities, CompletionItemCapability,
+    DidChangeTextDocumentParams, DidCloseTextDocumentParams, DidOpenTextDocumentParams,
+    DynamicRegistrationClientCapabilities, GeneralClientCapabilities, GotoCapability,
+    HoverClientCapabilities, InitializeParams, InitializeResult, InitializedParams, MarkupKind,
+    PositionEncodingKind, PublishDiagnosticsClientCapabilities, TextDocumentClientCapabilities,
+    TextDocumentContentChangeEvent, TextDocumentIdentifier, TextDocumentItem,
+    TextDocumentSyncClientCapabilities, Uri, VersionedTextDocumentIdentifier,
+    WindowClientCapabilities, WorkspaceClientCapabilities, WorkspaceFolder,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::connection::{
@@ -291,23 +307,34 @@ impl LspClient {
     /// The `initialize` request for a workspace rooted at `root` (`rootUri`,
     /// `workspaceFolders`), `processId: null` (the client lives in another world than
     /// the server). Returns the server's `InitializeResult`.
-    pub async fn initialize(&self, root: &Target, capabilities: Value) -> Result<Value, LspError> {
+    pub async fn initialize(
+        &self,
+        root: &Target,
+        capabilities: ClientCapabilities,
+    ) -> Result<InitializeResult, LspError> {
         let name = root.path().file_name().unwrap_or_else(|| "root".into());
-        let params = json!({
-            "processId": null,
-            "clientInfo": {"name": "agent-tools", "version": env!("CARGO_PKG_VERSION")},
-            "rootUri": root.uri(),
-            "rootPath": root.path().as_str(),
-            "workspaceFolders": [{"uri": root.uri(), "name": name}],
-            "capabilities": capabilities,
-        });
-        self.request_value("initialize", params, self.request_timeout)
-            .await
+        let uri = parse_uri(&root.uri())?;
+        // `rootUri` and `rootPath` are deprecated in favour of `workspaceFolders`, but
+        // servers that predate folders still read them.
+        #[allow(deprecated)]
+        let params = InitializeParams {
+            process_id: None,
+            client_info: Some(ClientInfo {
+                name: "agent-tools".into(),
+                version: Some(env!("CARGO_PKG_VERSION").into()),
+            }),
+            root_uri: Some(uri.clone()),
+            root_path: Some(root.path().as_str().to_string()),
+            workspace_folders: Some(vec![WorkspaceFolder { uri, name }]),
+            capabilities,
+            ..InitializeParams::default()
+        };
+        self.request(Initialize::METHOD, params).await
     }
 
     /// The `initialized` notification.
     pub async fn initialized(&self) -> Result<(), LspError> {
-        self.notify("initialized", json!({})).await
+        self.notify(Initialized::METHOD, InitializedParams {}).await
     }
 
     /// `textDocument/didOpen`.
@@ -315,12 +342,18 @@ impl LspClient {
         &self,
         uri: &str,
         language_id: &str,
-        version: i64,
+        version: i32,
         text: &str,
     ) -> Result<(), LspError> {
+        let text_document = TextDocumentItem {
+            uri: parse_uri(uri)?,
+            language_id: language_id.into(),
+            version,
+            text: text.into(),
+        };
         self.notify(
-            "textDocument/didOpen",
-            json!({"textDocument": {"uri": uri, "languageId": language_id, "version": version, "text": text}}),
+            DidOpenTextDocument::METHOD,
+            DidOpenTextDocumentParams { text_document },
         )
         .await
     }
@@ -344,19 +377,29 @@ impl LspClient {
     }
 
     /// `textDocument/didChange` with the full new text.
-    pub async fn did_change(&self, uri: &str, version: i64, text: &str) -> Result<(), LspError> {
-        self.notify(
-            "textDocument/didChange",
-            json!({"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": text}]}),
-        )
-        .await
+    pub async fn did_change(&self, uri: &str, version: i32, text: &str) -> Result<(), LspError> {
+        let params = DidChangeTextDocumentParams {
+            text_document: VersionedTextDocumentIdentifier {
+                uri: parse_uri(uri)?,
+                version,
+            },
+            content_changes: vec![TextDocumentContentChangeEvent {
+                range: None,
+                range_length: None,
+                text: text.into(),
+            }],
+        };
+        self.notify(DidChangeTextDocument::METHOD, params).await
     }
 
     /// `textDocument/didClose`.
     pub async fn did_close(&self, uri: &str) -> Result<(), LspError> {
+        let text_document = TextDocumentIdentifier {
+            uri: parse_uri(uri)?,
+        };
         self.notify(
-            "textDocument/didClose",
-            json!({"textDocument": {"uri": uri}}),
+            DidCloseTextDocument::METHOD,
+            DidCloseTextDocumentParams { text_document },
         )
         .await
     }
@@ -430,23 +473,60 @@ impl Drop for LspClient {
     }
 }
 
+/// A document or workspace URI as the protocol types hold it.
+fn parse_uri(uri: &str) -> Result<Uri, LspError> {
+    uri.parse()
+        .map_err(|e| LspError::Protocol(format!("not a URI: {uri:?}: {e}")))
+}
+
 /// Client capabilities suitable for diagnostics and navigation: publishDiagnostics,
 /// hover/definition/completion basics, `workspace/configuration`, workDoneProgress.
-pub fn default_client_capabilities() -> Value {
-    json!({
-        "workspace": {
-            "configuration": true,
-            "workspaceFolders": true,
-            "didChangeConfiguration": {"dynamicRegistration": false}
-        },
-        "textDocument": {
-            "synchronization": {"dynamicRegistration": false, "didSave": true},
-            "publishDiagnostics": {"relatedInformation": true, "versionSupport": true},
-            "hover": {"contentFormat": ["markdown", "plaintext"]},
-            "definition": {"linkSupport": true},
-            "completion": {"completionItem": {"snippetSupport": false}}
-        },
-        "window": {"workDoneProgress": true},
-        "general": {"positionEncodings": ["utf-16"]}
-    })
+pub fn default_client_capabilities() -> ClientCapabilities {
+    ClientCapabilities {
+        workspace: Some(WorkspaceClientCapabilities {
+            configuration: Some(true),
+            workspace_folders: Some(true),
+            did_change_configuration: Some(DynamicRegistrationClientCapabilities {
+                dynamic_registration: Some(false),
+            }),
+            ..Default::default()
+        }),
+        text_document: Some(TextDocumentClientCapabilities {
+            synchronization: Some(TextDocumentSyncClientCapabilities {
+                dynamic_registration: Some(false),
+                did_save: Some(true),
+                ..Default::default()
+            }),
+            publish_diagnostics: Some(PublishDiagnosticsClientCapabilities {
+                related_information: Some(true),
+                version_support: Some(true),
+                ..Default::default()
+            }),
+            hover: Some(HoverClientCapabilities {
+                content_format: Some(vec![MarkupKind::Markdown, MarkupKind::PlainText]),
+                ..Default::default()
+            }),
+            definition: Some(GotoCapability {
+                link_support: Some(true),
+                ..Default::default()
+            }),
+            completion: Some(CompletionClientCapabilities {
+                completion_item: Some(CompletionItemCapability {
+                    snippet_support: Some(false),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        window: Some(WindowClientCapabilities {
+            work_done_progress: Some(true),
+            ..Default::default()
+        }),
+        general: Some(GeneralClientCapabilities {
+            position_encodings: Some(vec![PositionEncodingKind::UTF16]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }

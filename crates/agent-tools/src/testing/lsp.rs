@@ -114,8 +114,8 @@ pub async fn lsp_pylsp_diagnostics(world: &ToolWorld) {
         .await
         .expect("initialize");
     assert!(
-        init.pointer("/capabilities/textDocumentSync").is_some(),
-        "InitializeResult without textDocumentSync: {init}"
+        init.capabilities.text_document_sync.is_some(),
+        "InitializeResult without textDocumentSync: {init:?}"
     );
     lsp.initialized().await.expect("initialized");
     let opened = lsp

@@ -139,6 +139,7 @@ impl Client {
         body: Option<&B>,
     ) -> Result<reqwest::Response, Error> {
         let timeout = self.inner.cfg.request_timeout;
+        let method_is_read = method == reqwest::Method::GET || method == reqwest::Method::HEAD;
         let url = format!("{}{}", self.inner.api_url, path);
         let mut req = self
             .inner
@@ -156,7 +157,13 @@ impl Client {
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(json);
         }
-        let resp = req.send().await.map_err(|e| {
+        // Reads are resent once when they met a dropped pooled connection.
+        let resp = if method_is_read {
+            http::send_resending_stale(req).await
+        } else {
+            req.send().await
+        };
+        let resp = resp.map_err(|e| {
             Error::from_reqwest(Surface::Control, e, "control-plane request", timeout)
         })?;
         if resp.status().is_success() {

@@ -7,6 +7,7 @@ use base64::Engine as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::event_decode::StreamMessage;
 use super::stream::{MessageStream, message_stream};
 use crate::config::{Config, Secret};
 use crate::error::{Error, Surface};
@@ -124,15 +125,30 @@ impl EnvdConn {
         req: &Req,
         user: Option<&str>,
     ) -> Result<Resp, Error> {
+        self.unary_once(path, req, user, false).await
+    }
+
+    /// One attempt of a unary call; `repeatable` lets a request that met a dropped pooled
+    /// connection be sent again (see [`http::send_resending_stale`]).
+    async fn unary_once<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
+        &self,
+        path: &str,
+        req: &Req,
+        user: Option<&str>,
+        repeatable: bool,
+    ) -> Result<Resp, Error> {
         let body = serde_json::to_vec(req)
             .map_err(|e| Error::Config(format!("cannot encode the request: {e}")))?;
         let resp = self
             .rpc_request(path, user, CT_JSON)
             .timeout(self.request_timeout)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| self.send_error(e, "envd unary call"))?;
+            .body(body);
+        let resp = if repeatable {
+            http::send_resending_stale(resp).await
+        } else {
+            resp.send().await
+        };
+        let resp = resp.map_err(|e| self.send_error(e, "envd unary call"))?;
         if resp.status() != reqwest::StatusCode::OK {
             return Err(self.error_of(resp).await);
         }
@@ -171,7 +187,7 @@ impl EnvdConn {
     ) -> Result<Resp, Error> {
         self.retry
             .run(path, Idempotence::Idempotent, |_| {
-                self.unary(path, req, user)
+                self.unary_once(path, req, user, true)
             })
             .await
     }
@@ -206,10 +222,7 @@ impl EnvdConn {
     /// Open a server-streaming Connect call: send the enveloped request, check the status
     /// and content type within the handshake timeout, and return the decoded messages.
     /// `deadline` becomes `Connect-Timeout-Ms`.
-    pub(crate) async fn server_stream<
-        Req: Serialize + ?Sized,
-        Resp: DeserializeOwned + Send + 'static,
-    >(
+    pub(crate) async fn server_stream<Req: Serialize + ?Sized, Resp: StreamMessage>(
         &self,
         path: &str,
         req: &Req,

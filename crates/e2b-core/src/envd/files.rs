@@ -16,6 +16,7 @@ use sha2::{Digest as _, Sha256};
 use super::conn::EnvdConn;
 use crate::config::Secret;
 use crate::error::{Error, Surface};
+use crate::http;
 use crate::proto::filesystem::WriteInfo;
 use crate::retry::Idempotence;
 
@@ -348,10 +349,10 @@ impl EnvdConn {
         let resp = self
             .retry
             .run("download", Idempotence::Idempotent, |_| async {
-                let send = self
-                    .request(reqwest::Method::GET, "/files")
-                    .query(&self.files_query(path, user))
-                    .send();
+                let send = http::send_resending_stale(
+                    self.request(reqwest::Method::GET, "/files")
+                        .query(&self.files_query(path, user)),
+                );
                 let resp = tokio::time::timeout(self.request_timeout, send)
                     .await
                     .map_err(|_| Error::Timeout {

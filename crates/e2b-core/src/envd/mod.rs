@@ -5,6 +5,7 @@
 #[cfg(test)]
 mod canned_tests;
 pub(crate) mod conn;
+mod event_decode;
 mod files;
 mod filesystem;
 mod process;

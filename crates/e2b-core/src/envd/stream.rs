@@ -10,16 +10,15 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::{Stream, StreamExt as _};
-use serde::de::DeserializeOwned;
-
+use super::event_decode::StreamMessage;
 use crate::config::Secret;
 use crate::error::{Error, Surface};
 use crate::proto::connect::Code;
 use crate::proto::envelope::{EndStream, FrameDecoder};
 use crate::proto::filesystem::FilesystemEvent;
 use crate::proto::process::{DataEvent, EndEvent, ProcessEvent};
+use bytes::Bytes;
+use futures::{Stream, StreamExt as _};
 
 /// A boxed stream of decoded messages (or the error that ended it).
 pub type MessageStream<T> = Pin<Box<dyn Stream<Item = Result<T, Error>> + Send>>;
@@ -101,7 +100,7 @@ impl DecodeState {
 }
 
 /// Turn a 200 `application/connect+json` response into a message stream.
-pub(crate) fn message_stream<T: DeserializeOwned + Send + 'static>(
+pub(crate) fn message_stream<T: StreamMessage>(
     resp: reqwest::Response,
     idle: Option<Duration>,
     secrets: Vec<Secret>,
@@ -116,7 +115,7 @@ pub(crate) fn message_stream<T: DeserializeOwned + Send + 'static>(
     Box::pin(futures::stream::unfold(st, |mut st| async move {
         loop {
             let item = match st.next_payload().await? {
-                Ok(payload) => match serde_json::from_slice::<T>(&payload) {
+                Ok(payload) => match T::decode(&payload) {
                     Ok(msg) => Ok(msg),
                     // A oneof member this client does not know (a newer envd): protobuf-JSON
                     // parsers ignore unknown fields, so skip the message.

@@ -5,13 +5,28 @@
 //! (no cgroup2 mount, no `cgroup.kill`, no permission) the marker scan of `tree.rs` is the
 //! whole story, and it stays the fallback alongside the cgroup in any case.
 //!
-//! Layout: `<this process's cgroup>/exec-world-<pid>/<marker>`; the spawn's directory is
-//! removed once its members are gone.
+//! Layout: `<this process's cgroup>/exec-world-<pid>/<marker>`. Once a spawn's members
+//! are gone its directory is kept as a spare (up to [`SPARE_MAX`]) for a later spawn
+//! instead of removed: a cgroup's `mkdir` and `rmdir` cost more than all the rest of a
+//! spawn's bookkeeping. Only an empty cgroup becomes a spare, and one spawn at a time uses
+//! it, so its name still identifies one live spawn. Spares of a process that has exited are
+//! removed by the next one's sweep, like its `exec-world-<pid>` directory.
 
 use std::io::Write as _;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+
+/// At most this many empty spawn cgroups are kept for reuse.
+pub(crate) const SPARE_MAX: usize = 64;
+
+/// Empty spawn cgroups ready for the next spawns.
+static SPARES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// A spare cgroup, if one is kept.
+fn take_spare() -> Option<PathBuf> {
+    SPARES.lock().ok()?.pop()
+}
 
 /// Where this process's spawns get their cgroups (created once), if it can.
 fn parent() -> Option<&'static Path> {
@@ -105,17 +120,29 @@ pub(crate) struct SpawnCgroup {
 
 impl SpawnCgroup {
     /// A fresh cgroup for the spawn `marker`, or `None` where cgroups are unavailable.
+    /// A spare one is reused when there is one.
     pub(crate) fn create(marker: &str) -> Option<SpawnCgroup> {
-        let dir = parent()?.join(marker);
-        std::fs::create_dir(&dir).ok()?;
-        let procs = std::fs::OpenOptions::new()
+        let dir = match take_spare() {
+            Some(d) => d,
+            None => {
+                let d = parent()?.join(marker);
+                std::fs::create_dir(&d).ok()?;
+                d
+            }
+        };
+        match std::fs::OpenOptions::new()
             .write(true)
             .open(dir.join("cgroup.procs"))
-            .ok()?;
-        Some(SpawnCgroup {
-            dir,
-            procs: procs.into(),
-        })
+        {
+            Ok(procs) => Some(SpawnCgroup {
+                dir,
+                procs: procs.into(),
+            }),
+            Err(_) => {
+                let _ = std::fs::remove_dir(&dir);
+                None
+            }
+        }
     }
 
     /// The descriptor the child writes to (`join_self`); closed on exec.
@@ -130,6 +157,32 @@ impl SpawnCgroup {
 pub(crate) fn join_self(fd: i32) {
     // SAFETY: writes 1 byte from a static buffer to a descriptor the parent opened.
     let _ = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+}
+
+/// True when `pid` (alive, or a zombie not yet reaped) is in the cgroup `dir`: listed in
+/// its `cgroup.procs` (one short file), or else (a zombie is not listed) its
+/// `/proc/<pid>/cgroup` v2 line ends with the last two components of `dir`
+/// (`exec-world-<our pid>/<marker>`, unique to the spawn).
+pub(crate) fn holds(dir: &Path, pid: u32) -> bool {
+    if members(dir).contains(&pid) {
+        return true;
+    }
+    let (Some(spawn), Some(ours)) = (
+        dir.file_name().and_then(|n| n.to_str()),
+        dir.parent()
+            .and_then(Path::file_name)
+            .and_then(|n| n.to_str()),
+    ) else {
+        return false;
+    };
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return false;
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .and_then(|p| p.trim_end().strip_suffix(spawn))
+        .and_then(|p| p.strip_suffix('/'))
+        .is_some_and(|p| p.ends_with(&format!("/{ours}")))
 }
 
 /// The pids in the cgroup `dir` (empty when it is gone).
@@ -150,7 +203,17 @@ pub(crate) fn kill(dir: &Path) {
     }
 }
 
-/// Removes the cgroup `dir` once it is empty (an error while members remain is ignored).
+/// Done with the cgroup `dir`: kept as a spare when it is empty and there is room, else
+/// removed (an error while members remain is ignored).
 pub(crate) fn remove(dir: &Path) {
+    if members(dir).is_empty()
+        && let Ok(mut spares) = SPARES.lock()
+        && spares.len() < SPARE_MAX
+    {
+        if !spares.iter().any(|d| d == dir) {
+            spares.push(dir.to_path_buf());
+        }
+        return;
+    }
     let _ = std::fs::remove_dir(dir);
 }

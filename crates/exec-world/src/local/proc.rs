@@ -142,6 +142,8 @@ impl Reaped {
         let pid = child
             .id()
             .ok_or_else(|| Error::other("spawned child has no pid"))?;
+        // Before the reaper runs: the tree checks the unreaped leader's cgroup.
+        let tree = Tree::new(pid, marker, cgroup);
         let (tx, rx) = watch::channel(None);
         tokio::spawn(async move {
             let r = child.wait().await.map(to_status).map_err(|e| e.to_string());
@@ -149,7 +151,7 @@ impl Reaped {
         });
         Ok(Reaped {
             pid,
-            tree: Tree::new(pid, marker, cgroup),
+            tree,
             status: rx,
         })
     }
@@ -249,7 +251,7 @@ impl ChildBackend for LocalChild {
 impl Drop for LocalChild {
     fn drop(&mut self) {
         if !self.detached {
-            self.reaped.tree.kill_now();
+            self.reaped.tree.kill_on_drop();
         }
     }
 }

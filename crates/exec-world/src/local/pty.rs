@@ -1,19 +1,17 @@
-//! Local terminals: a program on a pseudo-terminal (rustix `openpt`), in its own session
+//! Local terminals: a program on a pseudo-terminal ([`crate::pty`]), in its own session
 //! with the pty as controlling terminal; `terminate` ends every process group of the
 //! session plus tracked descendants (see `tree.rs`).
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-use rustix::termios::{Winsize, tcgetpgrp, tcsetwinsize};
+use rustix::termios::tcgetpgrp;
 use tokio::sync::mpsc;
 
 use super::cgroup::{SpawnCgroup, join_self};
@@ -30,19 +28,6 @@ struct LocalTerminal {
     master: Arc<OwnedFd>,
     writer: Arc<Mutex<File>>,
     output: Mutex<Option<OutputStream>>,
-}
-
-fn winsize(size: TermSize) -> Winsize {
-    Winsize {
-        ws_row: size.rows,
-        ws_col: size.cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    }
-}
-
-fn io_err(what: &str) -> impl FnOnce(rustix::io::Errno) -> Error + '_ {
-    move |e| Error::io(what, std::io::Error::from(e))
 }
 
 /// Starts `spec` on a new pty.
@@ -62,22 +47,9 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
             .unwrap_or_else(|| "/bin/sh".into()),
     };
 
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)
-        .map_err(io_err("openpt"))?;
-    grantpt(&master).map_err(io_err("grantpt"))?;
-    unlockpt(&master).map_err(io_err("unlockpt"))?;
-    let name = ptsname(&master, Vec::new()).map_err(io_err("ptsname"))?;
-    let name = name
-        .to_str()
-        .map_err(|_| Error::other("pty name is not UTF-8"))?
-        .to_string();
-    tcsetwinsize(&master, winsize(spec.size)).map_err(io_err("set pty size"))?;
-    let slave = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOCTTY)
-        .open(&name)
-        .map_err(|e| Error::io(format!("open {name}"), e))?;
+    let pty = crate::pty::open(spec.size).map_err(|e| Error::io("open pty", e))?;
+    let master = pty.master;
+    let slave = File::from(pty.slave);
     let stdio = |f: &File| -> Result<Stdio, Error> {
         Ok(Stdio::from(
             f.try_clone().map_err(|e| Error::io("dup pty", e))?,
@@ -99,9 +71,7 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
     // (the cgroup descriptor stays open until `spawn` returned).
     unsafe {
         cmd.pre_exec(move || {
-            rustix::process::setsid().map_err(std::io::Error::from)?;
-            rustix::process::ioctl_tiocsctty(rustix::stdio::stdin())
-                .map_err(std::io::Error::from)?;
+            crate::pty::make_controlling_terminal()?;
             if let Some(fd) = cg_fd {
                 join_self(fd);
             }
@@ -212,7 +182,7 @@ impl TerminalBackend for LocalTerminal {
     }
 
     async fn resize(&self, size: TermSize) -> Result<(), Error> {
-        tcsetwinsize(self.master.as_fd(), winsize(size)).map_err(io_err("resize pty"))
+        crate::pty::set_size(self.master.as_fd(), size).map_err(|e| Error::io("resize pty", e))
     }
 
     async fn signal(&self, sig: Signal) -> Result<(), Error> {
@@ -238,6 +208,6 @@ impl TerminalBackend for LocalTerminal {
 
 impl Drop for LocalTerminal {
     fn drop(&mut self) {
-        self.reaped.tree.kill_now();
+        self.reaped.tree.kill_on_drop();
     }
 }

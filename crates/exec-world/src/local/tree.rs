@@ -14,6 +14,13 @@
 //!    even a process that left the session, cleared its environment and lost its parent
 //!    chain is found, and `cgroup.kill` ends them all at once.
 //!
+//! When the leader is verified in its cgroup (`contained`: its `/proc/<pid>/cgroup` names
+//! the spawn's cgroup before it was reaped), every process it ever starts is in that cgroup
+//! too, so the cgroup's `cgroup.procs` alone is the member list: the scan reads one file
+//! instead of all of `/proc` (the whole cost of a `Drop` on the hot path). Otherwise the
+//! `/proc` scan (1-3) finds the members, and `Drop` runs it on a thread of its own so the
+//! dropping task does not wait for it.
+//!
 //! Without a cgroup, only a process that both left the session *and* cleared its
 //! environment, after its parent chain to us was broken, escapes. Reading other users'
 //! `environ` needs root or the same user. This process and its ancestors are never
@@ -24,7 +31,9 @@
 //! scan finds no member, so processes forked meanwhile are caught by the next round.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::cgroup;
@@ -85,33 +94,69 @@ pub(crate) struct Tree {
     marker: String,
     /// The spawn's own cgroup, when it got one.
     cgroup: Option<PathBuf>,
+    /// The leader was seen in `cgroup` (so all its descendants are there).
+    contained: bool,
+    /// `cgroup` was handed back (empty) and may serve another spawn now: never read,
+    /// signalled or removed through this tree again. Shared by the tree's clones.
+    released: Arc<AtomicBool>,
 }
 
 impl Tree {
+    /// The tree of the spawn `leader` (not reaped yet: its cgroup membership is checked).
     pub(crate) fn new(leader: u32, marker: String, cgroup: Option<PathBuf>) -> Tree {
+        let contained = cgroup.as_deref().is_some_and(|d| cgroup::holds(d, leader));
         Tree {
             leader,
             marker,
             cgroup,
+            contained,
+            released: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The spawn's cgroup while this tree still owns it.
+    fn own_cgroup(&self) -> Option<&Path> {
+        if self.released.load(Ordering::Acquire) {
+            return None;
+        }
+        self.cgroup.as_deref()
+    }
+
+    /// The live members of a contained tree: its cgroup's processes (never this process
+    /// or its ancestors, which are outside it), with their process group.
+    fn cgroup_members(&self, dir: &Path) -> Vec<(u32, u32)> {
+        cgroup::members(dir)
+            .into_iter()
+            .filter_map(|pid| read_stat(pid).filter(|s| !s.zombie).map(|s| (pid, s.pgrp)))
+            .collect()
     }
 
     /// `cgroup.kill` of the spawn's cgroup (no-op without one).
     fn kill_cgroup(&self) {
-        if let Some(dir) = &self.cgroup {
+        if let Some(dir) = self.own_cgroup() {
             cgroup::kill(dir);
         }
     }
 
-    /// Removes the spawn's cgroup once nothing is left in it.
+    /// Hands the spawn's cgroup back once nothing is left in it (once per tree).
     fn done(&self) {
-        if let Some(dir) = &self.cgroup {
+        if let Some(dir) = self.own_cgroup()
+            && !self.released.swap(true, Ordering::AcqRel)
+        {
             cgroup::remove(dir);
         }
     }
 
     /// The live members (see the module docs) with their process group.
     fn scan(&self) -> Vec<(u32, u32)> {
+        if self.contained {
+            // Released: it was empty then, and every member of a contained tree is born
+            // in it, so none is left.
+            return match self.own_cgroup() {
+                Some(dir) => self.cgroup_members(dir),
+                None => Vec::new(),
+            };
+        }
         let needle = format!("{MARKER_VAR}={}", self.marker).into_bytes();
         let protected = protected();
         let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -131,7 +176,7 @@ impl Tree {
             }
         }
         let mut members: HashMap<u32, u32> = HashMap::new();
-        if let Some(dir) = &self.cgroup {
+        if let Some(dir) = self.own_cgroup() {
             for pid in cgroup::members(dir) {
                 if let Some(st) = stats.get(&pid)
                     && !st.zombie
@@ -183,8 +228,8 @@ impl Tree {
         }
     }
 
-    /// SIGKILL rounds until a scan finds no member (bounded). Synchronous: used by Drop.
-    pub(crate) fn kill_now(&self) {
+    /// SIGKILL rounds until a scan finds no member (bounded). Synchronous.
+    fn kill_now(&self) {
         for _ in 0..200 {
             let m = self.scan();
             if m.is_empty() {
@@ -199,6 +244,23 @@ impl Tree {
             leader = self.leader,
             "processes survived 200 SIGKILL rounds"
         );
+    }
+
+    /// Ends the tree when its handle is dropped: at once when contained (`cgroup.kill`,
+    /// then the one-file scan), else the `/proc` scan and kill rounds on a thread of their
+    /// own (inline when no thread can be started).
+    pub(crate) fn kill_on_drop(&self) {
+        if self.contained {
+            self.kill_now();
+            return;
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("exec-world-reap".into())
+            .spawn(move || me.kill_now());
+        if spawned.is_err() {
+            self.kill_now();
+        }
     }
 
     /// `scan` off the async workers (it reads a few files per process in `/proc`).

@@ -81,6 +81,16 @@ impl SandboxError {
         }
     }
 
+    /// `read_file` of something that is not a regular file (a FIFO, socket or device):
+    /// refused, never opened for reading.
+    pub fn not_regular_file(op: &'static str, path: &str) -> Self {
+        SandboxError::failed(
+            op,
+            Some(path),
+            "not a regular file (a FIFO, socket or device is never read)",
+        )
+    }
+
     /// A [`SandboxError::Failed`] with its source (its message is the source's text).
     pub fn from_source(
         op: &'static str,

@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use super::{
     CreateSpec, ExecOutput, ExecSpec, FileContent, FileStat, ResumeOutcome, SANDBOX_ID_VAR,
     SandboxCapabilities, SandboxError, SandboxHandle, SandboxProvider, TAG_VAR, UNTAGGED,
-    WORKSPACE, exit_code_of, run_capped, signal_execs_args, utf8_cut, validate,
+    WORKSPACE, run_capped, signal_execs_args, validate,
 };
 use crate::{LocalSubprocess, SpawnSpec, Subprocess, WorldPath};
 
@@ -288,13 +288,7 @@ impl SandboxProvider for LocalSandboxes {
         )
         .await
         .map_err(|e| SandboxError::from_source(OP, None, e))?;
-        Ok(ExecOutput {
-            exit_code: r.status.as_ref().and_then(exit_code_of),
-            stdout: utf8_cut(&r.stdout, r.truncated),
-            stderr: utf8_cut(&r.stderr, r.truncated),
-            truncated: r.truncated,
-            timed_out: r.timed_out,
-        })
+        Ok(r.output())
     }
 
     async fn read_file(
@@ -324,24 +318,14 @@ impl SandboxProvider for LocalSandboxes {
             return Ok(None);
         }
         if !meta.is_file() {
-            return Err(SandboxError::failed(
-                "read_file",
-                Some(path),
-                "not a regular file (a FIFO, socket or device is never read)",
-            ));
+            return Err(SandboxError::not_regular_file("read_file", path));
         }
         let mut data = Vec::new();
         f.take(max_bytes.saturating_add(1))
             .read_to_end(&mut data)
             .await
             .map_err(|e| io_err("read_file", path, e))?;
-        let truncated = data.len() as u64 > max_bytes;
-        data.truncate(
-            usize::try_from(max_bytes)
-                .unwrap_or(usize::MAX)
-                .min(data.len()),
-        );
-        Ok(Some(FileContent { data, truncated }))
+        Ok(Some(FileContent::capped(data, max_bytes)))
     }
 
     async fn write_file(

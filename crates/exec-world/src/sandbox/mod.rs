@@ -233,6 +233,26 @@ pub struct FileContent {
     pub truncated: bool,
 }
 
+impl FileContent {
+    /// The head of a file from `data`, read with a limit of `max_bytes + 1` bytes: at most
+    /// `max_bytes` are kept and `truncated` says whether there were more.
+    ///
+    /// ```
+    /// use exec_world::sandbox::FileContent;
+    /// let c = FileContent::capped(b"abcd".to_vec(), 3);
+    /// assert_eq!((c.data.as_slice(), c.truncated), (&b"abc"[..], true));
+    /// ```
+    pub fn capped(mut data: Vec<u8>, max_bytes: u64) -> FileContent {
+        let truncated = data.len() as u64 > max_bytes;
+        data.truncate(
+            usize::try_from(max_bytes)
+                .unwrap_or(usize::MAX)
+                .min(data.len()),
+        );
+        FileContent { data, truncated }
+    }
+}
+
 /// Size and kind of a path (symlinks followed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileStat {

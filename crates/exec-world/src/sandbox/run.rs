@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
+use crate::output::utf8_complete_len;
 use crate::{Child, Error, ExitStatus, OutputStream};
 
 /// What [`run_capped`] saw.
@@ -28,6 +29,28 @@ pub struct RunOutcome {
     /// After a stop, the tree kill failed or did not finish (with the end of the output)
     /// within the stop wait: something may still run.
     pub stuck: bool,
+}
+
+impl RunOutcome {
+    /// The [`ExecOutput`](super::ExecOutput) a provider answers: the shell's exit code
+    /// ([`exit_code_of`]) and both streams as text ([`utf8_cut`]).
+    ///
+    /// ```
+    /// use exec_world::{ExitStatus, sandbox::RunOutcome};
+    /// let r = RunOutcome { status: Some(ExitStatus { code: Some(3), signal: None }),
+    ///     stdout: b"hi".to_vec(), ..Default::default() };
+    /// assert_eq!(r.output().exit_code, Some(3));
+    /// assert_eq!(r.output().stdout, "hi");
+    /// ```
+    pub fn output(&self) -> super::ExecOutput {
+        super::ExecOutput {
+            exit_code: self.status.as_ref().and_then(exit_code_of),
+            stdout: utf8_cut(&self.stdout, self.truncated),
+            stderr: utf8_cut(&self.stderr, self.truncated),
+            truncated: self.truncated,
+            timed_out: self.timed_out,
+        }
+    }
 }
 
 struct Budget {
@@ -157,13 +180,11 @@ pub fn exit_code_of(s: &ExitStatus) -> Option<i32> {
 /// assert_eq!(exec_world::sandbox::utf8_cut(&[b'a', euro[0], euro[1]], true), "a");
 /// ```
 pub fn utf8_cut(buf: &[u8], truncated: bool) -> String {
-    let mut end = buf.len();
-    if truncated
-        && let Err(e) = std::str::from_utf8(buf)
-        && e.error_len().is_none()
-    {
-        end = e.valid_up_to();
-    }
+    let end = if truncated {
+        utf8_complete_len(buf)
+    } else {
+        buf.len()
+    };
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 

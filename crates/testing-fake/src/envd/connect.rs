@@ -221,6 +221,12 @@ impl StreamTx {
         self.tx.send(frame).await.map_err(|_| Closed)
     }
 
+    /// Send one data frame already encoded (`envelope::encode`); `Err` when the client is
+    /// gone.
+    pub(crate) async fn send_frame(&self, frame: Bytes) -> Result<(), Closed> {
+        self.tx.send(frame).await.map_err(|_| Closed)
+    }
+
     /// Send the end-of-stream frame.
     pub(crate) async fn finish(self, error: Option<RpcError>) {
         let frame = envelope::encode_end(error.map(|e| e.body()).as_ref());

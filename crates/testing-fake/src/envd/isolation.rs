@@ -607,20 +607,6 @@ impl FsWorker {
             .map_err(|_| std::io::Error::other("fs worker dropped the job"))
     }
 
-    /// Spawn `cmd` from a worker thread, so the child is born in the sandbox's PID
-    /// namespace (its `pre_exec` joins the other namespaces with [`join_in_child`]).
-    pub(crate) async fn spawn(
-        &self,
-        mut cmd: tokio::process::Command,
-    ) -> std::io::Result<tokio::process::Child> {
-        let rt = tokio::runtime::Handle::current();
-        self.run(move || {
-            let _entered = rt.enter();
-            cmd.spawn()
-        })
-        .await?
-    }
-
     /// Stop the threads once their queue is drained.
     pub(crate) fn shutdown(&self) {
         if let Ok(mut g) = self.tx.lock() {

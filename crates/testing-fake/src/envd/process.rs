@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use super::auth::ActingUser;
 use super::connect::{self, RpcError, StreamTx};
 use super::{Envd, SANDBOX_PATH, isolation, paths, pty};
+use crate::template::TemplateUser;
 
 const STD_CHUNK: usize = 32 << 10;
 const PTY_CHUNK: usize = 16 << 10;
@@ -73,8 +74,17 @@ impl Proc {
             Err(_) => return,
         };
         let mut gone = false;
-        for s in &subs {
-            if s.send(ev.clone()).await.is_err() {
+        let mut ev = Some(ev);
+        for (i, s) in subs.iter().enumerate() {
+            // The last subscriber (usually the only one) gets the event itself.
+            let one = if i + 1 == subs.len() {
+                ev.take()
+            } else {
+                ev.clone()
+            };
+            if let Some(one) = one
+                && s.send(one).await.is_err()
+            {
                 gone = true;
             }
         }
@@ -235,7 +245,11 @@ async fn pump(
                     return Pumped::Done;
                 };
                 let is_end = matches!(ev, ProcessEvent::End(_));
-                if tx.send(&EventResponse { event: ev }).await.is_err() {
+                let sent = match &ev {
+                    ProcessEvent::Data(d) => tx.send_frame(output_frame(d)).await,
+                    _ => tx.send(&EventResponse { event: ev }).await,
+                };
+                if sent.is_err() {
                     return Pumped::Closed;
                 }
                 if is_end {
@@ -254,6 +268,39 @@ async fn pump(
             _ = tx.closed() => return Pumped::Closed,
         }
     }
+}
+
+/// The envelope of an output event, `{"event":{"data":{"stdout":"<base64>"}}}`, written
+/// in one buffer: the same bytes serde gives (`output_frame_is_serdes` checks), without
+/// the base64 `String`, the JSON escape scan and the copy into the frame.
+fn output_frame(d: &DataEvent) -> Bytes {
+    use base64::Engine as _;
+    let (key, data) = match d {
+        DataEvent::Stdout(b) => ("stdout", b),
+        DataEvent::Stderr(b) => ("stderr", b),
+        DataEvent::Pty(b) => ("pty", b),
+    };
+    let head = format!(r#"{{"event":{{"data":{{"{key}":""#);
+    let tail = r#""}}}"#;
+    let b64_len = data.len().div_ceil(3) * 4;
+    let len = head.len() + b64_len + tail.len();
+    let mut out = vec![0u8; e2b_proto::envelope::PREFIX_LEN + len];
+    out[1..5].copy_from_slice(&(len as u32).to_be_bytes());
+    let mut at = e2b_proto::envelope::PREFIX_LEN;
+    out[at..at + head.len()].copy_from_slice(head.as_bytes());
+    at += head.len();
+    let written =
+        base64::engine::general_purpose::STANDARD.encode_slice(data, &mut out[at..at + b64_len]);
+    if written.ok() != Some(b64_len) {
+        // Never expected (padded base64 is exactly this long); serde's frame instead.
+        let msg = EventResponse {
+            event: ProcessEvent::Data(d.clone()),
+        };
+        return e2b_proto::envelope::encode_json(&msg).unwrap_or_default();
+    }
+    at += b64_len;
+    out[at..].copy_from_slice(tail.as_bytes());
+    Bytes::from(out)
 }
 
 async fn finish_pumped(tx: StreamTx, r: Pumped) {
@@ -551,6 +598,9 @@ impl ChildSetup {
     }
 }
 
+/// `Start`: resolve the user and cwd, build the command envd would run, spawn it in the
+/// sandbox, register it, start its output readers and its waiter, and answer the stream
+/// (`start`, output, `end`). A failure before the spawn is the stream's error.
 async fn start(
     envd: Arc<Envd>,
     user: ActingUser,
@@ -559,37 +609,99 @@ async fn start(
     deadline: Option<Duration>,
 ) -> Response {
     let keepalive = connect::keepalive_interval(headers);
-    let user = match user.0.or_else(|| envd.default_user().cloned()) {
-        Some(u) => u,
-        None => {
-            return connect::stream_error(RpcError::new(
-                Code::Unauthenticated,
-                "no user specified",
-            ));
-        }
+    let (pid, rx) = match launch(&envd, user, &req, deadline).await {
+        Ok(started) => started,
+        Err(e) => return connect::stream_error(e),
     };
+    let stream_deadline = proc_deadline(deadline);
+    let (tx, resp) = connect::stream_response();
+    tokio::spawn(async move {
+        let mut rx = rx;
+        let start = EventResponse {
+            event: ProcessEvent::Start(StartEvent { pid }),
+        };
+        if tx.send(&start).await.is_err() {
+            return;
+        }
+        let r = pump(&tx, &mut rx, keepalive, stream_deadline).await;
+        finish_pumped(tx, r).await;
+    });
+    resp
+}
+
+/// When a process started with the `Connect-Timeout-Ms` `deadline` is killed (and its
+/// stream ended): none for no or a zero deadline.
+fn proc_deadline(deadline: Option<Duration>) -> Option<Instant> {
+    deadline
+        .filter(|d| !d.is_zero())
+        .map(|d| Instant::now() + d)
+}
+
+/// Everything of `Start` up to the response: the sandbox pid and the first subscription.
+async fn launch(
+    envd: &Arc<Envd>,
+    user: ActingUser,
+    req: &StartRequest,
+    deadline: Option<Duration>,
+) -> Result<(u32, mpsc::Receiver<ProcessEvent>), RpcError> {
+    let user = user
+        .0
+        .or_else(|| envd.default_user().cloned())
+        .ok_or_else(|| RpcError::new(Code::Unauthenticated, "no user specified"))?;
     let workdir = envd.template().workdir.clone();
-    let cwd = match paths::resolve(
+    let cwd = paths::resolve(
         req.process.cwd.as_deref().unwrap_or(""),
         &user,
         workdir.as_deref(),
-    ) {
-        Ok(c) => c,
-        Err(e) => return connect::stream_error(RpcError::invalid(e)),
+    )
+    .map_err(RpcError::invalid)?;
+    let mut cmd = command(envd, &user, req);
+    let master = match &req.pty {
+        Some(p) => Some(attach_pty(envd, &mut cmd, req, p, &cwd).await?),
+        None => {
+            attach_pipes(&mut cmd, req.stdin.unwrap_or(true));
+            None
+        }
     };
-    let host_cwd = envd.host_path(&cwd);
-    let probe = host_cwd.clone();
-    let exists = envd
-        .fs
-        .run(move || std::fs::metadata(&probe).is_ok())
-        .await
-        .unwrap_or(false);
-    if !exists {
-        return connect::stream_error(RpcError::invalid(format!("cwd '{cwd}' does not exist")));
-    }
+    let mut child = spawn_in_sandbox(envd, cmd, &user, &cwd, master.is_some(), req).await?;
+    let Some(host_pid) = child.id() else {
+        return Err(RpcError::invalid("process exited before start"));
+    };
+    let pty_master = match master.map(pty::Master::new).transpose() {
+        Ok(m) => m.map(Arc::new),
+        Err(e) => {
+            let _ = child.start_kill();
+            return Err(RpcError::invalid(format!("error starting pty: {e}")));
+        }
+    };
+    let proc_ = Arc::new(Proc {
+        pid: isolation::ns_pid(host_pid),
+        host_pid,
+        config: req.process.clone(),
+        tag: req.tag.clone(),
+        subs: Mutex::new(Vec::new()),
+        stdin: tokio::sync::Mutex::new(child.stdin.take()),
+        pty: pty_master.clone(),
+        out_cancel: Notify::new(),
+    });
+    let rx = proc_.subscribe();
+    envd.procs.insert(proc_.clone());
+    let (readers, done_rx) = start_readers(&proc_, &mut child, pty_master);
+    tokio::spawn(wait_and_end(
+        child,
+        readers,
+        done_rx,
+        proc_.clone(),
+        envd.procs.clone(),
+        proc_deadline(deadline),
+    ));
+    Ok((proc_.pid, rx))
+}
 
-    let isolated = envd.iso.enabled();
-    let home = if isolated {
+/// The command envd runs: its OOM wrapper around the user's program, with the user's
+/// login variables, the sandbox's globals and the request's variables, nothing else.
+fn command(envd: &Envd, user: &TemplateUser, req: &StartRequest) -> tokio::process::Command {
+    let home = if envd.iso.enabled() {
         user.home.clone()
     } else {
         envd.host_path(&user.home).display().to_string()
@@ -608,98 +720,108 @@ async fn start(
         .envs(&envd.globals)
         .envs(&req.process.envs)
         .kill_on_drop(false);
+    cmd
+}
 
-    let mut master = None;
-    if let Some(p) = req.pty {
-        let size = p.size.unwrap_or_default();
-        // Opened by a worker thread in the sandbox's mount namespace: the sandbox's devpts.
-        let (cols, rows) = (size.cols as u16, size.rows as u16);
-        let opened = envd
-            .fs
-            .run(move || pty::open(cols, rows))
-            .await
-            .and_then(|r| r);
-        let (m, s) = match opened {
-            Ok(pair) => pair,
-            Err(e) => {
-                return connect::stream_error(RpcError::invalid(format!(
-                    "error starting pty with command '{}' in dir '{cwd}' with '{}' cols and '{}' rows: {e}",
-                    user_command(&req.process),
-                    size.cols,
-                    size.rows
-                )));
-            }
-        };
-        let dup = |fd: &OwnedFd| fd.try_clone().map(Stdio::from);
-        match (dup(&s), dup(&s), dup(&s)) {
-            (Ok(a), Ok(b), Ok(c)) => {
-                cmd.stdin(a).stdout(b).stderr(c);
-            }
-            _ => return connect::stream_error(RpcError::invalid("error duplicating pty")),
+/// A PTY of the requested size as the child's stdin, stdout and stderr; returns the
+/// master. Opened by a worker thread in the sandbox's mount namespace (its devpts).
+async fn attach_pty(
+    envd: &Envd,
+    cmd: &mut tokio::process::Command,
+    req: &StartRequest,
+    p: &e2b_proto::process::Pty,
+    cwd: &str,
+) -> Result<OwnedFd, RpcError> {
+    let size = p.size.unwrap_or_default();
+    let (cols, rows) = (size.cols as u16, size.rows as u16);
+    let (m, s) = envd
+        .fs
+        .run(move || pty::open(cols, rows))
+        .await
+        .and_then(|r| r)
+        .map_err(|e| {
+            RpcError::invalid(format!(
+                "error starting pty with command '{}' in dir '{cwd}' with '{}' cols and '{}' rows: {e}",
+                user_command(&req.process),
+                size.cols,
+                size.rows
+            ))
+        })?;
+    let dup = |fd: &OwnedFd| fd.try_clone().map(Stdio::from);
+    match (dup(&s), dup(&s), dup(&s)) {
+        (Ok(a), Ok(b), Ok(c)) => {
+            cmd.stdin(a).stdout(b).stderr(c);
+            Ok(m)
         }
-        master = Some(m);
-    } else {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        if req.stdin.unwrap_or(true) {
-            cmd.stdin(Stdio::piped());
-        } else {
-            cmd.stdin(Stdio::null());
-        }
+        _ => Err(RpcError::invalid("error duplicating pty")),
     }
+}
+
+/// Piped stdout and stderr; stdin piped unless the request turned it off.
+fn attach_pipes(cmd: &mut tokio::process::Command, stdin: bool) {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() });
+}
+
+/// Checks that `cwd` exists, then spawns `cmd` as `user` in it, all in one job of a
+/// sandbox worker thread: the child is born in the sandbox's PID namespace and joins its
+/// other namespaces (`ChildSetup`). The command (and with it the parent's copies of a pty
+/// slave) is dropped there.
+async fn spawn_in_sandbox(
+    envd: &Envd,
+    mut cmd: tokio::process::Command,
+    user: &TemplateUser,
+    cwd: &str,
+    pty: bool,
+    req: &StartRequest,
+) -> Result<tokio::process::Child, RpcError> {
+    let host_cwd = envd.host_path(cwd);
     let setup = ChildSetup {
         ns: envd.iso.ns_fds(),
         cwd: CString::new(host_cwd.as_os_str().as_bytes()).unwrap_or_default(),
-        creds: isolated.then_some((user.uid, user.gid)),
-        pty: master.is_some(),
+        creds: envd.iso.enabled().then_some((user.uid, user.gid)),
+        pty,
     };
     // SAFETY: `ChildSetup::run` performs only raw syscalls on data prepared before fork.
     unsafe {
         cmd.pre_exec(move || setup.run());
     }
-    // Forked by a worker thread of the sandbox, so the child is in its PID namespace; the
-    // command (and with it the parent's copies of the pty slave) is dropped there.
-    let mut child = match envd.fs.spawn(cmd).await {
-        Ok(c) => c,
-        Err(e) => {
-            return connect::stream_error(RpcError::invalid(format!(
-                "error starting process '{}': {e}",
-                user_command(&req.process)
-            )));
-        }
-    };
-    let Some(host_pid) = child.id() else {
-        return connect::stream_error(RpcError::invalid("process exited before start"));
-    };
-    let pid = isolation::ns_pid(host_pid);
-    let pty_master = match master.map(pty::Master::new).transpose() {
-        Ok(m) => m.map(Arc::new),
-        Err(e) => {
-            let _ = child.start_kill();
-            return connect::stream_error(RpcError::invalid(format!("error starting pty: {e}")));
-        }
-    };
-    let proc_ = Arc::new(Proc {
-        pid,
-        host_pid,
-        config: req.process.clone(),
-        tag: req.tag.clone(),
-        subs: Mutex::new(Vec::new()),
-        stdin: tokio::sync::Mutex::new(child.stdin.take()),
-        pty: pty_master.clone(),
-        out_cancel: Notify::new(),
-    });
-    let mut rx = proc_.subscribe();
-    envd.procs.insert(proc_.clone());
+    let rt = tokio::runtime::Handle::current();
+    let spawned = envd
+        .fs
+        .run(move || {
+            if std::fs::metadata(&host_cwd).is_err() {
+                return None;
+            }
+            let _entered = rt.enter();
+            Some(cmd.spawn())
+        })
+        .await;
+    match spawned {
+        Ok(Some(Ok(child))) => Ok(child),
+        Ok(None) => Err(RpcError::invalid(format!("cwd '{cwd}' does not exist"))),
+        Ok(Some(Err(e))) | Err(e) => Err(RpcError::invalid(format!(
+            "error starting process '{}': {e}",
+            user_command(&req.process)
+        ))),
+    }
+}
 
-    // Output readers; `done_rx` ends when all of them have finished.
+/// The output readers of a fresh process (its PTY, or its stdout and stderr pipes), and
+/// a receiver that ends once all of them have finished.
+fn start_readers(
+    proc_: &Arc<Proc>,
+    child: &mut tokio::process::Child,
+    pty_master: Option<Arc<pty::Master>>,
+) -> (Vec<tokio::task::JoinHandle<()>>, mpsc::Receiver<()>) {
     let mut readers = Vec::new();
-    let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+    let (done_tx, done_rx) = mpsc::channel::<()>(1);
     if let Some(m) = pty_master {
         readers.push(spawn_reader(
             OutputSource::Pty(m),
             PTY_CHUNK,
             DataEvent::Pty,
-            &proc_,
+            proc_,
             &done_tx,
         ));
     }
@@ -708,7 +830,7 @@ async fn start(
             OutputSource::Pipe(Box::new(out)),
             STD_CHUNK,
             DataEvent::Stdout,
-            &proc_,
+            proc_,
             &done_tx,
         ));
     }
@@ -717,75 +839,64 @@ async fn start(
             OutputSource::Pipe(Box::new(err)),
             STD_CHUNK,
             DataEvent::Stderr,
-            &proc_,
+            proc_,
             &done_tx,
         ));
     }
+    (readers, done_rx)
+}
 
-    // Waiter: output done (or a kill/timeout), then the exit, then `end`.
-    let proc_deadline = deadline
-        .filter(|d| !d.is_zero())
-        .map(|d| Instant::now() + d);
-    let stream_deadline = proc_deadline;
-    let table = envd.procs.clone();
-    let p = proc_.clone();
-    tokio::spawn(async move {
-        let far = Instant::now() + Duration::from_secs(86400 * 365);
-        let kill_at = proc_deadline.unwrap_or(far);
-        drop(done_tx);
+/// The waiter: output done (or a kill, or the deadline), then the exit; then `end` to
+/// every subscriber and the process moves to the table's exited ones.
+async fn wait_and_end(
+    mut child: tokio::process::Child,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+    mut done_rx: mpsc::Receiver<()>,
+    p: Arc<Proc>,
+    table: Arc<Table>,
+    deadline: Option<Instant>,
+) {
+    let far = Instant::now() + Duration::from_secs(86400 * 365);
+    let kill_at = deadline.unwrap_or(far);
+    tokio::select! {
+        _ = done_rx.recv() => {}
+        _ = p.out_cancel.notified() => {}
+        _ = tokio::time::sleep_until(kill_at) => {
+            let _ = child.start_kill();
+        }
+    }
+    let status = loop {
         tokio::select! {
-            _ = done_rx.recv() => {}
-            _ = p.out_cancel.notified() => {}
+            st = child.wait() => break st,
             _ = tokio::time::sleep_until(kill_at) => {
                 let _ = child.start_kill();
             }
         }
-        let status = loop {
-            tokio::select! {
-                st = child.wait() => break st,
-                _ = tokio::time::sleep_until(kill_at) => {
-                    let _ = child.start_kill();
-                }
-            }
-        };
-        // Like Go's cmd.Wait closing the pipes: stop reading what a leftover grandchild
-        // still writes.
-        for r in &readers {
-            if !r.is_finished() {
-                r.abort();
-            }
+    };
+    // Like Go's cmd.Wait closing the pipes: stop reading what a leftover grandchild
+    // still writes.
+    for r in &readers {
+        if !r.is_finished() {
+            r.abort();
         }
-        for r in readers {
-            let _ = r.await;
-        }
-        let end = match status {
-            Ok(st) => end_event(st),
-            Err(e) => EndEvent {
-                exit_code: -1,
-                exited: false,
-                status: String::new(),
-                error: Some(e.to_string()),
-            },
-        };
-        p.publish(ProcessEvent::End(end.clone())).await;
-        table.finish(&p, &end);
-        if let Ok(mut s) = p.subs.lock() {
-            s.clear();
-        }
-    });
-
-    let (tx, resp) = connect::stream_response();
-    tokio::spawn(async move {
-        let start = EventResponse {
-            event: ProcessEvent::Start(StartEvent { pid }),
-        };
-        if tx.send(&start).await.is_err() {
-            return;
-        }
-        let r = pump(&tx, &mut rx, keepalive, stream_deadline).await;
-        finish_pumped(tx, r).await;
-    });
-    resp
+    }
+    for r in readers {
+        let _ = r.await;
+    }
+    let end = match status {
+        Ok(st) => end_event(st),
+        Err(e) => EndEvent {
+            exit_code: -1,
+            exited: false,
+            status: String::new(),
+            error: Some(e.to_string()),
+        },
+    };
+    p.publish(ProcessEvent::End(end.clone())).await;
+    table.finish(&p, &end);
+    if let Ok(mut s) = p.subs.lock() {
+        s.clear();
+    }
 }
 
 /// Where a process's output is read from: its PTY master or a stdout/stderr pipe.
@@ -836,4 +947,27 @@ fn user_command(c: &ProcessConfig) -> String {
         .chain(c.args.iter().map(String::as_str))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_frame_is_serdes() {
+        for n in [0usize, 1, 2, 3, 4, 5, 32 << 10, (32 << 10) - 1] {
+            let raw: Vec<u8> = (0..n).map(|i| (i * 31 + 7) as u8).collect();
+            for d in [
+                DataEvent::Stdout(raw.clone()),
+                DataEvent::Stderr(raw.clone()),
+                DataEvent::Pty(raw.clone()),
+            ] {
+                let want = e2b_proto::envelope::encode_json(&EventResponse {
+                    event: ProcessEvent::Data(d.clone()),
+                })
+                .expect("serde encodes");
+                assert_eq!(output_frame(&d), want, "{n} bytes");
+            }
+        }
+    }
 }

@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tokio::io::{AsyncReadExt, AsyncSeekExt as _};
 
-use super::super::auth::{check_files_access, json_error};
+use super::super::auth::json_error;
 use super::super::filesystem::{FsCtx, go_err};
 use super::super::{Envd, paths};
 use super::content_type::content_type;
@@ -18,7 +18,7 @@ use super::disposition::content_disposition;
 use super::gzip::{gzip_body, negotiate};
 use super::http_date::{http_date, parse_http_date};
 use super::range::{RangeSpec, parse_range};
-use super::{lookup_user, parse_query};
+use super::{check_access, lookup_user, parse_query};
 
 /// Files up to this size are read in one go when opened for download.
 const SNAPSHOT_MAX: u64 = 1 << 20;
@@ -38,15 +38,7 @@ pub(crate) async fn download(
 ) -> Response {
     let params = parse_query(q.as_deref());
     let raw_path = params.path.clone().unwrap_or_default();
-    if let Err(r) = check_files_access(
-        &envd,
-        &headers,
-        &raw_path,
-        "read",
-        params.username.as_deref(),
-        params.signature.as_deref(),
-        params.signature_expiration.as_deref(),
-    ) {
+    if let Err(r) = check_access(&envd, &headers, &params, "read") {
         return r;
     }
     let user = match lookup_user(&envd, &params) {

@@ -14,7 +14,7 @@ mod signing;
 mod upload;
 mod write;
 
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
 pub(crate) use download::download;
@@ -22,7 +22,7 @@ pub(crate) use signing::{has_signature, signed_with};
 pub(crate) use upload::upload;
 
 use super::Envd;
-use super::auth::json_error;
+use super::auth::{check_files_access, json_error};
 use crate::template::TemplateUser;
 
 /// Query parameters of `/files` (decoded; `None` when absent).
@@ -60,6 +60,25 @@ fn parse_query(q: Option<&str>) -> Params {
         }
     }
     p
+}
+
+/// envd's access check of a `/files` request for `operation` (`read` or `write`): the
+/// access token, or a valid signature for the path and user.
+fn check_access(
+    envd: &Envd,
+    headers: &HeaderMap,
+    params: &Params,
+    operation: &str,
+) -> Result<(), Response> {
+    check_files_access(
+        envd,
+        headers,
+        params.path.as_deref().unwrap_or_default(),
+        operation,
+        params.username.as_deref(),
+        params.signature.as_deref(),
+        params.signature_expiration.as_deref(),
+    )
 }
 
 /// The user a `/files` request acts as: `username`, else the template's default user.

@@ -11,13 +11,13 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::{Stream, StreamExt as _};
 
-use super::super::auth::{check_files_access, json_error};
+use super::super::auth::json_error;
 use super::super::{Envd, paths};
 use super::gzip::{BodyStream, body_stream};
 use super::metadata::metadata_of;
 use super::multipart::multipart_upload;
 use super::write::{UploadedEntry, process_file};
-use super::{Failure, Params, lookup_user, parse_query};
+use super::{Failure, Params, check_access, lookup_user, parse_query};
 use crate::template::TemplateUser;
 
 /// Most bytes of a refused upload's body read (and discarded) before answering, as Go's
@@ -103,16 +103,7 @@ async fn upload_body(
     body: Body,
 ) -> Response {
     let params = parse_query(q.as_deref());
-    let raw_path = params.path.clone().unwrap_or_default();
-    if let Err(r) = check_files_access(
-        &envd,
-        &headers,
-        &raw_path,
-        "write",
-        params.username.as_deref(),
-        params.signature.as_deref(),
-        params.signature_expiration.as_deref(),
-    ) {
+    if let Err(r) = check_access(&envd, &headers, &params, "write") {
         return r;
     }
     let gzip = match request_gzip(&headers) {

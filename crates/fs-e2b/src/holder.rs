@@ -1,0 +1,324 @@
+//! Holders: processes of the acting user that open a file with that user's rights and
+//! keep it open while envd (root) reads or writes it through `/proc/PID/fd/FD`, so root
+//! never follows a path the user controls (see [`crate::scripts::HOLDER_WRAPPER`]).
+//!
+//! A holder is started by a root `perl` wrapper that forks it; the holder becomes the
+//! user without exec'ing (non-dumpable: the user's other processes can neither ptrace
+//! it nor open its `/proc` entries), prints `ok PID FD …` once its file is open, and
+//! waits on stdin. Its root parent reaps it only after the holder said root is done with
+//! its descriptors, so a holder the user kills stays a zombie whose pid is not reused.
+//! After envd opened the file, the caller tells the holder to go on (a line, or EOF);
+//! that request fails when the wrapper is gone, and the transfer's bytes are then not
+//! trusted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use e2b_core::EnvdApi;
+use e2b_core::envd::ProcessStream;
+use e2b_core::proto::process::{DataEvent, ProcessEvent, ProcessInput, ProcessSelector, Signal};
+use exec_world::{Error, WorldPath};
+use futures::StreamExt as _;
+
+use crate::fs::Shared;
+use crate::scripts;
+use crate::shell::{EXIT_TOO_LARGE, ShellOutput, classify};
+
+/// Most bytes kept of a holder's output (before its status line, and after it).
+const MAX_OUTPUT: usize = 64 << 10;
+
+/// A running holder (its root wrapper's process).
+pub(crate) struct Holder {
+    events: ProcessStream,
+    api: Arc<dyn EnvdApi>,
+    pid: u32,
+    /// Told to go on (or its stdin closed): nothing left to end when dropped.
+    released: bool,
+    /// Output after the status line.
+    out: Vec<u8>,
+}
+
+/// A started holder and what its status line said: `/proc/PID/fd/FD` and the fields
+/// after them.
+pub(crate) struct Held {
+    pub holder: Holder,
+    pub fd_path: String,
+    pub rest: Vec<String>,
+}
+
+impl Holder {
+    fn selector(&self) -> ProcessSelector {
+        ProcessSelector::Pid(self.pid)
+    }
+
+    /// Sends `line` to the holder; fails when the wrapper is gone.
+    pub(crate) async fn tell(
+        &mut self,
+        line: &str,
+        abs: &WorldPath,
+        what: &str,
+    ) -> Result<(), Error> {
+        self.released = true;
+        self.api
+            .send_input(
+                self.selector(),
+                ProcessInput::Stdin(format!("{line}\n").into_bytes()),
+            )
+            .await
+            .map_err(|e| e.into_world(what).with_path(abs))
+    }
+
+    /// Closes the holder's stdin (it lets go of its file and ends); fails when the
+    /// wrapper is gone.
+    pub(crate) async fn release(&mut self, abs: &WorldPath, what: &str) -> Result<(), Error> {
+        self.released = true;
+        self.api
+            .close_stdin(self.selector())
+            .await
+            .map_err(|e| e.into_world(what).with_path(abs))
+    }
+
+    /// Waits for the wrapper's exit: its exit code and output after the status line.
+    pub(crate) async fn finish(
+        mut self,
+        abs: &WorldPath,
+        what: &str,
+    ) -> Result<ShellOutput, Error> {
+        loop {
+            match self.events.next().await {
+                Some(Ok(ProcessEvent::Data(
+                    DataEvent::Stdout(b) | DataEvent::Stderr(b) | DataEvent::Pty(b),
+                ))) => keep(&mut self.out, &b),
+                Some(Ok(ProcessEvent::End(end))) => {
+                    self.released = true;
+                    let out = std::mem::take(&mut self.out);
+                    // The wrapper prints `eCODE` after a failure's cause: the cause is
+                    // what classification reads.
+                    return Ok(ShellOutput {
+                        exit_code: end.exit_code,
+                        stdout: out.clone(),
+                        stderr: strip_code(out),
+                    });
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e.into_world(what).with_path(abs)),
+                None => {
+                    return Err(
+                        Error::other("the holder's stream ended without its exit status")
+                            .with_op(what)
+                            .with_path(abs),
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let api = self.api.clone();
+        let sel = self.selector();
+        handle.spawn(async move {
+            // EOF first: the holder lets go and ends, then its wrapper; the kill is for a
+            // holder that cannot (stopped or killed by the user).
+            let _ = api.close_stdin(sel.clone()).await;
+            if let Err(e) = api.send_signal(sel, Signal::Sigkill).await {
+                tracing::debug!(error = %e, "killing a holder's wrapper failed");
+            }
+        });
+    }
+}
+
+/// Appends `b` to `out` up to [`MAX_OUTPUT`].
+fn keep(out: &mut Vec<u8>, b: &[u8]) {
+    let room = MAX_OUTPUT.saturating_sub(out.len());
+    out.extend_from_slice(&b[..room.min(b.len())]);
+}
+
+/// `out` without a trailing `eCODE` line.
+fn strip_code(mut out: Vec<u8>) -> Vec<u8> {
+    let body = out.strip_suffix(b"\n").unwrap_or(&out);
+    let start = body.iter().rposition(|&c| c == b'\n').map_or(0, |i| i + 1);
+    let last = &body[start..];
+    if last.len() > 1 && last[0] == b'e' && last[1..].iter().all(u8::is_ascii_digit) {
+        out.truncate(start);
+    }
+    out
+}
+
+/// The error of a holder that printed `eCODE` after `text`.
+pub(crate) fn failure(
+    code: i32,
+    text: &[u8],
+    abs: &WorldPath,
+    limit: Option<u64>,
+    what: &str,
+) -> Error {
+    match (code, limit) {
+        (EXIT_TOO_LARGE, Some(limit)) => Error::too_large(abs, limit).with_op(what),
+        (scripts::EXIT_UNPROTECTED, _) => Error::other(format!(
+            "the holder cannot be made unreachable by the user's other processes \
+             (needs perl): {}",
+            String::from_utf8_lossy(text).trim()
+        ))
+        .with_op(what)
+        .with_path(abs),
+        _ => classify(
+            &ShellOutput {
+                exit_code: code,
+                stdout: Vec::new(),
+                stderr: text.to_vec(),
+            },
+            abs,
+            what,
+        ),
+    }
+}
+
+/// The acting user's uid, gid and groups, asked once per handle.
+async fn identity(sh: &Shared) -> Result<[String; 3], Error> {
+    if let Some(id) = sh.identity.lock().ok().and_then(|g| g.clone()) {
+        return Ok(id);
+    }
+    let root = WorldPath::root();
+    let out = sh
+        .ctl
+        .run_ok(scripts::IDENTITY, &[], &root, "identify the acting user")
+        .await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ok = |s: &&str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit() || c == b' ');
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let id = match lines[..] {
+        [u, g, groups] if ok(&u) && ok(&g) && ok(&groups) => {
+            [u.to_owned(), g.to_owned(), groups.to_owned()]
+        }
+        _ => {
+            return Err(Error::other(format!("unexpected output {text:?}"))
+                .with_op("identify the acting user"));
+        }
+    };
+    if let Ok(mut g) = sh.identity.lock() {
+        *g = Some(id.clone());
+    }
+    Ok(id)
+}
+
+/// Starts `script` (a holder) with `args` after the acting user's ids and waits for its
+/// status line. `Ok(Err(output))`: the holder failed before holding anything (its code
+/// and cause); `limit` makes code 68 `TooLarge`.
+pub(crate) async fn start(
+    sh: &Shared,
+    script: &str,
+    args: &[&str],
+    lifetime: Duration,
+    abs: &WorldPath,
+    what: &str,
+) -> Result<Result<Held, (i32, Vec<u8>)>, Error> {
+    let [uid, gid, groups] = identity(sh).await?;
+    let mut argv: Vec<&str> = vec![script, &uid, &gid, &groups];
+    argv.extend_from_slice(args);
+    let events = sh
+        .root_ctl
+        .start(
+            scripts::HOLDER_WRAPPER,
+            &argv,
+            Some(lifetime),
+            true,
+            abs,
+            what,
+        )
+        .await?;
+    let pid = events.pid();
+    let mut h = Holder {
+        events,
+        api: sh.api.clone(),
+        pid,
+        released: false,
+        out: Vec::new(),
+    };
+    let (text, line) = tokio::time::timeout(sh.command_timeout, status_line(&mut h, abs, what))
+        .await
+        .map_err(|_| {
+            Error::timeout(what).with_path(abs).with_detail(format!(
+                "the holder's status after {:?}",
+                sh.command_timeout
+            ))
+        })??;
+    let bad = || {
+        Error::other(format!("unreadable holder status {line:?}"))
+            .with_op(what)
+            .with_path(abs)
+    };
+    if let Some(code) = line.strip_prefix('e') {
+        let code = code.parse::<i32>().map_err(|_| bad())?;
+        h.released = true;
+        return Ok(Err((code, text)));
+    }
+    let mut f = line.strip_prefix("ok ").ok_or_else(bad)?.split(' ');
+    let hpid = f
+        .next()
+        .and_then(|p| p.parse::<u32>().ok())
+        .ok_or_else(bad)?;
+    let fd = f
+        .next()
+        .and_then(|p| p.parse::<u32>().ok())
+        .ok_or_else(bad)?;
+    let rest = f.map(str::to_owned).collect();
+    Ok(Ok(Held {
+        holder: h,
+        fd_path: format!("/proc/{hpid}/fd/{fd}"),
+        rest,
+    }))
+}
+
+/// Output of the wrapper up to the holder's status line (`ok …` or `eCODE`): the text
+/// before it and the line; what follows it is kept in the holder.
+async fn status_line(
+    h: &mut Holder,
+    abs: &WorldPath,
+    what: &str,
+) -> Result<(Vec<u8>, String), Error> {
+    let mut out = Vec::new();
+    let mut scanned = 0;
+    loop {
+        while let Some(nl) = out[scanned..].iter().position(|&c| c == b'\n') {
+            let end = scanned + nl;
+            let line = String::from_utf8_lossy(&out[scanned..end]).into_owned();
+            let code = line.strip_prefix('e').unwrap_or("");
+            if line.starts_with("ok ")
+                || (!code.is_empty() && code.bytes().all(|c| c.is_ascii_digit()))
+            {
+                h.out = out[end + 1..].to_vec();
+                return Ok((out[..scanned].to_vec(), line));
+            }
+            scanned = end + 1;
+        }
+        if out.len() > MAX_OUTPUT {
+            return Err(Error::other("the holder printed no status")
+                .with_op(what)
+                .with_path(abs));
+        }
+        match h.events.next().await {
+            Some(Ok(ProcessEvent::Data(
+                DataEvent::Stdout(b) | DataEvent::Stderr(b) | DataEvent::Pty(b),
+            ))) => out.extend_from_slice(&b),
+            Some(Ok(ProcessEvent::End(end))) => {
+                h.released = true;
+                return Err(failure(end.exit_code, &out, abs, None, what));
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e.into_world(what).with_path(abs)),
+            None => {
+                return Err(Error::other("the holder's stream ended without its status")
+                    .with_op(what)
+                    .with_path(abs));
+            }
+        }
+    }
+}

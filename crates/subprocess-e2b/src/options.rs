@@ -1,0 +1,75 @@
+//! [`E2bSubprocessOptions`]: how an [`E2bSubprocess`](crate::E2bSubprocess) is set up
+//! (cwd, user, host buffering, envd's process lifetime).
+
+use std::time::Duration;
+
+use crate::shell::UserInfo;
+
+/// Default bound on what is buffered on the host per output stream (1 MiB).
+pub const DEFAULT_OUTPUT_BUFFER: usize = 1 << 20;
+
+/// Options of [`E2bSubprocess::new`](crate::E2bSubprocess::new); the same settings can be
+/// changed later with the adapter's builder methods, which keep its cached lookups.
+///
+/// ```
+/// use std::time::Duration;
+/// let opts = subprocess_e2b::E2bSubprocessOptions::new("/home/user")
+///     .user("user")
+///     .process_timeout(Some(Duration::from_secs(600)));
+/// # drop(opts);
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct E2bSubprocessOptions {
+    /// The default cwd of every spawn (absolute POSIX path).
+    pub cwd: String,
+    /// The user processes run as; `None` = envd's default user.
+    pub user: Option<String>,
+    /// The user's facts (name, home, shell, `PATH`) when known in advance (e.g. from the
+    /// template): no lookup runs, so the first piped spawn is exactly one envd `Start`.
+    /// Implies [`user`](E2bSubprocessOptions::user).
+    pub known_user: Option<UserInfo>,
+    /// Bound on the bytes buffered on the host per output stream before the reader stops
+    /// reading envd (back-pressure). Default [`DEFAULT_OUTPUT_BUFFER`].
+    pub output_buffer: usize,
+    /// A lifetime envd enforces on every process (SIGKILL at expiry). Default none.
+    pub process_timeout: Option<Duration>,
+}
+
+impl E2bSubprocessOptions {
+    /// Options with default cwd `cwd`, envd's default user and default buffering.
+    pub fn new(cwd: impl Into<String>) -> Self {
+        E2bSubprocessOptions {
+            cwd: cwd.into(),
+            user: None,
+            known_user: None,
+            output_buffer: DEFAULT_OUTPUT_BUFFER,
+            process_timeout: None,
+        }
+    }
+
+    /// Run processes as `user`.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// Sets [`E2bSubprocessOptions::known_user`] (and the user to its name).
+    pub fn known_user(mut self, info: UserInfo) -> Self {
+        self.user = Some(info.name.clone());
+        self.known_user = Some(info);
+        self
+    }
+
+    /// Sets [`E2bSubprocessOptions::output_buffer`] (at least 1).
+    pub fn output_buffer(mut self, bytes: usize) -> Self {
+        self.output_buffer = bytes.max(1);
+        self
+    }
+
+    /// Sets [`E2bSubprocessOptions::process_timeout`].
+    pub fn process_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.process_timeout = timeout;
+        self
+    }
+}

@@ -1,0 +1,119 @@
+//! `world-bench`: the figures of issue 11, every contender side by side, against one
+//! emulator, in one run.
+//!
+//! Run: `cargo run --release -p integration-tests --bin world-bench -- [--quick | --tiny]
+//! [--json PATH]` (`--help` lists the options).
+//!
+//! Figures: exec `true` sequential (p50/p99), rounds of 64 and 256 concurrent execs (p50
+//! per round, errors), 1 MiB write+read x100 and 256 MiB write+read (MiB/s), a 512 MiB
+//! stdout flood (MiB/s). Contenders (`plan.rs`): bare tokio::process, `LocalSubprocess`,
+//! raw e2b-core (envd `Start` of the program itself; `/files`), ours (subprocess-e2b,
+//! fs-e2b), the sandbox@1 provider (sandbox-e2b), curl, and the official JS and Python
+//! SDKs (`tests/sdk/bench.*`, installed under the target directory's `sdk-cache/`).
+//!
+//! The emulator runs in a child process, and so does every contender on every figure
+//! (this binary with `--contender ID`, or node/python), so each peak RSS is the
+//! contender's own (`wait4` rusage) and the emulator's request counters and CPU time are
+//! read around each timed part. The output: a table per figure with ratios against the
+//! issue's baselines, the issue's targets (which hold), and JSON (`--json PATH`). Figures,
+//! not assertions: the machine is shared and noisy.
+
+mod child;
+mod curl;
+mod data;
+mod emulator;
+mod files;
+mod local;
+mod opts;
+mod ours;
+mod plan;
+mod provider;
+mod raw;
+mod report;
+mod runner;
+mod sandbox_env;
+mod sdk;
+
+use child::AnyError;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("world-bench: cannot start a tokio runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = match args.first().map(String::as_str) {
+        Some("--serve-emulator") => match rt.block_on(emulator::serve()) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("world-bench emulator: {e}");
+                1
+            }
+        },
+        Some("--contender") => {
+            let id = args.get(1).cloned().unwrap_or_default();
+            let figure = std::env::var("WB_FIGURE").unwrap_or_default();
+            child::report(rt.block_on(contender(&id, &figure)));
+            0
+        }
+        _ => match opts::Opts::parse(&args) {
+            Ok(o) => match orchestrate(&rt, &o) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("world-bench: {e}");
+                    1
+                }
+            },
+            Err(usage) => {
+                eprintln!("{usage}");
+                2
+            }
+        },
+    };
+    drop(rt);
+    std::process::exit(code);
+}
+
+/// Child mode: one contender on one figure.
+async fn contender(id: &str, figure: &str) -> Result<child::Outcome, AnyError> {
+    match id {
+        "tokio" => local::tokio_run(figure).await,
+        "local" => local::local_run(figure).await,
+        "raw" => raw::run(figure).await,
+        "ours" => ours::run(figure).await,
+        "sandbox" => provider::run(figure).await,
+        "curl" => curl::run(figure).await,
+        other => Err(format!("no contender {other}").into()),
+    }
+}
+
+fn orchestrate(rt: &tokio::runtime::Runtime, opts: &opts::Opts) -> Result<(), AnyError> {
+    let emu = rt.block_on(emulator::Emulator::start())?;
+    let mut results = Vec::new();
+    for fig in plan::figures(opts) {
+        eprintln!("world-bench: {}", fig.title);
+        let mut measures = Vec::new();
+        for c in &fig.contenders {
+            eprintln!("world-bench:   {}", plan::display(c, &fig.id));
+            measures.push(runner::run(rt.handle(), &emu, opts, &fig, c));
+        }
+        results.push(report::FigureResult {
+            figure: fig,
+            measures,
+        });
+    }
+    rt.block_on(emu.stop());
+    report::print(&results);
+    let targets = report::targets(&results);
+    report::print_targets(&targets);
+    if let Some(path) = &opts.json {
+        let j = report::json(opts, &results, &targets);
+        std::fs::write(path, serde_json::to_vec_pretty(&j)?)
+            .map_err(|e| format!("writing {path}: {e}"))?;
+        println!("\nJSON written to {path}");
+    }
+    Ok(())
+}

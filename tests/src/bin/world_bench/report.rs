@@ -1,0 +1,304 @@
+//! The results of a run: one table per figure with ratios against the issue's baselines,
+//! the issue's targets (which hold), and the JSON for comparisons across commits.
+
+use serde_json::{Value, json};
+
+use super::opts::Opts;
+use super::plan::{Figure, Kind, display};
+use super::runner::Measure;
+
+/// One figure's measures.
+pub struct FigureResult {
+    /// The figure.
+    pub figure: Figure,
+    /// One per contender, in plan order.
+    pub measures: Vec<Measure>,
+}
+
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[(((v.len() - 1) as f64) * p).round() as usize]
+}
+
+/// The headline value: p50 ms for execs, MiB/s for transfers; NaN when it did not run.
+fn value(kind: Kind, m: &Measure) -> f64 {
+    if m.outcome.error.is_some() {
+        return f64::NAN;
+    }
+    match kind {
+        Kind::Latency => percentile(&m.outcome.samples_ms, 0.5),
+        Kind::Throughput => m.outcome.bytes as f64 / (1024.0 * 1024.0) / m.outcome.secs,
+    }
+}
+
+impl FigureResult {
+    fn get(&self, contender: &str) -> Option<&Measure> {
+        self.measures.iter().find(|m| m.contender == contender)
+    }
+
+    fn value_of(&self, contender: &str) -> f64 {
+        self.get(contender)
+            .map_or(f64::NAN, |m| value(self.figure.kind(), m))
+    }
+
+    fn baselines(&self) -> &'static [&'static str] {
+        match self.figure.id.as_str() {
+            f if f.starts_with("exec") => &["raw", "js", "py", "local", "tokio"],
+            f if f.starts_with("files") => &["curl", "raw"],
+            _ => &["raw"],
+        }
+    }
+}
+
+fn per_op(n: f64, ops: u64) -> f64 {
+    if ops == 0 { f64::NAN } else { n / ops as f64 }
+}
+
+/// Prints the tables.
+pub fn print(results: &[FigureResult]) {
+    for r in results {
+        let kind = r.figure.kind();
+        println!("\n== {}", r.figure.title);
+        println!(
+            "  {:<22} {:>9} {:>9} {:>6} {:>9} {:>8} {:>8}  ratios",
+            "contender",
+            if kind == Kind::Latency {
+                "p50 ms"
+            } else {
+                "MiB/s"
+            },
+            if kind == Kind::Latency { "p99 ms" } else { "" },
+            "errors",
+            "RSS MiB",
+            "req/op",
+            "emuCPU/op"
+        );
+        for m in &r.measures {
+            let name = display(&m.contender, &r.figure.id);
+            if let Some(e) = &m.outcome.error {
+                println!(
+                    "  {name:<22} failed: {}",
+                    e.chars().take(160).collect::<String>()
+                );
+                continue;
+            }
+            let v = value(kind, m);
+            let p99 = if kind == Kind::Latency {
+                format!("{:.2}", percentile(&m.outcome.samples_ms, 0.99))
+            } else {
+                String::new()
+            };
+            let reqs: u64 = m.requests.values().sum();
+            let ratios: Vec<String> = r
+                .baselines()
+                .iter()
+                .filter(|b| **b != m.contender)
+                .filter_map(|b| {
+                    let base = r.value_of(b);
+                    (base.is_finite() && base > 0.0)
+                        .then(|| format!("{:.2}x {}", v / base, display(b, &r.figure.id)))
+                })
+                .collect();
+            println!(
+                "  {name:<22} {v:>9.2} {p99:>9} {:>6} {:>9.1} {:>8.2} {:>8.2}  {}",
+                m.outcome.errors,
+                m.peak_rss_mib,
+                per_op(reqs as f64, m.outcome.ops),
+                per_op(m.emulator_cpu_ms, m.outcome.ops),
+                ratios.join(", ")
+            );
+        }
+    }
+}
+
+/// One of the issue's targets, evaluated.
+pub struct Target {
+    /// What it says.
+    pub name: String,
+    /// `None` when a figure it needs was not measured.
+    pub holds: Option<bool>,
+    /// The measured numbers.
+    pub detail: String,
+}
+
+fn ratio_target(
+    results: &[FigureResult],
+    fig: &str,
+    a: &str,
+    b: &str,
+    le: bool,
+    limit: f64,
+) -> Option<Target> {
+    let r = results.iter().find(|r| r.figure.id == fig)?;
+    let (va, vb) = (r.value_of(a), r.value_of(b));
+    let (na, nb) = (display(a, fig), display(b, fig));
+    let name = format!("{fig}: {na} {} {limit}x {nb}", if le { "<=" } else { ">=" });
+    let x = va / vb;
+    let holds = (x.is_finite()).then_some(if le { x <= limit } else { x >= limit });
+    Some(Target {
+        name,
+        holds,
+        detail: format!("{x:.2}x ({va:.2} vs {vb:.2})"),
+    })
+}
+
+fn check(
+    results: &[FigureResult],
+    fig: &str,
+    c: &str,
+    what: &str,
+    f: impl Fn(&Measure) -> (bool, String),
+) -> Option<Target> {
+    let r = results.iter().find(|r| r.figure.id == fig)?;
+    let m = r.get(c)?;
+    let (holds, detail) = f(m);
+    Some(Target {
+        name: format!("{fig}: {} {what}", display(c, fig)),
+        holds: m.outcome.error.is_none().then_some(holds),
+        detail,
+    })
+}
+
+/// The targets of issue 11 that this run's figures decide.
+pub fn targets(results: &[FigureResult]) -> Vec<Target> {
+    let mut t = Vec::new();
+    for c in ["ours", "sandbox"] {
+        for (b, lim) in [("js", 0.4), ("py", 0.8), ("raw", 1.5), ("local", 2.0)] {
+            t.extend(ratio_target(results, "exec_seq", c, b, true, lim));
+        }
+    }
+    t.extend(ratio_target(
+        results, "exec_seq", "local", "tokio", true, 1.5,
+    ));
+    let levels: Vec<&FigureResult> = results
+        .iter()
+        .filter(|r| r.figure.id.starts_with("exec_c"))
+        .collect();
+    if let Some(first) = levels.first() {
+        t.extend(ratio_target(
+            results,
+            &first.figure.id,
+            "ours",
+            "py",
+            true,
+            0.6,
+        ));
+    }
+    for r in &levels {
+        for c in ["ours", "sandbox"] {
+            t.extend(check(results, &r.figure.id, c, "0 errors", |m| {
+                (
+                    m.outcome.errors == 0,
+                    format!("{} errors", m.outcome.errors),
+                )
+            }));
+        }
+    }
+    t.extend(ratio_target(
+        results,
+        "files_large",
+        "ours",
+        "curl",
+        false,
+        0.9,
+    ));
+    t.extend(ratio_target(
+        results,
+        "files_small",
+        "ours",
+        "curl",
+        false,
+        0.5,
+    ));
+    for fig in ["files_small", "files_large"] {
+        t.extend(check(results, fig, "ours", "host RSS < 32 MiB", |m| {
+            (m.peak_rss_mib < 32.0, format!("{:.1} MiB", m.peak_rss_mib))
+        }));
+    }
+    t.extend(ratio_target(results, "flood", "ours", "raw", false, 0.8));
+    t.extend(check(results, "flood", "ours", "host RSS < 16 MiB", |m| {
+        (m.peak_rss_mib < 16.0, format!("{:.1} MiB", m.peak_rss_mib))
+    }));
+    t
+}
+
+/// Prints the targets.
+pub fn print_targets(targets: &[Target]) {
+    println!("\n== targets (issue 11)");
+    for t in targets {
+        let mark = match t.holds {
+            Some(true) => "holds",
+            Some(false) => "MISSED",
+            None => "n/a",
+        };
+        println!("  {mark:<7} {:<52} {}", t.name, t.detail);
+    }
+}
+
+fn num(x: f64) -> Value {
+    if x.is_finite() { json!(x) } else { Value::Null }
+}
+
+/// The JSON report.
+pub fn json(opts: &Opts, results: &[FigureResult], targets: &[Target]) -> Value {
+    let figures: Vec<Value> = results
+        .iter()
+        .map(|r| {
+            let kind = r.figure.kind();
+            let contenders: Vec<Value> = r
+                .measures
+                .iter()
+                .map(|m| {
+                    let reqs: u64 = m.requests.values().sum();
+                    let requests_per_op: serde_json::Map<String, Value> = m
+                        .requests
+                        .iter()
+                        .map(|(k, n)| (k.clone(), num(per_op(*n as f64, m.outcome.ops))))
+                        .collect();
+                    json!({
+                        "id": m.contender,
+                        "name": display(&m.contender, &r.figure.id),
+                        "value": num(value(kind, m)),
+                        "p50_ms": num(percentile(&m.outcome.samples_ms, 0.5)),
+                        "p99_ms": num(percentile(&m.outcome.samples_ms, 0.99)),
+                        "ops": m.outcome.ops,
+                        "errors": m.outcome.errors,
+                        "bytes": m.outcome.bytes,
+                        "secs": num(m.outcome.secs),
+                        "peak_rss_mib": num(m.peak_rss_mib),
+                        "requests_per_op": num(per_op(reqs as f64, m.outcome.ops)),
+                        "requests_per_op_by_route": requests_per_op,
+                        "emulator_cpu_ms_per_op": num(per_op(m.emulator_cpu_ms, m.outcome.ops)),
+                        "error": m.outcome.error,
+                    })
+                })
+                .collect();
+            json!({
+                "id": r.figure.id,
+                "title": r.figure.title,
+                "unit": if kind == Kind::Latency { "ms_p50" } else { "mib_per_s" },
+                "contenders": contenders,
+            })
+        })
+        .collect();
+    json!({
+        "schema": "world-bench/1",
+        "options": {
+            "iterations": opts.iterations,
+            "rounds": opts.rounds,
+            "levels": opts.levels,
+            "small_n": opts.small_n,
+            "small_bytes": opts.small_bytes,
+            "large_bytes": opts.large_bytes,
+            "flood_bytes": opts.flood_bytes,
+        },
+        "figures": figures,
+        "targets": targets.iter().map(|t| json!({
+            "name": t.name, "holds": t.holds, "detail": t.detail,
+        })).collect::<Vec<_>>(),
+    })
+}
