@@ -368,7 +368,7 @@ async fn start(
         Some(cg) => {
             let name = world.take_cgroup(terminal);
             let _ = session.cgroup_name.set(name.clone());
-            let (uid, gid) = cg.ids.clone().unwrap_or_default();
+            let (uid, gid) = world.drop_ids(&info).await?.unwrap_or_default();
             let argv = vec![
                 setup.helper.clone(),
                 "--root".to_owned(),

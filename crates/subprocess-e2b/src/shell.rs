@@ -43,7 +43,8 @@ const PRIVATE_FILE_SH: &str = r#"umask 077; set -C; : > "$1""#;
 /// (must not exist; root-owned, 0755), `$2` the helper text, `$3` the acting user, `$4` a
 /// probe cgroup name. Prints `cgroup MOUNT SETPRIV UID GID` when root can create a cgroup
 /// below its own in the cgroup2 mount, move a process into it and `cgroup.kill` it, and
-/// `setpriv` can drop to the user (`UID GID` empty for root); nothing otherwise.
+/// `setpriv` is there to drop to a user (`UID GID`: the acting user's, empty for root);
+/// nothing otherwise.
 const SETUP_SH: &str = r#"umask 022
 mkdir -m 0755 -- "$1" || exit 3
 printf '%s' "$2" > "$1/spawn.sh" || exit 3
@@ -54,9 +55,9 @@ done < /proc/self/mountinfo
 case $mnt in ''|*\\*) exit 0 ;; esac
 base=
 while read -r l; do case $l in 0::*) base=${l#0::} ;; esac; done < /proc/self/cgroup
-uid=; gid=; sp=
+uid=; gid=
+sp=$(command -v setpriv) || exit 0
 if [ "$3" != root ]; then
-  sp=$(command -v setpriv) || exit 0
   e=$(getent passwd "$3") || exit 0
   IFS=: read -r _ _ uid gid _ <<PASSWD
 $e
@@ -96,15 +97,18 @@ else
 fi
 exit 0"#;
 
+/// The uid and gid `setpriv` drops a spawn to (`None`: uid 0, no drop).
+pub(crate) type DropIds = Option<(String, String)>;
+
 /// How spawns get a cgroup of their own (what [`SETUP_SH`] found).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CgroupSetup {
     /// The cgroup2 mount point in the sandbox.
     pub(crate) mount: String,
-    /// `setpriv`'s absolute path (empty when the acting user is root).
+    /// `setpriv`'s absolute path.
     pub(crate) setpriv: String,
-    /// The acting user's uid and gid (`None` for root: no drop).
-    pub(crate) ids: Option<(String, String)>,
+    /// The uid and gid of the user the setup ran for (`None` for root: no drop).
+    pub(crate) ids: DropIds,
 }
 
 /// Trusted commands for one adapter.
@@ -141,7 +145,7 @@ impl Shell {
     }
 
     /// Looks `name` up in the password database, as root.
-    pub(crate) async fn lookup(&self, name: &str) -> Result<UserInfo, Error> {
+    pub(crate) async fn lookup(&self, name: &str) -> Result<(UserInfo, DropIds), Error> {
         let out = self
             .shell
             .run(LOOKUP_SH, &[name])
@@ -165,7 +169,12 @@ impl Shell {
         } else {
             fields[6]
         };
-        Ok(UserInfo {
+        let numeric = |f: &str| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit());
+        if !numeric(fields[2]) || !numeric(fields[3]) {
+            return Err(Error::other(format!("unusable passwd entry for {name:?}")));
+        }
+        let ids = (fields[2] != "0").then(|| (fields[2].to_owned(), fields[3].to_owned()));
+        let info = UserInfo {
             name: name.to_owned(),
             home: fields[5].to_owned(),
             shell: shell.to_owned(),
@@ -174,7 +183,8 @@ impl Shell {
             } else {
                 path
             },
-        })
+        };
+        Ok((info, ids))
     }
 
     /// `program` on `path`, as `command -v` would find an executable file.

@@ -15,7 +15,7 @@ use e2b_core::EnvdApi;
 use exec_world::Error;
 use tokio::sync::OnceCell;
 
-use crate::shell::{CgroupSetup, Shell, UserInfo};
+use crate::shell::{CgroupSetup, DropIds, Shell, UserInfo};
 
 /// Where the spawn helper is and how spawns get their cgroup.
 #[derive(Clone, Debug)]
@@ -34,9 +34,8 @@ pub(crate) struct SpawnSetup {
 struct UserCache {
     info: OnceCell<UserInfo>,
     state_dir: OnceCell<String>,
-    setup: OnceCell<SpawnSetup>,
-    /// True once the setup found a cgroup per spawn.
-    contained: AtomicBool,
+    /// The uid and gid a contained spawn drops to (from the lookup or the setup).
+    ids: OnceCell<DropIds>,
 }
 
 /// What every handle of one adapter shares: each user's caches and the spawn cgroup
@@ -44,6 +43,10 @@ struct UserCache {
 struct Adapter {
     shell: Shell,
     users: Mutex<HashMap<Option<String>, Arc<UserCache>>>,
+    /// The spawn helper's placement and the cgroup probe (once per adapter).
+    setup: OnceCell<SpawnSetup>,
+    /// True once the setup found a cgroup per spawn.
+    contained: AtomicBool,
     /// Prefix of this adapter's cgroup names (`exec-world-<random>-`).
     cgroup_prefix: String,
     next_cgroup: AtomicU64,
@@ -65,29 +68,25 @@ impl Adapter {
 }
 
 impl Drop for Adapter {
-    /// Removes the adapter's empty cgroups and its helper directories in the background
+    /// Removes the adapter's empty cgroups and its helper directory in the background
     /// (best effort: only within a runtime, and cgroups a leftover process still lives in
     /// stay).
     fn drop(&mut self) {
-        let users = self.users.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let placed: Vec<SpawnSetup> = users
-            .values()
-            .filter_map(|c| c.setup.get().cloned())
-            .collect();
-        if placed.is_empty() {
+        let Some(setup) = self.setup.get() else {
             return;
-        }
+        };
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let shell = self.shell.clone();
         let prefix = self.cgroup_prefix.clone();
-        handle.spawn(async move {
-            for setup in placed {
-                let mount = setup.cgroup.map(|c| c.mount).unwrap_or_default();
-                shell.cleanup(&mount, &prefix, &setup.dir).await;
-            }
-        });
+        let mount = setup
+            .cgroup
+            .as_ref()
+            .map(|c| c.mount.clone())
+            .unwrap_or_default();
+        let dir = setup.dir.clone();
+        handle.spawn(async move { shell.cleanup(&mount, &prefix, &dir).await });
     }
 }
 
@@ -122,6 +121,8 @@ impl WorldShared {
         let adapter = Arc::new(Adapter {
             shell: shell.clone(),
             users: Mutex::new(HashMap::new()),
+            setup: OnceCell::new(),
+            contained: AtomicBool::new(false),
             cgroup_prefix: format!("exec-world-{}-", e2b_core::trusted_shell::random_suffix()),
             next_cgroup: AtomicU64::new(0),
             free_cgroups: Mutex::new([Vec::new(), Vec::new()]),
@@ -155,10 +156,11 @@ impl WorldShared {
         }
     }
 
-    /// The spawn helper's placement and the cgroup probe for this user (first call: one
-    /// trusted command; then cached; a failure is retried by the next call).
+    /// The spawn helper's placement and the cgroup probe (first call of the adapter: one
+    /// trusted command, which also finds `info`'s uid and gid; then cached; a failure is
+    /// retried by the next call).
     pub(crate) async fn spawn_setup(&self, info: &UserInfo) -> Result<SpawnSetup, Error> {
-        self.cache
+        self.adapter
             .setup
             .get_or_try_init(|| async {
                 let dir = format!(
@@ -170,7 +172,10 @@ impl WorldShared {
                     .shell
                     .setup(&dir, crate::wrapper::helper_sh(), &info.name, &probe)
                     .await?;
-                self.cache
+                if let Some(cg) = &cgroup {
+                    let _ = self.cache.ids.set(cg.ids.clone());
+                }
+                self.adapter
                     .contained
                     .store(cgroup.is_some(), Ordering::SeqCst);
                 Ok(SpawnSetup {
@@ -185,12 +190,12 @@ impl WorldShared {
 
     /// The cgroup2 mount spawns' cgroups live in, once the setup found one.
     pub(crate) fn setup_mount(&self) -> Option<&String> {
-        self.cache.setup.get()?.cgroup.as_ref().map(|c| &c.mount)
+        self.adapter.setup.get()?.cgroup.as_ref().map(|c| &c.mount)
     }
 
     /// True once the setup found that spawns get a cgroup of their own.
     pub(crate) fn contained(&self) -> bool {
-        self.cache.contained.load(Ordering::SeqCst)
+        self.adapter.contained.load(Ordering::SeqCst)
     }
 
     /// A cgroup name for a new spawn: a free one of the same kind, else a fresh one.
@@ -230,8 +235,20 @@ impl WorldShared {
                     Some(u) => u.clone(),
                     None => self.shell.default_user_name().await?,
                 };
-                self.shell.lookup(&name).await
+                let (info, ids) = self.shell.lookup(&name).await?;
+                let _ = self.cache.ids.set(ids);
+                Ok(info)
             })
+            .await
+            .cloned()
+    }
+
+    /// The uid and gid a contained spawn of `info`'s user drops to: known from the
+    /// lookup or the setup, else looked up (one trusted command, cached).
+    pub(crate) async fn drop_ids(&self, info: &UserInfo) -> Result<DropIds, Error> {
+        self.cache
+            .ids
+            .get_or_try_init(|| async { Ok(self.shell.lookup(&info.name).await?.1) })
             .await
             .cloned()
     }
