@@ -815,9 +815,10 @@ async fn envd_faults_map_to_typed_errors() {
     let err = sb.list_processes().await.unwrap_err();
     assert_eq!(err.connect_code(), Some(Code::Unavailable), "{err:?}");
 
-    // connection reset and a slow envd
+    // connection reset and a slow envd (a read met by a reset is sent once more on a
+    // fresh connection, as after a dropped pooled one: both attempts are reset here)
     emu.faults()
-        .add(envd_rule(FaultAction::Reset, "/filesystem.Filesystem/Stat"));
+        .add(envd_rule(FaultAction::Reset, "/filesystem.Filesystem/Stat").times(2));
     let err = sb.stat("/home/user", None).await.unwrap_err();
     assert!(
         matches!(

@@ -2,7 +2,8 @@
 //! idempotent control-plane calls and envd unary reads retry 503/502 and connection
 //! resets a capped number of times; create is retried after a refusal but never
 //! duplicated when its answer is lost; a pooled connection dropped by the server does
-//! not fail the next call.
+//! not fail the next call (a read is sent once more even without retries), and neither
+//! does a graceful shutdown (HTTP/2 `GOAWAY`, HTTP/1.1 close) of the emulator's side.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -310,6 +311,9 @@ async fn a_dropped_pooled_connection_does_not_fail_the_next_call() {
     }
 }
 
+/// The emulator's `GoAway` fault answers a request, then shuts its connection down
+/// gracefully (HTTP/2 `GOAWAY`; HTTP/1.1: closed after the answer); the calls after it,
+/// a process start included (not idempotent), succeed without retries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_goaway_never_fails_the_next_call() {
     let emu = emulator().await;

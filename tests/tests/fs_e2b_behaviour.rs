@@ -834,3 +834,35 @@ async fn envd_failures_have_one_kind_and_name_operation_path_and_cause_once() {
         .await
         .expect("write after the faults");
 }
+
+/// Over HTTP/2 (one connection for everything), a large `read_stream` still completes:
+/// the holder's release shares the connection with the download, whose window an
+/// unread download would fill (the release then timed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_and_writes_work_over_http2() {
+    let env = env().await;
+    let cfg = integration_tests::emulator_config(&env.emu, Duration::from_secs(20)).http2(true);
+    let client = e2b_core::Client::new(cfg).expect("client");
+    let sb = client
+        .connect(env.sandbox.id(), e2b_core::ConnectOptions::default())
+        .await
+        .expect("connect over HTTP/2");
+    let fs = E2bFs::new(sb.into_api(), E2bFsOptions::new("/home/user")).expect("E2bFs");
+    let dir = scratch(&fs).await;
+    let f = dir.join("big").expect("path");
+    let size: usize = 48 << 20;
+    let chunk = bytes::Bytes::from(vec![7u8; 1 << 20]);
+    let data = futures::stream::iter((0..size >> 20).map(move |_| Ok(chunk.clone())));
+    fs.write(&f, Box::pin(data), WriteOptions::default())
+        .await
+        .expect("write over HTTP/2");
+    let mut s = fs.read_stream(&f).await.expect("read_stream over HTTP/2");
+    let mut got = 0usize;
+    while let Some(piece) = s.next().await {
+        let piece = piece.expect("bytes");
+        assert!(piece.iter().all(|&b| b == 7));
+        got += piece.len();
+    }
+    assert_eq!(got, size);
+    assert_eq!(&fs.read(&f, 64 << 20).await.expect("read").len(), &size);
+}

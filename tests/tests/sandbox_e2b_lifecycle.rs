@@ -325,6 +325,11 @@ async fn exec_pushes_the_timeout_to_command_plus_margin_never_past_a_day() {
     assert!((86_000..=86_400).contains(&left), "capped at 24 h: {left}");
 }
 
+/// An `env -i setsid` child that keeps the output open. Where the sandbox's root has a
+/// writable cgroup v2 (the emulator on a host with one, as an E2B VM), every exec runs
+/// in a cgroup of its own and the timeout's tree kill ends the child with the rest: no
+/// reboot. Without one the marker-less child survives the kill and holds the output, so
+/// the provider falls back to a reboot (pause, connect). Either way nothing survives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reboot_when_an_escaped_child_holds_the_output() {
     let env = env().await;
@@ -333,6 +338,15 @@ async fn reboot_when_an_escaped_child_holds_the_output() {
     p.write_file(&h, "/workspace/kept", b"disk")
         .await
         .expect("write");
+    let probe = sandbox_support::root_api(&env, &h.id)
+        .await
+        .run(e2b_core::StartProcess::new("/bin/sh").user("root").args([
+            "-c",
+            "test -w /sys/fs/cgroup/cgroup.procs && test -e /sys/fs/cgroup/cgroup.kill",
+        ]))
+        .await
+        .expect("cgroup probe");
+    let reboots = if probe.end.exit_code == 0 { 0 } else { 1 };
     let cmd = "(env -i setsid sh -c 'echo $$ > /workspace/esc.pid; exec sleep 300' &); \
                while [ ! -s esc.pid ]; do sleep 0.05; done; echo started; sleep 300";
     env.emu.counters().reset();
@@ -345,11 +359,11 @@ async fn reboot_when_an_escaped_child_holds_the_output() {
     let snap = env.emu.counters().snapshot();
     assert_eq!(
         snap.get_on(Plane::Control, "POST /sandboxes/{sandboxID}/pause"),
-        1
+        reboots
     );
     assert_eq!(
         snap.get_on(Plane::Control, "POST /v2/sandboxes/{sandboxID}/connect"),
-        1
+        reboots
     );
     let pid = p
         .read_file(&h, "/workspace/esc.pid", 100)
@@ -357,10 +371,20 @@ async fn reboot_when_an_escaped_child_holds_the_output() {
         .expect("read")
         .map(|c| String::from_utf8_lossy(&c.data).trim().to_owned())
         .expect("pid file kept");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    // The pid is the sandbox's own (a PID namespace): look in the sandbox.
+    let status = p
+        .exec(
+            &h,
+            ExecSpec::new(format!(
+                "grep '^State:' /proc/{pid}/status 2>/dev/null; true"
+            )),
+        )
+        .await
+        .expect("exec")
+        .stdout;
     assert!(
         status.is_empty() || status.contains("State:\tZ"),
-        "escapee {pid} survived the reboot"
+        "escapee {pid} survived: {status}"
     );
     assert_eq!(host_processes_of(&h.id), Vec::<u32>::new());
     let c = p.read_file(&h, "/workspace/kept", 10).await.expect("read");

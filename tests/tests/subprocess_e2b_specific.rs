@@ -107,7 +107,7 @@ async fn credential_shaped_variables_are_scrubbed() {
                 .env_var("github_token", "t1")
                 .env_var("DB_Password", "p1")
                 .env_var("AWS_SECRET_ACCESS_KEY", "s1")
-                .env_var("E2BX_INTERNAL", "i1")
+                .env_var("EXEC_WORLD_INTERNAL", "i1")
                 .env_var("MYSQL_PASSWD", "p2")
                 .env_var("GITHUB_PAT", "ghp1")
                 .env_var("NPM_AUTH", "a1")
@@ -133,7 +133,7 @@ async fn credential_shaped_variables_are_scrubbed() {
         "github_token",
         "DB_Password",
         "AWS_SECRET",
-        "E2BX_INTERNAL",
+        "EXEC_WORLD_INTERNAL",
         "MYSQL_PASSWD",
         "GITHUB_PAT",
         "NPM_AUTH",
@@ -211,12 +211,20 @@ async fn terminal_argv_and_env_are_not_on_envd_command_lines() {
         !text.contains("env-marker-z9"),
         "env on a command line: {text}"
     );
-    // The spec file is gone once read.
+    // The spec file is gone once read. With a cgroup per spawn (the emulator as root) it
+    // lives in the root-owned helper directory, which the root part reads; else in the
+    // user's private state directory.
+    let contained = p.capabilities().contained_escapes;
+    let dir = if contained {
+        "/tmp/.exec-world-spawn-*"
+    } else {
+        "/tmp/.exec-world-proc-*"
+    };
     let (left, _) = output(
         &p,
         SpawnSpec::new("sh")
             .arg("-c")
-            .arg("ls -A /tmp/.e2bx-proc-*/ 2>/dev/null | wc -l"),
+            .arg(format!("ls -A {dir}/ 2>/dev/null | grep -c '^term-'")),
     )
     .await;
     assert_eq!(left.trim(), "0", "spec file left behind");
@@ -224,10 +232,11 @@ async fn terminal_argv_and_env_are_not_on_envd_command_lines() {
         &p,
         SpawnSpec::new("sh")
             .arg("-c")
-            .arg("stat -c '%a %U' /tmp/.e2bx-proc-*"),
+            .arg(format!("stat -c '%a %U' {dir}")),
     )
     .await;
-    assert_eq!(mode.trim(), "700 user", "private state directory");
+    let want = if contained { "755 root" } else { "700 user" };
+    assert_eq!(mode.trim(), want, "private state directory");
     within("terminate", t.terminate(Duration::from_millis(100)))
         .await
         .expect("terminate");
@@ -352,8 +361,8 @@ async fn request_cost_of_one_spawn() {
     env.emu.counters().reset();
     let p = proc_of(&env).await;
     let snap = env.emu.counters().snapshot();
-    eprintln!("first use (user lookup): {snap:?}");
-    assert_eq!(snap.get("POST /process.Process/Start"), 2, "{snap:?}");
+    eprintln!("first use (user lookup, helper placement): {snap:?}");
+    assert_eq!(snap.get("POST /process.Process/Start"), 3, "{snap:?}");
     env.emu.counters().reset();
     let (out, st) = output(&p, SpawnSpec::new("echo").arg("hi")).await;
     assert_eq!((out.as_str(), st.success()), ("hi\n", true));

@@ -23,7 +23,10 @@ pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default sandbox lifetime asked for at create and connect (the SDKs' 300 s).
 pub const DEFAULT_SANDBOX_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Default of [`Config::http2`].
+/// Default of [`Config::http2`]: off. Against the emulator on plain http (one run,
+/// `files-bench`, a loaded 2-core machine) HTTP/2 moved a 256 MiB write + read at about
+/// a quarter of HTTP/1.1's speed (one connection, flow-controlled, for both directions
+/// and the control calls) and was no faster on sequential or 64 concurrent execs.
 pub const DEFAULT_HTTP2: bool = false;
 
 /// What a disabled request timeout means: long enough never to matter.
@@ -204,8 +207,11 @@ impl Config {
     }
 
     /// HTTP/2 for every request (`true`: prior knowledge, as the Python SDK speaks to
-    /// envd; on `https` without falling back to HTTP/1.1) or HTTP/1.1 on plain `http` and
-    /// whatever TLS negotiates (ALPN) on `https` (`false`). Default [`DEFAULT_HTTP2`].
+    /// envd, which serves h2c; on `https` without falling back to HTTP/1.1; windows grow
+    /// adaptively) or HTTP/1.1 on plain `http` and whatever TLS negotiates (ALPN) on
+    /// `https` (`false`). A graceful `GOAWAY` never fails the next call; a read sent on a
+    /// connection the server had dropped is sent once more (see `send_resending_stale` in
+    /// `src/http.rs`). Default [`DEFAULT_HTTP2`].
     pub fn http2(mut self, on: bool) -> Self {
         self.http2 = on;
         self

@@ -3,7 +3,7 @@
 //!
 //! A variable is dropped when its **name** (any case) contains `KEY`, `SECRET`, `TOKEN`,
 //! `PASSWORD`, `PASSWD`, `CREDENTIAL` or `_AUTH`, ends in `_PAT`, or starts with one of
-//! the backends' internal prefixes (`E2BX_`, `EXEC_WORLD_`, `_e2bx_`); or when its
+//! the backends' internal prefix (`EXEC_WORLD_`); or when its
 //! **value** is a URL with a password in its userinfo (`scheme://user:pass@host…`).
 //! Explicit variables of a spawn are the caller's choice and always pass; only what is
 //! inherited is scrubbed.
@@ -37,10 +37,10 @@ pub const NAME_FRAGMENTS: &[&str] = &[
 pub const NAME_SUFFIXES: &[&str] = &["_PAT"];
 
 /// Prefixes (exact case) of the backends' internal variables.
-pub const INTERNAL_PREFIXES: &[&str] = &["E2BX_", "EXEC_WORLD_", "_e2bx_"];
+pub const INTERNAL_PREFIXES: &[&str] = &["EXEC_WORLD_"];
 
 /// The name test as one POSIX `case` pattern list (`case $name in PATTERN) …`).
-pub const SH_SCRUB_NAME: &str = "*[Kk][Ee][Yy]*|*[Ss][Ee][Cc][Rr][Ee][Tt]*|*[Tt][Oo][Kk][Ee][Nn]*|*[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]*|*[Pp][Aa][Ss][Ss][Ww][Dd]*|*[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll]*|*_[Aa][Uu][Tt][Hh]*|*_[Pp][Aa][Tt]|E2BX_*|EXEC_WORLD_*|_e2bx_*";
+pub const SH_SCRUB_NAME: &str = "*[Kk][Ee][Yy]*|*[Ss][Ee][Cc][Rr][Ee][Tt]*|*[Tt][Oo][Kk][Ee][Nn]*|*[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]*|*[Pp][Aa][Ss][Ss][Ww][Dd]*|*[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll]*|*_[Aa][Uu][Tt][Hh]*|*_[Pp][Aa][Tt]|EXEC_WORLD_*";
 
 /// A POSIX `sh` function `exec_world_scrubbed NAME VALUE`: status 0 when the variable
 /// is scrubbed (the name matches [`SH_SCRUB_NAME`], or the value holds a URL whose
@@ -48,7 +48,7 @@ pub const SH_SCRUB_NAME: &str = "*[Kk][Ee][Yy]*|*[Ss][Ee][Cc][Rr][Ee][Tt]*|*[Tt]
 pub const SH_SCRUB_FN: &str = concat!(
     "exec_world_scrubbed() {\n",
     "  case $1 in ",
-    "*[Kk][Ee][Yy]*|*[Ss][Ee][Cc][Rr][Ee][Tt]*|*[Tt][Oo][Kk][Ee][Nn]*|*[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]*|*[Pp][Aa][Ss][Ss][Ww][Dd]*|*[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll]*|*_[Aa][Uu][Tt][Hh]*|*_[Pp][Aa][Tt]|E2BX_*|EXEC_WORLD_*|_e2bx_*",
+    "*[Kk][Ee][Yy]*|*[Ss][Ee][Cc][Rr][Ee][Tt]*|*[Tt][Oo][Kk][Ee][Nn]*|*[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]*|*[Pp][Aa][Ss][Ss][Ww][Dd]*|*[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll]*|*_[Aa][Uu][Tt][Hh]*|*_[Pp][Aa][Tt]|EXEC_WORLD_*",
     ") return 0 ;; esac\n",
     "  exec_world_r=$2\n",
     "  while :; do\n",
@@ -108,7 +108,7 @@ mod tests {
             "HTTP_AUTHORIZATION",
             "GITHUB_PAT",
             "gitlab_pat",
-            "E2BX_INTERNAL",
+            "EXEC_WORLD_INTERNAL",
             "EXEC_WORLD_SPAWN",
         ] {
             assert!(is_scrubbed_name(n), "{n}");
@@ -136,7 +136,7 @@ mod tests {
         assert!(!is_url_with_password("no url: here@there"));
     }
 
-    /// The sh patterns the E2B wrapper uses decide exactly like the Rust test.
+    /// The sh patterns the E2B spawn helper uses decide exactly like the Rust test.
     #[test]
     fn sh_patterns_agree() {
         let names = [
@@ -152,8 +152,8 @@ mod tests {
             "PATTERN",
             "PAT",
             "EXEC_WORLD_SPAWN",
-            "E2BX_A",
-            "e2bx_a",
+            "EXEC_WORLD_A",
+            "exec_world_a",
             "HOME",
         ];
         let values = [
@@ -224,7 +224,7 @@ done"#
             fn rust_and_sh_decide_alike(
                 names in proptest::collection::vec(
                     piece(&["A", "b", "_", "1", "KEY", "key", "PAT", "_pat", "AUTH", "_Auth",
-                            "PASSWD", "Token", "CREDENTIAL", "SECRET", "E2BX_", "EXEC_WORLD_"]),
+                            "PASSWD", "Token", "CREDENTIAL", "SECRET", "EXEC_", "WORLD_"]),
                     1..6,
                 ),
                 values in proptest::collection::vec(

@@ -16,20 +16,27 @@ use std::time::Duration;
 
 pub use crate::local::MARKER_VAR;
 
-/// The script. Arguments: leader pid, marker value, grace in milliseconds, hang-up (0/1).
+/// The script. Arguments: leader pid, marker value, grace in milliseconds, hang-up (0/1),
+/// and optionally the spawn's cgroup v2 directory (empty: none).
 ///
-/// Members: live (non-zombie) processes in the leader's process group or session, their
-/// descendants by parent chain, and processes whose environment has
-/// `EXEC_WORLD_SPAWN=<marker>`. Sends SIGSTOP to all of them first (so none can react to
+/// Members: the processes of the cgroup, live (non-zombie) processes in the leader's
+/// process group or session, their descendants by parent chain, and processes whose
+/// environment has `EXEC_WORLD_SPAWN=<marker>`. Each KILL round also writes the cgroup's
+/// `cgroup.kill` (every member at once, forks included). Sends SIGSTOP to all of them first (so none can react to
 /// another's death before its own signal: the member list is in `/proc` order, not by
 /// age), then SIGHUP (if asked), SIGTERM and SIGCONT; rescans every 50 ms up to the
 /// grace, then SIGKILL rounds until a scan finds nobody.
-pub const KILL_TREE_SH: &str = r#"leader=$1; marker=$2; grace_ms=$3; hup=$4; self=$$
+pub const KILL_TREE_SH: &str = r#"leader=$1; marker=$2; grace_ms=$3; hup=$4; cg=${5-}; self=$$
+[ -n "$cg" ] && [ ! -f "$cg/cgroup.procs" ] && cg=
 members() {
   found=" "; others=""
+  if [ -n "$cg" ]; then
+    while read -r p; do [ "$p" = "$self" ] || found="$found$p "; done < "$cg/cgroup.procs"
+  fi
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     [ "$p" = "$self" ] && continue
+    case "$found" in *" $p "*) continue ;; esac
     read -r st 2>/dev/null < "$d/stat" || continue
     rest=${st##*) }
     set -- $rest
@@ -67,6 +74,7 @@ done
 i=0
 while [ $i -lt 300 ]; do
   m=$(members); [ -z "$m" ] && exit 0
+  [ -n "$cg" ] && { echo 1 > "$cg/cgroup.kill"; } 2>/dev/null
   kill -KILL $m 2>/dev/null
   sleep 0.02; i=$((i + 1))
 done

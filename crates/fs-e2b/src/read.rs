@@ -28,6 +28,9 @@ pub(crate) const CHUNK: usize = 1 << 20;
 /// Limits at or past this are sent as "no limit".
 const NO_LIMIT_FROM: u64 = 1 << 62;
 
+/// Most bytes of a `read_stream` download kept while its holder is being released.
+const EARLY_MAX: usize = 16 << 20;
+
 /// How long a `read_stream` holder may live (it is released once envd opened the file).
 const STREAM_LIFETIME: Duration = Duration::from_secs(3600);
 
@@ -81,9 +84,13 @@ async fn open(
 /// when the holder's wrapper was gone, so the download may not be the user's file.
 async fn release(h: &mut Holder, abs: &WorldPath, what: &str) -> Result<(), Error> {
     h.release(abs, what).await.map_err(|e| {
-        Error::other(format!("the holder ended before its file was read ({e})"))
-            .with_op(what)
-            .with_path(abs)
+        Error::other(format!(
+            "the holder ended before its file was read: {}",
+            e.detail().unwrap_or(e.kind().as_str())
+        ))
+        .with_op(what)
+        .with_path(abs)
+        .with_source(e)
     })
 }
 
@@ -123,10 +130,39 @@ fn chunks(mut b: Bytes) -> Vec<Result<Bytes, Error>> {
 
 /// The file as a stream of chunks of at most [`CHUNK`] bytes.
 pub(crate) async fn read_stream(sh: &Shared, abs: &WorldPath) -> Result<ByteStream, Error> {
-    let (_size, dl, mut h) = open(sh, abs, None, "read_stream").await?;
-    release(&mut h, abs, "read_stream").await?;
+    let (_size, mut dl, mut h) = open(sh, abs, None, "read_stream").await?;
+    // The download is read (at most EARLY_MAX kept) while the holder is released: over
+    // HTTP/2 both share one connection, and a download nobody reads fills its window, so
+    // the release's answer could not come through. Nothing is yielded before it did.
+    let mut early: Vec<Result<Bytes, Error>> = Vec::new();
+    let mut kept = 0usize;
+    let mut more = true;
+    {
+        let rel = release(&mut h, abs, "read_stream");
+        tokio::pin!(rel);
+        loop {
+            tokio::select! {
+                r = &mut rel => {
+                    r?;
+                    break;
+                }
+                piece = dl.next(), if more && kept < EARLY_MAX => match piece {
+                    Some(Ok(b)) => {
+                        kept += b.len();
+                        early.extend(chunks(b));
+                    }
+                    Some(Err(e)) => {
+                        early.push(Err(e.into_world("read_stream").with_path(abs)));
+                        more = false;
+                    }
+                    None => more = false,
+                },
+            }
+        }
+    }
+    let head = futures::stream::iter(early);
     let path = abs.clone();
-    let s = futures::stream::unfold(Some(dl), move |state| {
+    let s = futures::stream::unfold(more.then_some(dl), move |state| {
         let path = path.clone();
         async move {
             let mut dl = state?;
@@ -141,5 +177,5 @@ pub(crate) async fn read_stream(sh: &Shared, abs: &WorldPath) -> Result<ByteStre
         }
     })
     .flatten();
-    Ok(Box::pin(s))
+    Ok(Box::pin(head.chain(s)))
 }

@@ -159,7 +159,7 @@ if ($m eq '') {
   if (-f $t && !-l $t) { my @st = stat($t) or fail(1, "$t: $!"); $m = sprintf('%o', $st[2] & 07777) }
 }
 mkdir($s, 0700) or fail(1, "mkdir $s: $!");
-sysopen(my $fh, $f, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600) or do { my $e = $!; rmdir $s; fail(1, "$f: $e") };
+sysopen(my $fh, $f, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600) or do { my $e = $!; clean(); fail(1, "$f: $e") };
 print "ok $$ ", fileno($fh), "\n";
 my $go = <STDIN>;
 done();

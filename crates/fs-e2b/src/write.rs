@@ -187,10 +187,12 @@ async fn run(
     if let Err(e) = h.tell("commit", abs, what).await {
         stage.cleanup().await;
         return Err(Error::other(format!(
-            "the holder ended before its file was written ({e})"
+            "the holder ended before its file was written: {}",
+            e.detail().unwrap_or(e.kind().as_str())
         ))
         .with_op(what)
-        .with_path(abs));
+        .with_path(abs)
+        .with_source(e));
     }
     let out = h.finish(abs, what).await;
     match &out {

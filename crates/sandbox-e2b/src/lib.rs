@@ -196,7 +196,12 @@ impl SandboxProvider for E2bSandboxes {
             .map_err(|e| op_failed(OP, None, e))?;
         let id = sb.id().to_owned();
         check_id(OP, &id)?;
-        self.leases.remember(OP, sb, since, cfg.timeout())?;
+        let attached = self.leases.remember(OP, sb, since, cfg.timeout())?;
+        // The spawn helper's placement and cgroup probe (one envd request) now, so the
+        // first exec is one request; if it fails here the first exec retries it.
+        if let Err(e) = attached.proc.prepare().await {
+            tracing::debug!(sandbox = %id, error = %e, "placing the spawn helper at create");
+        }
         Ok(SandboxHandle::new(id))
     }
 

@@ -5,28 +5,41 @@
 //!
 //! # How a spawn runs
 //!
-//! `spawn` returns at once; a task does the remote start. envd starts
-//! `setsid -w /bin/sh -c WRAPPER e2bx-wrap MODE TERM HOME SHELL N K=V… PROGRAM ARGS…`
-//! (the argv and explicit variables are positional parameters, never spliced into the
-//! script). `setsid` makes the wrapper the leader of a new session and process group
-//! (in place: envd's pid stays the program's pid). The wrapper reads `/proc/$$/stat`,
-//! checks that its group and session ids are its own pid, looks the program up in the
-//! `PATH` of the environment it builds, prints `E2BX-PGID <pid>` as its first stdout
-//! line and `exec`s `env … PROGRAM ARGS…`. The adapter strips that line;
-//! [`Child::pid`](exec_world::Child::pid) stays `None` until it arrived and parsed (the
-//! verified group id, not just envd's pid of the wrapper); `E2BX-FAIL enoent|eacces`
-//! becomes an `exec_world::Error` of kind `NotFound` / `PermissionDenied` from `started()` and `wait()`.
-//! No polling: the pid arrives on the output stream itself. The header is printed just
-//! before the final `exec`, so a signal sent right after `started()` may reach the
-//! wrapper `sh` (same pid and group) instead of the program; its default action is the
-//! same, a trap of the program is not yet installed.
+//! Once per adapter, one trusted command (root) places the spawn helper, a short POSIX
+//! `sh` file ([`wrapper::helper_sh`]), in a fresh root-owned directory
+//! `/tmp/.exec-world-spawn-<random>` and probes whether spawns can get a cgroup v2 of
+//! their own (root can create a cgroup below its own in the sandbox's cgroup2 mount and
+//! move a process into it, `cgroup.kill` exists, and `setpriv` can drop to the user).
+//! Every spawn then runs that file by path: no script text travels with a spawn.
 //!
-//! Terminals: envd's PTY starts `/bin/sh -c WRAPPER e2bx-wrap --file PATH`; the argv and
-//! explicit env are in `PATH`, a file in the adapter's state directory
-//! `/tmp/.e2bx-proc-<random>` (created by root, mode 0700, owned by the user), created
-//! empty with mode 0600 by the user (`umask 077; set -C`) and then filled by an upload:
-//! one `set -- '…' '…'` line that the wrapper sources and deletes at once, so they
-//! never appear on a command line or in envd's `List`.
+//! `spawn` returns at once; a task does the remote start. With a cgroup per spawn
+//! (contained mode) envd starts, as root,
+//! `setsid -w /bin/sh HELPER --root MOUNT NAME SETPRIV UID GID USERARGS…`: the root part
+//! moves itself into the spawn's own cgroup `MOUNT/NAME` and drops to the acting user
+//! with `setpriv` before anything of the user runs. Without one (plain mode) envd starts
+//! `setsid -w /bin/sh HELPER --user 0 '' USERARGS…` as the user. The argv and explicit
+//! variables are positional parameters, never spliced into a script. `setsid` makes the
+//! helper the leader of a new session and process group (in place: envd's pid stays the
+//! program's pid). The helper reads `/proc/$$/stat`, checks that its group and session
+//! ids are its own pid, looks the program up in the `PATH` of the environment it builds,
+//! prints `EXEC-WORLD-PGID <pid> <cgroup>` as its first stdout line and `exec`s the
+//! program (directly when the environment is known, else through `env`). The adapter
+//! strips that line; [`Child::pid`](exec_world::Child::pid) stays `None` until it arrived
+//! and parsed (the verified group id, not just envd's pid of the helper);
+//! `EXEC-WORLD-FAIL enoent|eacces` becomes `NotFound` / `PermissionDenied` from
+//! `started()` and `wait()`. No polling: the pid arrives on the output stream itself. The
+//! header is printed just before the final `exec`, so a signal sent right after
+//! `started()` may reach the helper `sh` (same pid and group) instead of the program; its
+//! default action is the same, a trap of the program is not yet installed.
+//!
+//! Terminals: envd's PTY starts `/bin/sh HELPER [--root …] --file PATH`; the argv and
+//! explicit env are in `PATH`, one `set -- '…' '…'` line that the helper sources and
+//! deletes at once, so they never appear on a command line or in envd's `List`. In
+//! contained mode the file is in the root-owned helper directory (created 0600 by root,
+//! read by the root part); in plain mode in the adapter's state directory
+//! `/tmp/.exec-world-proc-<random>` (created by root, mode 0700, owned by the user),
+//! created empty with mode 0600 by the user (`umask 077; set -C`); then filled by an
+//! upload.
 //!
 //! # Environment
 //!
@@ -40,13 +53,13 @@
 //! - `Inherit`: envd's environment for the user (its `PATH`, `HOME`, `USER`, `LOGNAME`,
 //!   the sandbox's global variables) minus what exec-world's one scrub list
 //!   ([`exec_world::env_scrub`], shared with LocalSubprocess) drops: adapter-internal
-//!   names (`E2BX_*`, `EXEC_WORLD_*`), credential-shaped names (containing `KEY`,
+//!   names (`EXEC_WORLD_*`), credential-shaped names (containing `KEY`,
 //!   `SECRET`, `TOKEN`, `PASSWORD`, `PASSWD`, `CREDENTIAL` or `_AUTH`, or ending in
 //!   `_PAT`, any case) and URLs with a password in their userinfo, removed with
 //!   `env -u`; then the explicit variables.
 //!
 //! Explicit variables are the caller's choice and always pass. For piped spawns they
-//! travel as positional arguments (so envd's `List` shows them while the wrapper runs).
+//! travel as positional arguments (so envd's `List` shows them while the helper runs).
 //!
 //! # Output, back-pressure, slow consumers
 //!
@@ -70,8 +83,12 @@
 //! trusted shell for the others. `terminate(grace)` (and `Drop`, with no grace, from a
 //! background task) runs exec-world's `tree_script` through the trusted shell: TERM
 //! (terminals: HUP too) and CONT to the group, the session, their descendants and every
-//! process carrying the marker (which catches `setsid`'d and `nohup`'d escapees), up to
-//! `grace`, then KILL rounds until none is left; if it reports survivors or cannot run,
+//! process carrying the marker (which catches `setsid`'d and `nohup`'d escapees) and, in
+//! contained mode, every process of the spawn's cgroup (which also catches a `setsid` +
+//! `env -i` double fork: it lost both its parent and the marker, not its cgroup), up to
+//! `grace`, then KILL rounds (each also writing the cgroup's `cgroup.kill`) until none is
+//! left; [`ProcCapabilities::contained_escapes`](exec_world::ProcCapabilities) is `true`
+//! exactly in contained mode; if it reports survivors or cannot run,
 //! envd's SendSignal SIGKILL goes to the leader as the last resort. Then it waits for
 //! envd's `end` and returns the leader's status. Terminal `signal` sends
 //! `kill -s NAME -- -TPGID` to the terminal's foreground process group (`tpgid` from
@@ -81,11 +98,11 @@
 //! # Request cost (envd; no control-plane requests)
 //!
 //! - first use of an adapter: 1 `Start` (`getent`, root) + 1 `Start` (`id -un`) when no
-//!   user was configured; cached;
-//! - each piped spawn: 1 `Start` (the wrapper; its stream carries pid, output and exit);
+//!   user was configured + 1 `Start` (helper placement and cgroup probe); cached;
+//! - each piped spawn: 1 `Start` (the helper; its stream carries pid, output and exit);
 //!   piped stdin adds 1 `SendInput` per 64 KiB written and 1 `CloseStdin`;
 //! - each terminal: 1 `Start` (0600 spec file) + 1 `POST /files` (its content) +
-//!   1 `Start` (the wrapper); the first terminal of an
+//!   1 `Start` (the helper); without a cgroup per spawn the first terminal of an
 //!   adapter adds 1 `Start` (state directory); `write` 1 `SendInput` per 64 KiB,
 //!   `resize` 1 `Update`, `signal` 1 `Start`;
 //! - `signal(TERM|KILL)` 1 `SendSignal`, other signals 1 `Start`;

@@ -1,7 +1,8 @@
-//! One remote process, for pipes and terminals alike: the start task (user lookup, spec
-//! file for terminals, envd `Start` of the wrapper), the reader task that routes envd's
-//! events into bounded queues and publishes the verified pid and the exit status, and
-//! the shared kill path (tree kill, then envd's SIGKILL as the last resort).
+//! One remote process, for pipes and terminals alike: the start task (user lookup, helper
+//! placement, spec file for terminals, envd `Start` of the spawn helper), the reader task
+//! that routes envd's events into bounded queues and publishes the verified pid, the
+//! spawn's cgroup and the exit status, and the shared kill path (tree kill, cgroup
+//! included, then envd's SIGKILL as the last resort).
 //!
 //! Any end of the event stream that is not the process's observed exit (a cut stream,
 //! envd's `deadline_exceeded` of a process timeout, a reset, silence past the stream
@@ -22,7 +23,7 @@ use tokio::sync::watch;
 use crate::queue::Queue;
 use crate::status::exit_status;
 use crate::world::WorldShared;
-use crate::wrapper::{Header, WRAPPER_NAME, WrapArgs, parse_header, wrapper_sh};
+use crate::wrapper::{Header, WrapArgs, parse_header};
 
 /// Where a started process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +57,10 @@ pub(crate) struct Session {
     envd_pid: OnceLock<u32>,
     /// Set once a tree kill finished with no survivor (nothing left for `Drop`).
     reaped: AtomicBool,
+    /// The cgroup name this spawn was given (contained mode).
+    cgroup_name: OnceLock<String>,
+    /// The cgroup directory the helper reported (its header), for the tree kill.
+    cgroup: OnceLock<String>,
     handle: tokio::runtime::Handle,
 }
 
@@ -93,12 +98,14 @@ impl Session {
             detached: AtomicBool::new(false),
             envd_pid: OnceLock::new(),
             reaped: AtomicBool::new(false),
+            cgroup_name: OnceLock::new(),
+            cgroup: OnceLock::new(),
             handle: handle.clone(),
         });
         let program = launch.wrap.program.clone();
         let me = session.clone();
         handle.spawn(async move {
-            let stream = match start(&world, launch).await {
+            let stream = match start(&world, &me, launch).await {
                 Ok(s) => s,
                 Err(e) => {
                     // The request may have reached envd before the connection failed:
@@ -151,6 +158,30 @@ impl Session {
                 "tree kill after a lost stream failed"
             ),
         }
+    }
+
+    /// True when `dir` (from the header line, which the sandbox user might forge) is
+    /// this spawn's cgroup: inside the cgroup2 mount, no `..`, named as given (or the
+    /// helper's `NAME.<pid>`). The root tree kill only ever touches such a directory.
+    fn cgroup_is_ours(&self, dir: &str) -> bool {
+        let (Some(name), Some(mount)) = (self.cgroup_name.get(), self.world.setup_mount()) else {
+            return false;
+        };
+        let Some(rest) = dir.strip_prefix(mount.as_str()) else {
+            return false;
+        };
+        let Some(last) = rest.rsplit('/').next() else {
+            return false;
+        };
+        let named = last == name
+            || last
+                .strip_prefix(name.as_str())
+                .and_then(|s| s.strip_prefix('.'))
+                .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        rest.starts_with('/')
+            && named
+            && rest.split('/').all(|c| c != ".." && c != ".")
+            && !dir.contains(['\n', '\r', '\0'])
     }
 
     /// The verified pid, once known.
@@ -238,7 +269,13 @@ impl Session {
         let tree = self
             .world
             .shell
-            .kill_tree(s.pid, &self.marker, grace, self.terminal)
+            .kill_tree(
+                s.pid,
+                &self.marker,
+                grace,
+                self.terminal,
+                self.cgroup.get().map_or("", String::as_str),
+            )
             .await;
         if !matches!(tree, Ok(true)) && s.envd_pid != NO_LEADER {
             tracing::warn!(
@@ -309,49 +346,83 @@ impl Session {
     }
 }
 
-/// The envd `Start` of the wrapper (after the user lookup; terminals upload their spec
-/// file first).
-async fn start(world: &Arc<WorldShared>, mut launch: Launch) -> Result<ProcessStream, Error> {
+/// The envd `Start` of the spawn helper (after the user lookup and the helper's
+/// placement; terminals upload their spec file first). Contained mode starts it as root
+/// with the spawn's cgroup name; plain mode as the acting user.
+async fn start(
+    world: &Arc<WorldShared>,
+    session: &Session,
+    mut launch: Launch,
+) -> Result<ProcessStream, Error> {
     let info = world.user_info().await?;
+    let setup = world.spawn_setup(&info).await?;
     launch.wrap.home = info.home.clone();
     launch.wrap.shell = info.shell.clone();
+    launch.wrap.user = info.name.clone();
+    launch.wrap.path = info.path.clone();
     if launch.wrap.program.is_empty() {
         launch.wrap.program = info.shell.clone();
     }
+    let terminal = launch.pty.is_some();
+    let (user, mut argv) = match &setup.cgroup {
+        Some(cg) => {
+            let name = world.take_cgroup(terminal);
+            let _ = session.cgroup_name.set(name.clone());
+            let (uid, gid) = world.drop_ids(&info).await?.unwrap_or_default();
+            let argv = vec![
+                setup.helper.clone(),
+                "--root".to_owned(),
+                cg.mount.clone(),
+                name,
+                cg.setpriv.clone(),
+                uid,
+                gid,
+            ];
+            ("root".to_owned(), argv)
+        }
+        None => {
+            let argv = vec![
+                setup.helper.clone(),
+                "--user".to_owned(),
+                "0".to_owned(),
+                String::new(),
+            ];
+            (info.name.clone(), argv)
+        }
+    };
     let mut spec = match launch.pty {
         None => {
-            let mut args = vec![
-                "-w".to_owned(),
-                "/bin/sh".to_owned(),
-                "-c".to_owned(),
-                wrapper_sh().to_owned(),
-                WRAPPER_NAME.to_owned(),
-            ];
-            args.extend(launch.wrap.positional());
-            StartProcess::new("setsid").args(args).stdin(launch.stdin)
+            argv.extend(launch.wrap.positional());
+            StartProcess::new("setsid")
+                .args(
+                    ["-w".to_owned(), "/bin/sh".to_owned()]
+                        .into_iter()
+                        .chain(argv),
+                )
+                .stdin(launch.stdin)
         }
         Some((cols, rows)) => {
-            let dir = world.state_dir(&info).await?;
+            // Contained: the root part sources the file, so it lives in the root-owned
+            // helper directory and is written by root; plain: the user's state directory.
+            let dir = match &setup.cgroup {
+                Some(_) => setup.dir.clone(),
+                None => world.state_dir(&info).await?,
+            };
             let file = format!("{dir}/term-{}.sh", e2b_core::trusted_shell::random_suffix());
-            world.shell.make_private_file(&file, &info.name).await?;
+            world.shell.make_private_file(&file, &user).await?;
             world
                 .api
-                .upload_bytes(
-                    &file,
-                    Some(&info.name),
-                    Bytes::from(launch.wrap.spec_file()),
-                )
+                .upload_bytes(&file, Some(&user), Bytes::from(launch.wrap.spec_file()))
                 .await
                 .map_err(|e| {
                     e.into_world("writing the terminal spec file")
                         .with_path(&file)
                 })?;
-            StartProcess::new("/bin/sh")
-                .args(["-c", wrapper_sh(), WRAPPER_NAME, "--file", file.as_str()])
-                .pty(cols, rows)
+            argv.extend(["--file".to_owned(), file]);
+            StartProcess::new("/bin/sh").args(argv).pty(cols, rows)
         }
     };
-    spec = spec.user(info.name.clone()).cwd(launch.cwd.clone());
+    spec = spec.user(user).cwd(launch.cwd.clone());
     if let Some(t) = world.process_timeout {
         spec = spec.timeout(t);
     }
@@ -389,7 +460,12 @@ async fn read_events(
                     if nl.is_some() || buf.len() > MAX_HEADER {
                         let line = buf.strip_suffix(b"\n").unwrap_or(buf);
                         let outcome = match parse_header(line) {
-                            Some(Header::Pgid(pid)) => Ok(Started { pid, envd_pid }),
+                            Some(Header::Pgid(pid, cgroup)) => {
+                                if session.cgroup_is_ours(&cgroup) {
+                                    let _ = session.cgroup.set(cgroup);
+                                }
+                                Ok(Started { pid, envd_pid })
+                            }
                             Some(Header::NotFound) => {
                                 Err(Error::not_found(&program).with_op("spawn"))
                             }
@@ -397,7 +473,7 @@ async fn read_events(
                                 Err(Error::permission_denied(&program).with_op("spawn"))
                             }
                             Some(Header::Failed(why)) => {
-                                Err(Error::other(format!("the spawn wrapper refused: {why}"))
+                                Err(Error::other(format!("the spawn helper refused: {why}"))
                                     .with_op("spawn")
                                     .with_path(&program))
                             }
@@ -443,7 +519,7 @@ async fn read_events(
         (Some(f), _) => Err(f),
         (None, Some(e)) if header.is_none() => Ok(exit_status(&e)),
         (None, Some(e)) => Err(Error::other(format!(
-            "the spawn wrapper ended ({}) before starting the program",
+            "the spawn helper ended ({}) before starting the program",
             if e.status.is_empty() {
                 format!("exit code {}", e.exit_code)
             } else {
@@ -482,4 +558,24 @@ async fn read_events(
         q.close(close);
     }
     let _ = status_tx.send(Some(status));
+}
+
+impl Drop for Session {
+    /// The spawn is over (its kill, if any, has run: the kill tasks hold the session):
+    /// its cgroup name goes back to the adapter for reuse, unless the process was
+    /// detached and may still live in it.
+    fn drop(&mut self) {
+        if self.detached.load(Ordering::SeqCst) {
+            return;
+        }
+        let name = self
+            .cgroup
+            .get()
+            .and_then(|d| d.rsplit('/').next())
+            .map(str::to_owned)
+            .or_else(|| self.cgroup_name.get().cloned());
+        if let Some(name) = name {
+            self.world.give_back_cgroup(self.terminal, name);
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! Trusted commands through e2b-core's trusted shell (root, positional arguments, a
-//! random root-level `HOME`, no login profile): the user lookup, `which`, the private
-//! state directory, signals to a pid or a terminal's foreground group, and the
-//! exec-world tree kill.
+//! random root-level `HOME`, no login profile): the user lookup, `which`, the spawn
+//! helper's placement and the cgroup probe, the private state directory, signals to a
+//! pid or a terminal's foreground group, and the exec-world tree kill.
 
 use std::time::Duration;
 
@@ -39,6 +39,50 @@ exit 0"#;
 /// Creates `$1` empty with mode 0600, refusing anything already there (noclobber).
 const PRIVATE_FILE_SH: &str = r#"umask 077; set -C; : > "$1""#;
 
+/// Places the spawn helper and probes for a cgroup per spawn. `$1` the helper directory
+/// (must not exist; root-owned, 0755), `$2` the helper text, `$3` the acting user, `$4` a
+/// probe cgroup name. Prints `cgroup MOUNT SETPRIV UID GID` when root can create a cgroup
+/// below its own in the cgroup2 mount, move a process into it and `cgroup.kill` it, and
+/// `setpriv` is there to drop to a user (`UID GID`: the acting user's, empty for root);
+/// nothing otherwise.
+const SETUP_SH: &str = r#"umask 022
+mkdir -m 0755 -- "$1" || exit 3
+printf '%s' "$2" > "$1/spawn.sh" || exit 3
+mnt=
+while read -r _ _ _ root point rest; do
+  case " $rest " in *" - cgroup2 "*) [ "$root" = / ] && { mnt=$point; break; } ;; esac
+done < /proc/self/mountinfo
+case $mnt in ''|*\\*) exit 0 ;; esac
+base=
+while read -r l; do case $l in 0::*) base=${l#0::} ;; esac; done < /proc/self/cgroup
+uid=; gid=
+sp=$(command -v setpriv) || exit 0
+if [ "$3" != root ]; then
+  e=$(getent passwd "$3") || exit 0
+  IFS=: read -r _ _ uid gid _ <<PASSWD
+$e
+PASSWD
+fi
+t=$mnt${base%/}/$4
+mkdir -- "$t" 2>/dev/null || exit 0
+ok=0
+# Move this shell in and back: the move a spawn makes, allowed here.
+if [ -e "$t/cgroup.kill" ] && { echo $$ > "$t/cgroup.procs"; } 2>/dev/null; then
+  { echo $$ > "$mnt${base%/}/cgroup.procs"; } 2>/dev/null && ok=1
+fi
+rmdir -- "$t" 2>/dev/null
+[ "$ok" = 1 ] && printf 'cgroup %s %s %s %s\n' "$mnt" "$sp" "$uid" "$gid"
+exit 0"#;
+
+/// Removes what an adapter placed: the empty cgroups named `$2*` below the cgroup2
+/// mount `$1` (one level below the root part's own cgroup, so also `$1/*/`) and the
+/// helper directory `$3`. Populated cgroups stay (`rmdir` refuses them).
+const CLEANUP_SH: &str = r#"if [ -n "$1" ]; then
+  for d in "$1"/"$2"* "$1"/*/"$2"*; do [ -d "$d" ] && rmdir -- "$d" 2>/dev/null; done
+fi
+[ -n "$3" ] && rm -rf -- "$3"
+exit 0"#;
+
 const STATE_DIR_SH: &str = r#"umask 077; mkdir -m 0700 -- "$1" && chown -- "$2" "$1""#;
 
 /// `$1` pid, `$2` signal name, `$3` 1 = the foreground group of `$1`'s terminal.
@@ -52,6 +96,20 @@ else
   kill -s "$2" -- "$1" 2>/dev/null
 fi
 exit 0"#;
+
+/// The uid and gid `setpriv` drops a spawn to (`None`: uid 0, no drop).
+pub(crate) type DropIds = Option<(String, String)>;
+
+/// How spawns get a cgroup of their own (what [`SETUP_SH`] found).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CgroupSetup {
+    /// The cgroup2 mount point in the sandbox.
+    pub(crate) mount: String,
+    /// `setpriv`'s absolute path.
+    pub(crate) setpriv: String,
+    /// The uid and gid of the user the setup ran for (`None` for root: no drop).
+    pub(crate) ids: DropIds,
+}
 
 /// Trusted commands for one adapter.
 #[derive(Clone, Debug)]
@@ -87,7 +145,7 @@ impl Shell {
     }
 
     /// Looks `name` up in the password database, as root.
-    pub(crate) async fn lookup(&self, name: &str) -> Result<UserInfo, Error> {
+    pub(crate) async fn lookup(&self, name: &str) -> Result<(UserInfo, DropIds), Error> {
         let out = self
             .shell
             .run(LOOKUP_SH, &[name])
@@ -111,7 +169,12 @@ impl Shell {
         } else {
             fields[6]
         };
-        Ok(UserInfo {
+        let numeric = |f: &str| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit());
+        if !numeric(fields[2]) || !numeric(fields[3]) {
+            return Err(Error::other(format!("unusable passwd entry for {name:?}")));
+        }
+        let ids = (fields[2] != "0").then(|| (fields[2].to_owned(), fields[3].to_owned()));
+        let info = UserInfo {
             name: name.to_owned(),
             home: fields[5].to_owned(),
             shell: shell.to_owned(),
@@ -120,7 +183,8 @@ impl Shell {
             } else {
                 path
             },
-        })
+        };
+        Ok((info, ids))
     }
 
     /// `program` on `path`, as `command -v` would find an executable file.
@@ -132,6 +196,44 @@ impl Shell {
             .map_err(|e| e.into_world("which").with_path(program))?;
         let found = out.stdout_text();
         Ok((!found.is_empty()).then_some(found))
+    }
+
+    /// Places the spawn helper in `dir` and probes for a cgroup per spawn (see
+    /// [`SETUP_SH`]): `Some(CgroupSetup)` when spawns get one.
+    pub(crate) async fn setup(
+        &self,
+        dir: &str,
+        helper: &str,
+        user: &str,
+        probe: &str,
+    ) -> Result<Option<CgroupSetup>, Error> {
+        let out = self
+            .shell
+            .run_ok(SETUP_SH, &[dir, helper, user, probe])
+            .await
+            .map_err(|e| e.into_world("placing the spawn helper").with_path(dir))?;
+        let text = out.stdout_text();
+        let Some(rest) = text.strip_prefix("cgroup ") else {
+            return Ok(None);
+        };
+        let f: Vec<&str> = rest.split(' ').collect();
+        let ids = match (f.get(2).copied(), f.get(3).copied()) {
+            (Some(u), Some(g)) if !u.is_empty() => Some((u.to_owned(), g.to_owned())),
+            _ => None,
+        };
+        Ok(f.first().filter(|m| !m.is_empty()).map(|m| CgroupSetup {
+            mount: (*m).to_owned(),
+            setpriv: f.get(1).copied().unwrap_or_default().to_owned(),
+            ids,
+        }))
+    }
+
+    /// Removes an adapter's empty cgroups (names starting with `prefix`) and its helper
+    /// directory; best effort.
+    pub(crate) async fn cleanup(&self, mount: &str, prefix: &str, dir: &str) {
+        if let Err(e) = self.shell.run(CLEANUP_SH, &[mount, prefix, dir]).await {
+            tracing::debug!(error = %e, "removing the adapter's cgroups");
+        }
     }
 
     /// Creates `dir` (must not exist) with mode 0700, owned by `user`.
@@ -146,9 +248,12 @@ impl Shell {
     /// Creates the empty private file `path` (0600) as `user` (no profile), so the
     /// upload that follows keeps that mode.
     pub(crate) async fn make_private_file(&self, path: &str, user: &str) -> Result<(), Error> {
-        self.shell
-            .clone()
-            .user(user)
+        let shell = if user == "root" {
+            self.shell.clone()
+        } else {
+            self.shell.clone().user(user)
+        };
+        shell
             .run_ok(PRIVATE_FILE_SH, &[path])
             .await
             .map(|_| ())
@@ -174,16 +279,19 @@ impl Shell {
             .map_err(|e| e.into_world("sending a signal"))
     }
 
-    /// Runs exec-world's tree kill for `leader` / `marker` and waits for it; `Ok(true)`
-    /// when it reports that no member survives.
+    /// Runs exec-world's tree kill for `leader` / `marker` (and the members of the
+    /// spawn's `cgroup` directory, if any) and waits for it; `Ok(true)` when it reports
+    /// that no member survives.
     pub(crate) async fn kill_tree(
         &self,
         leader: u32,
         marker: &str,
         grace: Duration,
         hangup: bool,
+        cgroup: &str,
     ) -> Result<bool, Error> {
-        let argv = exec_world::tree_script::kill_tree_argv(leader, marker, grace, hangup);
+        let mut argv = exec_world::tree_script::kill_tree_argv(leader, marker, grace, hangup);
+        argv.push(cgroup.to_owned());
         // argv = sh -c SCRIPT NAME ARGS…: run SCRIPT through the trusted shell with ARGS.
         let script = argv.get(2).cloned().unwrap_or_default();
         let args: Vec<&str> = argv.iter().skip(4).map(String::as_str).collect();

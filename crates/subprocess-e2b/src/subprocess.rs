@@ -70,6 +70,7 @@ impl E2bSubprocess {
         opts.user = user;
         let mut p = E2bSubprocess::new(api, opts)?;
         let info = p.user_info().await?;
+        p.prepare().await?;
         let home = WorldPath::new(&info.home)
             .map_err(|e| Error::other(format!("home {}: {e}", info.home)))?;
         p.cwd = home;
@@ -94,8 +95,9 @@ impl E2bSubprocess {
     }
 
     /// Runs processes as the user `info` describes (name, home, shell, `PATH`), known
-    /// in advance (e.g. from the template), so no lookup runs: a piped spawn is then
-    /// exactly one envd `Start`, even the first.
+    /// in advance (e.g. from the template), so no lookup runs: after
+    /// [`prepare`](E2bSubprocess::prepare) a piped spawn is exactly one envd `Start`,
+    /// even the first.
     pub fn known_user(self, info: UserInfo) -> E2bSubprocess {
         let p = self.user(info.name.clone());
         p.world.preset_user(info);
@@ -123,6 +125,14 @@ impl E2bSubprocess {
             cwd: cwd.resolve(&self.cwd),
             ..self.clone()
         }
+    }
+
+    /// Places the spawn helper and probes for a cgroup per spawn now rather than on the
+    /// first spawn (one trusted command, once per adapter and user), so
+    /// [`capabilities`](Subprocess::capabilities) reports `contained_escapes` exactly.
+    pub async fn prepare(&self) -> Result<(), Error> {
+        let info = self.world.user_info().await?;
+        self.world.spawn_setup(&info).await.map(|_| ())
     }
 
     /// The sandbox user as the trusted trusted shell found it (`getent passwd`).
@@ -155,9 +165,11 @@ impl Subprocess for E2bSubprocess {
             signals: true,
             process_groups: true,
             escaped_descendants: true,
-            // No cgroup per spawn yet: an `env -i` + `setsid` orphan carries no marker
-            // (the tree kill's fallback), so it can escape (docs/reliability.md).
-            contained_escapes: false,
+            // A cgroup per spawn (root and a writable cgroup v2 in the sandbox, found by
+            // the setup): an `env -i` + `setsid` orphan stays in it. Without one (or
+            // before the setup ran) the marker scan is the fallback and such an orphan
+            // can escape (docs/reliability.md).
+            contained_escapes: self.world.contained(),
             clean_env: true,
             terminals: true,
             terminal_resize: true,
@@ -191,6 +203,8 @@ impl Subprocess for E2bSubprocess {
                 terminal: false,
                 home: String::new(),
                 shell: String::new(),
+                user: String::new(),
+                path: String::new(),
                 env: spec.env.clone(),
                 marker: exec_world::tree_script::new_marker(),
                 program: spec.program.clone(),
@@ -218,6 +232,8 @@ impl Subprocess for E2bSubprocess {
                 terminal: true,
                 home: String::new(),
                 shell: String::new(),
+                user: String::new(),
+                path: String::new(),
                 env: spec.env.clone(),
                 marker: exec_world::tree_script::new_marker(),
                 // empty: the user's login shell, filled in once looked up

@@ -1,10 +1,13 @@
 //! What every process of one adapter shares: the envd API, the trusted shell, the
-//! settings, and two values found once per user and cached (the user lookup and the
-//! private state directory for terminal spec files). The caches live in a registry shared
-//! by every handle built from one adapter, so changing a setting (or switching users and
-//! back) never repeats a lookup.
+//! settings, values found once per user and cached (the user lookup, the spawn helper's
+//! placement with the cgroup probe, the private state directory for terminal spec files)
+//! and the names of the spawn cgroups free for reuse. The caches live in a registry
+//! shared by every handle built from one adapter, so changing a setting (or switching
+//! users and back) never repeats a lookup; what the adapter placed in the sandbox is
+//! removed when its last handle goes.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -12,17 +15,80 @@ use e2b_core::EnvdApi;
 use exec_world::Error;
 use tokio::sync::OnceCell;
 
-use crate::shell::{Shell, UserInfo};
+use crate::shell::{CgroupSetup, DropIds, Shell, UserInfo};
+
+/// Where the spawn helper is and how spawns get their cgroup.
+#[derive(Clone, Debug)]
+pub(crate) struct SpawnSetup {
+    /// The helper's directory (root-owned, 0755): the helper file and, in contained
+    /// mode, the terminal spec files.
+    pub(crate) dir: String,
+    /// The helper file.
+    pub(crate) helper: String,
+    /// `Some` when every spawn runs in a cgroup of its own.
+    pub(crate) cgroup: Option<CgroupSetup>,
+}
 
 /// The cached lookups of one user.
 #[derive(Default)]
 struct UserCache {
     info: OnceCell<UserInfo>,
     state_dir: OnceCell<String>,
+    /// The uid and gid a contained spawn drops to (from the lookup or the setup).
+    ids: OnceCell<DropIds>,
 }
 
-/// Every user's caches, shared by the handles of one adapter.
-type Users = Mutex<HashMap<Option<String>, Arc<UserCache>>>;
+/// What every handle of one adapter shares: each user's caches and the spawn cgroup
+/// names.
+struct Adapter {
+    shell: Shell,
+    users: Mutex<HashMap<Option<String>, Arc<UserCache>>>,
+    /// The spawn helper's placement and the cgroup probe (once per adapter).
+    setup: OnceCell<SpawnSetup>,
+    /// True once the setup found a cgroup per spawn.
+    contained: AtomicBool,
+    /// Prefix of this adapter's cgroup names (`exec-world-<random>-`).
+    cgroup_prefix: String,
+    next_cgroup: AtomicU64,
+    /// Names of spawn cgroups whose spawn is over, per kind (pipes, terminals): reused
+    /// while empty (the helper checks), removed when the adapter goes.
+    free_cgroups: Mutex<[Vec<String>; 2]>,
+}
+
+impl Adapter {
+    /// `user`'s caches, made on first use.
+    fn cache_of(&self, user: &Option<String>) -> Arc<UserCache> {
+        self.users
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(user.clone())
+            .or_default()
+            .clone()
+    }
+}
+
+impl Drop for Adapter {
+    /// Removes the adapter's empty cgroups and its helper directory in the background
+    /// (best effort: only within a runtime, and cgroups a leftover process still lives in
+    /// stay).
+    fn drop(&mut self) {
+        let Some(setup) = self.setup.get() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shell = self.shell.clone();
+        let prefix = self.cgroup_prefix.clone();
+        let mount = setup
+            .cgroup
+            .as_ref()
+            .map(|c| c.mount.clone())
+            .unwrap_or_default();
+        let dir = setup.dir.clone();
+        handle.spawn(async move { shell.cleanup(&mount, &prefix, &dir).await });
+    }
+}
 
 /// Shared by an [`E2bSubprocess`](crate::E2bSubprocess) and its processes.
 pub(crate) struct WorldShared {
@@ -32,7 +98,7 @@ pub(crate) struct WorldShared {
     pub(crate) output_buffer: usize,
     pub(crate) process_timeout: Option<Duration>,
     cache: Arc<UserCache>,
-    users: Arc<Users>,
+    adapter: Arc<Adapter>,
 }
 
 impl std::fmt::Debug for WorldShared {
@@ -44,16 +110,6 @@ impl std::fmt::Debug for WorldShared {
     }
 }
 
-/// `user`'s caches in `users`, made on first use.
-fn cache_of(users: &Users, user: &Option<String>) -> Arc<UserCache> {
-    users
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(user.clone())
-        .or_default()
-        .clone()
-}
-
 impl WorldShared {
     pub(crate) fn new(
         api: Arc<dyn EnvdApi>,
@@ -61,15 +117,24 @@ impl WorldShared {
         output_buffer: usize,
         process_timeout: Option<Duration>,
     ) -> WorldShared {
-        let users = Arc::new(Users::default());
+        let shell = Shell::new(api.clone());
+        let adapter = Arc::new(Adapter {
+            shell: shell.clone(),
+            users: Mutex::new(HashMap::new()),
+            setup: OnceCell::new(),
+            contained: AtomicBool::new(false),
+            cgroup_prefix: format!("exec-world-{}-", e2b_core::trusted_shell::random_suffix()),
+            next_cgroup: AtomicU64::new(0),
+            free_cgroups: Mutex::new([Vec::new(), Vec::new()]),
+        });
         WorldShared {
-            shell: Shell::new(api.clone()),
+            shell,
             api,
-            cache: cache_of(&users, &user),
+            cache: adapter.cache_of(&user),
             user,
             output_buffer,
             process_timeout,
-            users,
+            adapter,
         }
     }
 
@@ -83,11 +148,75 @@ impl WorldShared {
         WorldShared {
             api: self.api.clone(),
             shell: self.shell.clone(),
-            cache: cache_of(&self.users, &user),
+            cache: self.adapter.cache_of(&user),
             user,
             output_buffer,
             process_timeout,
-            users: self.users.clone(),
+            adapter: self.adapter.clone(),
+        }
+    }
+
+    /// The spawn helper's placement and the cgroup probe (first call of the adapter: one
+    /// trusted command, which also finds `info`'s uid and gid; then cached; a failure is
+    /// retried by the next call).
+    pub(crate) async fn spawn_setup(&self, info: &UserInfo) -> Result<SpawnSetup, Error> {
+        self.adapter
+            .setup
+            .get_or_try_init(|| async {
+                let dir = format!(
+                    "/tmp/.exec-world-spawn-{}",
+                    e2b_core::trusted_shell::random_suffix()
+                );
+                let probe = format!("{}probe", self.adapter.cgroup_prefix);
+                let cgroup = self
+                    .shell
+                    .setup(&dir, crate::wrapper::helper_sh(), &info.name, &probe)
+                    .await?;
+                if let Some(cg) = &cgroup {
+                    let _ = self.cache.ids.set(cg.ids.clone());
+                }
+                self.adapter
+                    .contained
+                    .store(cgroup.is_some(), Ordering::SeqCst);
+                Ok(SpawnSetup {
+                    helper: format!("{dir}/{}", crate::wrapper::HELPER_FILE),
+                    dir,
+                    cgroup,
+                })
+            })
+            .await
+            .cloned()
+    }
+
+    /// The cgroup2 mount spawns' cgroups live in, once the setup found one.
+    pub(crate) fn setup_mount(&self) -> Option<&String> {
+        self.adapter.setup.get()?.cgroup.as_ref().map(|c| &c.mount)
+    }
+
+    /// True once the setup found that spawns get a cgroup of their own.
+    pub(crate) fn contained(&self) -> bool {
+        self.adapter.contained.load(Ordering::SeqCst)
+    }
+
+    /// A cgroup name for a new spawn: a free one of the same kind, else a fresh one.
+    pub(crate) fn take_cgroup(&self, terminal: bool) -> String {
+        let reused = self
+            .adapter
+            .free_cgroups
+            .lock()
+            .ok()
+            .and_then(|mut f| f[usize::from(terminal)].pop());
+        reused.unwrap_or_else(|| {
+            let n = self.adapter.next_cgroup.fetch_add(1, Ordering::Relaxed);
+            format!("{}{n}", self.adapter.cgroup_prefix)
+        })
+    }
+
+    /// Gives back the cgroup name of a spawn that is over (nothing of it is killed
+    /// through that name any more).
+    pub(crate) fn give_back_cgroup(&self, terminal: bool, name: String) {
+        if let Ok(mut f) = self.adapter.free_cgroups.lock() {
+            f[usize::from(terminal)].push(name);
         }
     }
 
@@ -106,20 +235,32 @@ impl WorldShared {
                     Some(u) => u.clone(),
                     None => self.shell.default_user_name().await?,
                 };
-                self.shell.lookup(&name).await
+                let (info, ids) = self.shell.lookup(&name).await?;
+                let _ = self.cache.ids.set(ids);
+                Ok(info)
             })
             .await
             .cloned()
     }
 
-    /// The private state directory (`/tmp/.e2bx-proc-<random>`, 0700, owned by the
-    /// user), created on first use.
+    /// The uid and gid a contained spawn of `info`'s user drops to: known from the
+    /// lookup or the setup, else looked up (one trusted command, cached).
+    pub(crate) async fn drop_ids(&self, info: &UserInfo) -> Result<DropIds, Error> {
+        self.cache
+            .ids
+            .get_or_try_init(|| async { Ok(self.shell.lookup(&info.name).await?.1) })
+            .await
+            .cloned()
+    }
+
+    /// The private state directory (`/tmp/.exec-world-proc-<random>`, 0700, owned by
+    /// the user), created on first use (terminal spec files without a cgroup per spawn).
     pub(crate) async fn state_dir(&self, info: &UserInfo) -> Result<String, Error> {
         self.cache
             .state_dir
             .get_or_try_init(|| async {
                 let dir = format!(
-                    "/tmp/.e2bx-proc-{}",
+                    "/tmp/.exec-world-proc-{}",
                     e2b_core::trusted_shell::random_suffix()
                 );
                 self.shell.make_state_dir(&dir, &info.name).await?;

@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, Once, mpsc};
 
+use super::cgroup::{self, SandboxCgroup};
 use super::rootfs::{self, Layout};
 
 fn errno() -> std::io::Error {
@@ -53,6 +54,9 @@ pub(crate) struct NsFds {
     net: Option<OwnedFd>,
     /// `None` when the kernel has no time namespaces.
     time: Option<OwnedFd>,
+    /// The sandbox's cgroup subtree and its cgroup namespace: a process joins the subtree,
+    /// then the namespace (`None` without a usable cgroup2 on the host).
+    cgroup: Option<(Arc<SandboxCgroup>, OwnedFd)>,
 }
 
 /// The holder process: a pidfd (signals never hit a recycled pid) and its reaper thread.
@@ -224,6 +228,8 @@ impl Isolation {
         let offsets = time_offsets();
         let parent = std::process::id();
         let layout = layout.clone();
+        let cg = SandboxCgroup::create().map(Arc::new);
+        let holder_cg = cg.clone();
         // The holder is spawned and reaped by a thread of its own, so PR_SET_PDEATHSIG
         // (which fires when the forking *thread* ends) kills it exactly when the emulator
         // dies, never earlier. The thread's PID namespace for children is a new one, so the
@@ -242,16 +248,24 @@ impl Isolation {
                         );
                     });
                 }
+                let drop_cg = || {
+                    if let Some(cg) = &holder_cg {
+                        cgroup::remove(&cg.dir);
+                    }
+                };
                 let ops = match rootfs::plan(&Layout {
                     fresh_proc,
+                    cgroup2: holder_cg.is_some(),
                     ..layout
                 }) {
                     Ok(ops) => ops,
                     Err(e) => {
+                        drop_cg();
                         let _ = tx.send(Err(e));
                         return;
                     }
                 };
+                let pre_cg = holder_cg.clone();
                 let mut cmd = Command::new("/bin/sleep");
                 cmd.arg("infinity")
                     .env_clear()
@@ -275,12 +289,17 @@ impl Isolation {
                         if offline {
                             enter_new_net()?;
                         }
-                        rootfs::execute(&ops, &nr, !writable)
+                        // The sandbox's cgroup subtree, then a cgroup namespace rooted there.
+                        let cgroup_ns = pre_cg.as_ref().is_some_and(|cg| {
+                            cg.join_self().is_ok() && libc::unshare(libc::CLONE_NEWCGROUP) == 0
+                        });
+                        rootfs::execute(&ops, &nr, !writable, cgroup_ns)
                     });
                 }
                 let mut child: Child = match cmd.spawn() {
                     Ok(c) => c,
                     Err(e) => {
+                        drop_cg();
                         let _ = tx.send(Err(e));
                         return;
                     }
@@ -289,15 +308,19 @@ impl Isolation {
                 // SAFETY: pidfd_open on our own unreaped child.
                 let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
                 if raw < 0 {
+                    let e = errno();
                     let _ = child.kill();
                     let _ = child.wait();
-                    let _ = tx.send(Err(errno()));
+                    drop_cg();
+                    let _ = tx.send(Err(e));
                     return;
                 }
                 // SAFETY: a fresh fd we own.
                 let pidfd = unsafe { OwnedFd::from_raw_fd(raw as libc::c_int) };
                 let _ = tx.send(Ok((pid, pidfd)));
                 let _ = child.wait();
+                // The sandbox is gone: whatever is left in its subtree goes with it.
+                drop_cg();
             })?;
         let (pid, pidfd) = rx
             .recv()
@@ -330,6 +353,11 @@ impl Isolation {
             return Err(std::io::Error::other("no network namespace"));
         }
         let time = open("time")?.map(|(fd, _)| fd);
+        // Only when the holder really entered a cgroup namespace of its own (the subtree).
+        let cgroup = match (cg, open("cgroup")?) {
+            (Some(cg), Some((fd, _))) => Some((cg, fd)),
+            _ => None,
+        };
         if time.is_none() {
             NO_TIMENS.call_once(|| {
                 tracing::warn!(
@@ -342,6 +370,7 @@ impl Isolation {
             pid: pid_ns,
             net,
             time,
+            cgroup,
         }));
         iso.ns_ino = Some(ino);
         Ok(iso)
@@ -436,10 +465,17 @@ const DROPPED_CAPS: [libc::c_int; 13] = [
     39, // CAP_BPF
 ];
 
-/// Join the sandbox's time, network and mount namespaces in a child's `pre_exec`, then
-/// drop [`DROPPED_CAPS`] from its bounding set (raw syscalls only; the PID namespace
-/// comes from the forking [`FsWorker`] thread).
+/// Join the sandbox's cgroup subtree and its cgroup, time, network and mount namespaces in
+/// a child's `pre_exec`, then drop [`DROPPED_CAPS`] from its bounding set (raw syscalls
+/// only; the PID namespace comes from the forking [`FsWorker`] thread).
 pub(crate) fn join_in_child(ns: &NsFds) -> std::io::Result<()> {
+    if let Some((cg, fd)) = &ns.cgroup {
+        cg.join_self()?;
+        // SAFETY: setns on an fd opened before fork.
+        if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWCGROUP) } != 0 {
+            return Err(errno());
+        }
+    }
     let joins = [
         (ns.time.as_ref(), libc::CLONE_NEWTIME),
         (ns.net.as_ref(), libc::CLONE_NEWNET),

@@ -13,6 +13,7 @@
 // Handlers return a ready `Response` as the error of early exits; boxing it buys nothing.
 #[allow(clippy::result_large_err)]
 mod auth;
+mod cgroup;
 #[allow(clippy::result_large_err)]
 mod connect;
 mod cors;
@@ -269,6 +270,7 @@ impl Envd {
                     // The emulator's state (every sandbox's tree) is not for the sandbox.
                     hide: root.parent().map(Path::to_path_buf).into_iter().collect(),
                     fresh_proc: true,
+                    cgroup2: false,
                 },
                 read_only_extra: vec![
                     ("/etc/passwd".into(), private.join("passwd")),

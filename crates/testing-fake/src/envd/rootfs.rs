@@ -33,6 +33,9 @@ pub(crate) enum Op {
     Hide(CString),
     /// `/dev/null` bound over a file when it exists (masks a host-wide knob).
     Mask(CString),
+    /// A cgroup2 mount (the holder's cgroup namespace: the sandbox's subtree), made only
+    /// when the holder entered that namespace.
+    Cgroup2(CString),
 }
 
 /// What the new root is made of.
@@ -52,6 +55,8 @@ pub(crate) struct Layout {
     /// host's `/proc`. Set by the holder's thread once the kernel gave (or refused) the PID
     /// namespace; the caller's value is ignored.
     pub fresh_proc: bool,
+    /// Mount the sandbox's cgroup subtree writable at `/sys/fs/cgroup`.
+    pub cgroup2: bool,
 }
 
 /// Device nodes a sandbox gets (bound from the host's `/dev`).
@@ -74,7 +79,7 @@ struct HostMount {
     flags: libc::c_ulong,
 }
 
-fn unescape_mountinfo(s: &str) -> String {
+pub(super) fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -366,6 +371,11 @@ pub(super) fn plan(l: &Layout) -> std::io::Result<Vec<Op>> {
     p.sandbox_binds();
     p.dev();
     p.proc(l.fresh_proc, l.boot_id.as_deref());
+    if l.cgroup2 {
+        let cg = p.nr(Path::new("/sys/fs/cgroup"));
+        p.ops.push(Op::Mkdir(cstr(&cg)));
+        p.ops.push(Op::Cgroup2(cstr(&cg)));
+    }
     p.ops.push(Op::Chmod(nr, 0o755));
     Ok(p.ops)
 }
@@ -401,8 +411,15 @@ fn last_errno() -> libc::c_int {
 }
 
 /// Run the plan. Called in the holder's `pre_exec`: raw syscalls only, no allocation.
-/// `read_only_root` remounts the new root read-only before the pivot (tmpfs mode).
-pub(super) fn execute(ops: &[Op], newroot: &CString, read_only_root: bool) -> std::io::Result<()> {
+/// `read_only_root` remounts the new root read-only before the pivot (tmpfs mode);
+/// `cgroup_ns` says the holder is in the sandbox's own cgroup namespace (else the
+/// cgroup2 mount is skipped: it would show the host's whole hierarchy).
+pub(super) fn execute(
+    ops: &[Op],
+    newroot: &CString,
+    read_only_root: bool,
+    cgroup_ns: bool,
+) -> std::io::Result<()> {
     // SAFETY: plain syscalls on NUL-terminated strings prepared before fork.
     unsafe {
         if libc::unshare(libc::CLONE_NEWNS) != 0 {
@@ -420,6 +437,9 @@ pub(super) fn execute(ops: &[Op], newroot: &CString, read_only_root: bool) -> st
             return Err(errno());
         }
         for op in ops {
+            if matches!(op, Op::Cgroup2(_)) && !cgroup_ns {
+                continue;
+            }
             let rc = run_op(op);
             if rc != 0 {
                 return Err(errno());
@@ -564,6 +584,13 @@ unsafe fn run_op(op: &Op) -> libc::c_int {
                     rc
                 }
             }
+            Op::Cgroup2(p) => libc::mount(
+                c"cgroup2".as_ptr(),
+                p.as_ptr(),
+                c"cgroup2".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ),
             Op::Mask(p) => {
                 let rc = libc::mount(
                     c"/dev/null".as_ptr(),
