@@ -34,6 +34,7 @@ pub mod env_scrub;
 mod error;
 mod fs;
 pub mod local;
+pub mod mounts;
 pub mod output;
 mod path;
 mod proc;

@@ -33,7 +33,7 @@ fn parent() -> Option<&'static Path> {
     static PARENT: OnceLock<Option<PathBuf>> = OnceLock::new();
     PARENT
         .get_or_init(|| {
-            let own = own_cgroup_dir()?;
+            let own = crate::mounts::own_cgroup_dir()?;
             sweep_stale(&own);
             let dir = own.join(format!("exec-world-{}", std::process::id()));
             match std::fs::create_dir(&dir) {
@@ -85,28 +85,6 @@ fn sweep_stale(own: &Path) {
 /// True when spawns get a cgroup of their own here.
 pub(crate) fn available() -> bool {
     parent().is_some()
-}
-
-/// This process's cgroup v2 directory: the cgroup2 mount from `/proc/self/mountinfo` plus
-/// the `0::` line of `/proc/self/cgroup`.
-fn own_cgroup_dir() -> Option<PathBuf> {
-    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let own = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        if right.split_whitespace().next() != Some("cgroup2") {
-            continue;
-        }
-        let mut f = left.split_whitespace();
-        let root = f.nth(3)?;
-        let mount = f.next()?;
-        let rel = own.strip_prefix(root.trim_end_matches('/')).unwrap_or(own);
-        return Some(Path::new(mount).join(rel.trim_start_matches('/')));
-    }
-    None
 }
 
 /// One spawn's cgroup, before and after its process joined.

@@ -15,30 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Name prefix of the per-sandbox subtrees (`e2b-local-<emulator pid>-<n>`).
 const PREFIX: &str = "e2b-local-";
 
-/// The cgroup2 directory of this process: the host's cgroup2 mount (from
-/// `/proc/self/mountinfo`; hybrid hosts have it at `/sys/fs/cgroup/unified`) joined with
-/// the `0::` line of `/proc/self/cgroup`.
-fn own_dir() -> Option<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let own = own
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))?
-        .trim()
-        .to_owned();
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let (root, mount) = info.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        (right.split(' ').next() == Some("cgroup2")).then_some(())?;
-        let f: Vec<&str> = left.split(' ').collect();
-        Some((
-            super::rootfs::unescape_mountinfo(f.get(3)?),
-            super::rootfs::unescape_mountinfo(f.get(4)?),
-        ))
-    })?;
-    let rel = own.strip_prefix(root.trim_end_matches('/')).unwrap_or(&own);
-    Some(Path::new(&mount).join(rel.trim_start_matches('/')))
-}
-
 /// Removes the subtrees of emulators that are gone (their sandboxes died with them).
 fn sweep_stale(own: &Path) {
     let Ok(entries) = std::fs::read_dir(own) else {
@@ -74,7 +50,7 @@ impl SandboxCgroup {
     pub(crate) fn create() -> Option<SandboxCgroup> {
         static N: AtomicU64 = AtomicU64::new(0);
         static SWEPT: std::sync::Once = std::sync::Once::new();
-        let own = own_dir()?;
+        let own = exec_world::mounts::own_cgroup_dir()?;
         SWEPT.call_once(|| sweep_stale(&own));
         let n = N.fetch_add(1, Ordering::Relaxed);
         let dir = own.join(format!("{PREFIX}{}-{n}", std::process::id()));

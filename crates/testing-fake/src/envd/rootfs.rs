@@ -79,25 +79,6 @@ struct HostMount {
     flags: libc::c_ulong,
 }
 
-pub(super) fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            let oct = &s[i + 1..i + 4];
-            if let Ok(v) = u8::from_str_radix(oct, 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn host_mounts() -> Vec<HostMount> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     text.lines()
@@ -105,7 +86,7 @@ fn host_mounts() -> Vec<HostMount> {
             let fields: Vec<&str> = l.split(' ').collect();
             let id = fields.first()?.parse().ok()?;
             let parent = fields.get(1)?.parse().ok()?;
-            let path = unescape_mountinfo(fields.get(4)?);
+            let path = exec_world::mounts::unescape_mountinfo(fields.get(4)?);
             let opts = fields.get(5)?;
             let mut flags = 0;
             for o in opts.split(',') {
