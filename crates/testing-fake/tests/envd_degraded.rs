@@ -3,6 +3,7 @@
 //! `E2B_LOCAL_NO_ISOLATION=1`, so it runs the same as root or not.
 #![allow(clippy::unwrap_used)]
 
+#[path = "it/envd_support/mod.rs"]
 mod envd_support;
 
 use envd_support::{boot, run};

@@ -7,7 +7,7 @@
 //! constructor of a fresh [`ToolWorld`]:
 //!
 //! ```ignore
-//! // tests/tests/agent_tools_e2b.rs
+//! // tests/tests/it/agent_tools_e2b.rs
 //! async fn world() -> agent_tools::testing::ToolWorld {
 //!     let (fs, proc, scratch, sandbox) = /* E2bFs + E2bSubprocess, empty dir */;
 //!     agent_tools::testing::ToolWorld::new(fs, proc, scratch)

@@ -1,6 +1,6 @@
 //! The official SDK contenders: the npm `e2b` package run by `tests/sdk/bench.cjs` with
 //! node, the PyPI `e2b` package run by `tests/sdk/bench.py` with python3. Installed as the
-//! SDK interop tests install them (`tests/tests/sdk_support`): into `sdk-cache/` of the
+//! SDK interop tests install them (`tests/tests/it/sdk_support`): into `sdk-cache/` of the
 //! target directory this binary was built in, once, under a file lock.
 
 use std::os::fd::AsRawFd as _;

@@ -1,5 +1,0 @@
-//! The shared terminal tests of `agent_tools::testing` against the local adapters.
-
-mod common;
-
-agent_tools::agent_tools_tests!(common::local_world, terminal);

@@ -1,0 +1,226 @@
+//! Sandbox isolation through the control plane: a SIGKILLed emulator leaves no sandbox
+//! process behind, a cold boot keeps the writable root and gets a new boot id, and a
+//! sandbox created without internet access cannot reach the host's loopback. Needs root.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::support;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use e2b_proto::envelope::{FrameDecoder, encode_json};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::{Env, alive};
+
+/// The stdout of a process's frames, decoded.
+fn stdout_of(frames: &[Value]) -> String {
+    let mut out = Vec::new();
+    for f in frames {
+        if let Some(d) = f["event"]["data"]["stdout"].as_str() {
+            out.extend(e2b_proto::json::decode_base64(d).unwrap());
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// Host pids (not zombies) whose PID namespace has inode `ino`.
+fn members_of_pid_ns(ino: u64) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::metadata(format!("/proc/{pid}/ns/pid")).is_ok_and(|m| m.ino() == ino)
+                && alive(*pid)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn sigkilled_emulator_leaves_no_sandbox_process() {
+    let root = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_e2b-local"))
+        .args(["--port", "0", "--root"])
+        .arg(root.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("e2b-local starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut value = |prefix: &str| {
+        let line = lines.next().unwrap().unwrap();
+        line.strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("{line}"))
+            .to_owned()
+    };
+    let api = value("E2B_API_URL=");
+    let sandbox_url = value("E2B_SANDBOX_URL=");
+    let key = value("E2B_API_KEY=");
+
+    let http = reqwest::Client::new();
+    let sbx: Value = http
+        .post(format!("{api}/v2/sandboxes"))
+        .header("X-API-KEY", &key)
+        .json(&json!({"templateID": "base"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let msg = json!({"process": {"cmd": "/bin/bash", "args": ["-c", "sleep 4242.5 & sleep 4242.5"]}, "stdin": false});
+    let mut resp = http
+        .post(format!("{sandbox_url}/process.Process/Start"))
+        .header("E2b-Sandbox-Id", sbx["sandboxID"].as_str().unwrap())
+        .header("E2b-Sandbox-Port", "49983")
+        .header("X-Access-Token", sbx["envdAccessToken"].as_str().unwrap())
+        .header("Content-Type", "application/connect+json")
+        .header("Connect-Protocol-Version", "1")
+        .body(encode_json(&msg).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut dec = FrameDecoder::default();
+    loop {
+        if let Some(f) = dec.next_frame().unwrap() {
+            let v: Value = serde_json::from_slice(&f.payload).unwrap();
+            assert!(v["event"]["start"]["pid"].is_u64(), "start event: {v}");
+            break;
+        }
+        dec.push(&resp.chunk().await.unwrap().expect("a start event"));
+    }
+    // The reported pid is the sandbox's; find a sleep on the host by its argument.
+    let mut sleeper = None;
+    for _ in 0..100 {
+        sleeper = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .find(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c == b"sleep\x004242.5\x00")
+            });
+        if sleeper.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid = sleeper.expect("the sandbox's sleep runs");
+    let ns = std::fs::metadata(format!("/proc/{pid}/ns/pid"))
+        .unwrap()
+        .ino();
+    let own = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+    assert_ne!(
+        ns, own,
+        "the sandbox process lives in the host's PID namespace"
+    );
+    // The shell, both sleeps and the holder.
+    for _ in 0..100 {
+        if members_of_pid_ns(ns).len() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        members_of_pid_ns(ns).len() >= 4,
+        "{:?}",
+        members_of_pid_ns(ns)
+    );
+
+    // SAFETY: kill(2) on the child we spawned.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
+    tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    drop(resp);
+    let mut left = members_of_pid_ns(ns);
+    for _ in 0..200 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        left = members_of_pid_ns(ns);
+    }
+    assert!(
+        left.is_empty(),
+        "sandbox processes survived the emulator: {left:?}"
+    );
+}
+
+/// The sandbox's boot id followed by its `/0/x`.
+async fn boot_id_and_x(env: &Env, sbx: &Value) -> String {
+    let (frames, ended) = env
+        .run_frames(sbx, "cat /proc/sys/kernel/random/boot_id /0/x")
+        .await;
+    assert!(ended, "{frames:?}");
+    stdout_of(&frames)
+}
+
+#[tokio::test]
+async fn cold_boot_keeps_the_root_and_changes_the_boot_id() {
+    let env = Env::start().await;
+    let sbx = env.create(json!({})).await;
+    let id = sbx["sandboxID"].as_str().unwrap();
+    assert_eq!(
+        env.write_file(&sbx, "/0/x&username=root", "root layer")
+            .await,
+        StatusCode::OK
+    );
+    let first = boot_id_and_x(&env, &sbx).await;
+    assert!(first.ends_with("root layer"), "{first}");
+
+    // A memory pause keeps the boot.
+    let a = env
+        .post(&format!("/sandboxes/{id}/pause"), json!({"memory": true}))
+        .await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT);
+    let a = env
+        .post(
+            &format!("/v2/sandboxes/{id}/connect"),
+            json!({"timeout": 60}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
+    assert_eq!(boot_id_and_x(&env, &sbx).await, first);
+
+    // A cold boot is a new boot with the same files.
+    let a = env.post(&format!("/sandboxes/{id}/pause"), json!({})).await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT);
+    let a = env
+        .post(
+            &format!("/v2/sandboxes/{id}/connect"),
+            json!({"timeout": 60, "memory": false}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
+    let second = boot_id_and_x(&env, &sbx).await;
+    assert!(second.ends_with("root layer"), "{second}");
+    assert_ne!(second, first, "a cold boot keeps the boot id");
+    env.emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn no_internet_access_means_no_host_loopback() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probe = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo reached");
+    let env = Env::start().await;
+    let online = env.create(json!({})).await;
+    let (frames, _) = env.run_frames(&online, &probe).await;
+    assert_eq!(stdout_of(&frames), "reached\n", "{frames:?}");
+    for offline in [
+        json!({"allow_internet_access": false}),
+        json!({"network": {"denyOut": ["0.0.0.0/0"]}}),
+    ] {
+        let sbx = env.create(offline.clone()).await;
+        let (frames, _) = env.run_frames(&sbx, &probe).await;
+        assert_eq!(stdout_of(&frames), "", "{offline}: {frames:?}");
+    }
+    env.emu.shutdown().await;
+}

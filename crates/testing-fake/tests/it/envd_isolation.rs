@@ -1,0 +1,360 @@
+//! The emulator is a boundary: a sandbox (root included) sees its own processes, files,
+//! clocks and network, never the host's. Needs root (namespaces); without it isolation is
+//! off and these tests say so and fail.
+#![allow(clippy::unwrap_used)]
+
+use crate::envd_support;
+
+use std::time::Instant;
+
+use envd_support::{Fake, boot, boot_named, boot_with, run};
+
+fn exit_code(end: &serde_json::Value) -> i64 {
+    end.get("exitCode").and_then(|c| c.as_i64()).unwrap_or(0)
+}
+
+async fn root_sh(fake: &Fake, cmd: &str) -> (String, String, i64) {
+    let (o, e, end) = run(fake, cmd, Some("root")).await;
+    (
+        String::from_utf8_lossy(&o).into_owned(),
+        String::from_utf8_lossy(&e).into_owned(),
+        exit_code(&end),
+    )
+}
+
+async fn download(fake: &Fake, path: &str, user: &str) -> (u16, Vec<u8>) {
+    let r = fake
+        .req(reqwest::Method::GET, "/files")
+        .query(&[("path", path), ("username", user)])
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    (st, r.bytes().await.unwrap().to_vec())
+}
+
+async fn upload(fake: &Fake, path: &str, user: &str, data: &[u8]) -> u16 {
+    fake.req(reqwest::Method::POST, "/files")
+        .query(&[("path", path), ("username", user)])
+        .header("Content-Type", "application/octet-stream")
+        .body(data.to_vec())
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+fn require_isolation(fake: &Fake) {
+    assert!(
+        fake.envd.is_isolated(),
+        "these tests need root and kernel namespaces (isolation is off)"
+    );
+}
+
+#[tokio::test]
+async fn sandbox_root_cannot_see_signal_or_read_host_processes() {
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    let me = std::process::id();
+    // The holder is init of the sandbox's PID namespace; /proc is the sandbox's own.
+    let (out, err, code) = root_sh(&fake, "tr '\\0' ' ' < /proc/1/cmdline").await;
+    assert_eq!((out.trim(), code), ("/bin/sleep infinity", 0), "{err}");
+    // Pids are reported as the sandbox numbers them (as E2B reports the VM's pids).
+    let body =
+        serde_json::json!({"process":{"cmd":"/bin/bash","args":["-c","echo $$"]},"stdin":false});
+    let mut s = fake.stream("/process.Process/Start", &body, &[]).await;
+    let (msgs, _) = s.collect().await;
+    let reported = msgs[0]["event"]["start"]["pid"].as_u64().unwrap();
+    let (out, _, _, _) = envd_support::outputs(&msgs);
+    assert_eq!(String::from_utf8(out).unwrap(), format!("{reported}\n"));
+    // This test process (the host) cannot be listed, signalled or read.
+    let (_, _, code) = root_sh(&fake, &format!("test -e /proc/{me}")).await;
+    assert_ne!(code, 0, "host pid {me} is visible in the sandbox's /proc");
+    let (_, _, code) = root_sh(&fake, &format!("kill -0 {me}")).await;
+    assert_ne!(code, 0, "sandbox root could signal host pid {me}");
+    // No process the sandbox can see carries the host's (cargo's) environment.
+    let (out, err, code) = root_sh(
+        &fake,
+        "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c CARGO_MANIFEST_DIR",
+    )
+    .await;
+    assert_eq!(
+        out.trim(),
+        "0",
+        "host environment readable: {err} (exit {code})"
+    );
+}
+
+#[tokio::test]
+async fn files_resolve_inside_the_sandbox_not_on_the_host() {
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    // The emulator's own environment is not reachable through /proc/self.
+    let (st, body) = download(&fake, "/proc/self/environ", "root").await;
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(
+        st, 404,
+        "envd's file workers are no process of the sandbox: {text}"
+    );
+    assert!(
+        !text.contains("CARGO_MANIFEST_DIR"),
+        "GET /files /proc/self/environ returned the emulator's environment ({st})"
+    );
+    // /etc/shadow is the template's, not the host's.
+    let (st, body) = download(&fake, "/etc/shadow", "root").await;
+    assert_eq!(st, 200);
+    let shadow = String::from_utf8(body).unwrap();
+    assert!(shadow.starts_with("root:*:"), "{shadow}");
+    assert!(shadow.contains("\nuser:*:"), "{shadow}");
+    if let Ok(host) = std::fs::read_to_string("/etc/shadow") {
+        assert_ne!(shadow, host, "the host's /etc/shadow");
+    }
+    // An absolute symlink made in the sandbox resolves in the sandbox, for /files and the
+    // filesystem RPCs alike.
+    let (_, err, code) = root_sh(
+        &fake,
+        "ln -s /etc/shadow /home/user/link && ln -s ../../proc/1 /home/user/init",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let (st, body) = download(&fake, "/home/user/link", "root").await;
+    assert_eq!((st, String::from_utf8(body).unwrap()), (200, shadow));
+    let (st, body) = download(&fake, "/home/user/init/cmdline", "root").await;
+    assert_eq!((st, body), (200, b"/bin/sleep\0infinity\0".to_vec()));
+    let (st, v) = fake
+        .unary(
+            "/filesystem.Filesystem/Stat",
+            &serde_json::json!({"path": "/home/user/link"}),
+            Some("root"),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["entry"]["symlinkTarget"], "/etc/shadow", "{v}");
+}
+
+#[tokio::test]
+async fn host_devices_and_kernel_knobs_are_out_of_reach() {
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    // A private /dev: no block device of the host, the harmless nodes work.
+    let (out, err, code) = root_sh(
+        &fake,
+        "find /dev -type b | wc -l; head -c 4 /dev/zero | wc -c; ls /dev/pts >/dev/null && echo pts",
+    )
+    .await;
+    assert_eq!((out.as_str(), code), ("0\n4\npts\n", 0), "{err}");
+    // Host-wide knobs (those this kernel has) are /dev/null (char 1:3); /proc/sys is
+    // read-only.
+    let knobs: Vec<&str> = [
+        "/proc/sysrq-trigger",
+        "/proc/kcore",
+        "/proc/keys",
+        "/proc/timer_list",
+        "/proc/kmsg",
+    ]
+    .into_iter()
+    .filter(|p| std::path::Path::new(p).exists())
+    .collect();
+    assert!(
+        !knobs.is_empty(),
+        "no host-wide /proc knob to check on this kernel"
+    );
+    let (out, err, _) = root_sh(
+        &fake,
+        &format!(
+            "stat -c '%t:%T' {}; echo 1 > /proc/sys/vm/drop_caches && echo wrote",
+            knobs.join(" ")
+        ),
+    )
+    .await;
+    assert_eq!(out, "1:3\n".repeat(knobs.len()), "{knobs:?}: {err}");
+    // Root cannot get around that: no mount, no device node, no module, even via sudo.
+    for cmd in [
+        "mount -t tmpfs none /mnt",
+        "mknod /tmp/disk b 1 0",
+        "sudo -n mknod /tmp/disk2 b 1 0",
+    ] {
+        let (_, err, code) = root_sh(&fake, cmd).await;
+        assert_ne!(code, 0, "{cmd} succeeded as root in the sandbox: {err}");
+    }
+    let (out, _, _) = root_sh(&fake, "grep CapBnd /proc/self/status").await;
+    let bound = u64::from_str_radix(out.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    assert_eq!(
+        bound & (1 << 21),
+        0,
+        "CAP_SYS_ADMIN in the bounding set: {out}"
+    );
+}
+
+#[tokio::test]
+async fn terminals_are_the_sandboxs_own() {
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    // No host terminal is reachable: the sandbox's devpts has none of them.
+    let (out, err, code) = root_sh(&fake, "ls /dev/pts").await;
+    assert_eq!((out.as_str(), code), ("ptmx\n", 0), "{err}");
+    // A PTY process gets a terminal of the sandbox's own devpts, which it can name.
+    let body = serde_json::json!({"process":{"cmd":"/bin/bash","args":["-c","tty; ls /dev/pts"]},"pty":{"size":{"cols":80,"rows":24}}});
+    let mut s = fake.stream("/process.Process/Start", &body, &[]).await;
+    let (msgs, end) = s.collect().await;
+    assert_eq!(end, serde_json::json!({}));
+    let (_, _, pty, _) = envd_support::outputs(&msgs);
+    let text = String::from_utf8_lossy(&pty);
+    assert_eq!(text, "/dev/pts/0\r\n0  ptmx\r\n", "{text:?}");
+}
+
+#[tokio::test]
+async fn root_writes_anywhere_and_only_in_its_own_sandbox() {
+    let a = boot("base", None).await;
+    let b = boot("base", None).await;
+    require_isolation(&a);
+    assert!(
+        a.envd.has_writable_root(),
+        "the overlay root could not be mounted"
+    );
+    // Real envd creates /0/x as root.
+    assert_eq!(upload(&a, "/0/x", "root", b"in a").await, 200);
+    let (out, err, code) = root_sh(
+        &a,
+        "cat /0/x && echo usr > /usr/local/e2b-iso-test && cat /usr/local/e2b-iso-test",
+    )
+    .await;
+    assert_eq!((out.as_str(), code), ("in ausr\n", 0), "{err}");
+    // Not on the host, not in the other sandbox.
+    assert!(!std::path::Path::new("/0/x").exists());
+    assert!(!std::path::Path::new("/usr/local/e2b-iso-test").exists());
+    let (st, _) = download(&b, "/0/x", "root").await;
+    assert_eq!(st, 404);
+    let (_, _, code) = root_sh(&b, "test -e /usr/local/e2b-iso-test").await;
+    assert_ne!(code, 0);
+    // The package manager can lock and read its database (a write to /var/lib/dpkg).
+    if std::path::Path::new("/usr/bin/apt-get").exists() {
+        let (out, err, code) = root_sh(&a, "apt-get check 2>&1").await;
+        assert_eq!(code, 0, "apt-get check: {out}{err}");
+    }
+    // `user` has passwordless sudo (the base template's sudoers).
+    let (o, e, end) = run(&a, "sudo -n id -u", Some("user")).await;
+    let out = String::from_utf8_lossy(&o);
+    assert_eq!(
+        (out.trim(), exit_code(&end)),
+        ("0", 0),
+        "sudo: {}",
+        String::from_utf8_lossy(&e)
+    );
+}
+
+#[tokio::test]
+async fn each_boot_has_its_own_boot_id_and_uptime() {
+    let before = Instant::now();
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    let (out, err, code) = root_sh(
+        &fake,
+        "cat /proc/sys/kernel/random/boot_id; cut -d' ' -f1 /proc/uptime",
+    )
+    .await;
+    let elapsed = before.elapsed().as_secs_f64();
+    assert_eq!(code, 0, "{err}");
+    let mut lines = out.lines();
+    let boot_id = lines.next().unwrap().to_owned();
+    let uptime: f64 = lines.next().unwrap().parse().unwrap();
+    let host_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_ne!(boot_id, host_id.trim(), "the host's boot id");
+    assert_eq!(boot_id.len(), 36, "{boot_id}");
+    // The sandbox's clock started after `before`: its uptime cannot exceed what elapsed.
+    assert!(
+        uptime <= elapsed,
+        "uptime {uptime} > {elapsed} since the boot began"
+    );
+    // A second sandbox boots with another id.
+    let other = boot("base", None).await;
+    let (out, _, _) = root_sh(&other, "cat /proc/sys/kernel/random/boot_id").await;
+    assert_ne!(out.trim(), boot_id);
+}
+
+#[tokio::test]
+async fn offline_sandbox_cannot_reach_a_host_listener() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connect = format!("exec 3<>/dev/tcp/127.0.0.1/{port}");
+
+    let online = boot("base", None).await;
+    require_isolation(&online);
+    let (_, err, code) = root_sh(&online, &connect).await;
+    assert_eq!(
+        code, 0,
+        "a default sandbox reaches the host's loopback: {err}"
+    );
+
+    let offline = boot_with("base", None, false).await;
+    let (_, err, code) = root_sh(&offline, &connect).await;
+    assert_ne!(
+        code, 0,
+        "an offline sandbox reached the host's 127.0.0.1:{port}"
+    );
+    assert!(
+        err.contains("Connection refused"),
+        "loopback is up but empty: {err}"
+    );
+    // Only loopback exists in its network namespace.
+    let (out, err, code) = root_sh(
+        &offline,
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '",
+    )
+    .await;
+    assert_eq!((out.as_str(), code), ("lo\n", 0), "{err}");
+}
+
+#[tokio::test]
+async fn names_with_control_bytes_download_with_an_encoded_disposition() {
+    let fake = boot("base", None).await;
+    for (name, encoded) in [
+        ("a\nb", "a%0Ab"),
+        ("c\rd", "c%0Dd"),
+        ("e\u{1b}[31mf", "e%1B%5B31mf"),
+    ] {
+        let path = format!("/home/user/{name}");
+        assert_eq!(
+            upload(&fake, &path, "user", b"payload").await,
+            200,
+            "{name:?}"
+        );
+        let r = fake
+            .req(reqwest::Method::GET, "/files")
+            .query(&[("path", path.as_str()), ("username", "user")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{name:?}");
+        assert_eq!(
+            r.headers()["content-disposition"],
+            format!("inline; filename*=utf-8''{encoded}").as_str()
+        );
+        assert_eq!(r.bytes().await.unwrap().as_ref(), b"payload");
+    }
+}
+
+#[tokio::test]
+async fn without_the_overlay_the_root_is_read_only_and_still_private() {
+    // overlayfs options cannot name a directory with a ',': the root falls back to the
+    // read-only host view, everything else of the boundary holds.
+    let fake = boot_named("base", None, true, ",no-overlay").await;
+    require_isolation(&fake);
+    assert!(!fake.envd.has_writable_root());
+    let (_, _, code) = root_sh(&fake, "touch /usr/local/e2b-ro-test").await;
+    assert_ne!(code, 0, "the read-only root was written");
+    let (st, body) = download(&fake, "/etc/shadow", "root").await;
+    assert_eq!(st, 200);
+    assert!(String::from_utf8(body).unwrap().starts_with("root:*:"));
+    let (out, err, code) = root_sh(
+        &fake,
+        "tr '\\0' ' ' < /proc/1/cmdline; echo x > ~/h && cat ~/h",
+    )
+    .await;
+    assert_eq!(
+        (out.as_str(), code),
+        ("/bin/sleep infinity x\n", 0),
+        "{err}"
+    );
+}

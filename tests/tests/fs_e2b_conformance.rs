@@ -1,8 +1,0 @@
-//! The exec-world fs conformance suite, unchanged, against `E2bFs` on the emulator: one
-//! emulator and `base` sandbox per test.
-
-mod fs_e2b_support;
-
-use fs_e2b_support::world;
-
-exec_world::fs_conformance_tests!(world);

@@ -1,0 +1,8 @@
+//! The exec-world fs conformance suite, unchanged, against `E2bFs` on the emulator: one
+//! emulator and `base` sandbox per test.
+
+use crate::fs_e2b_support;
+
+use fs_e2b_support::world;
+
+exec_world::fs_conformance_tests!(world);

@@ -1,0 +1,221 @@
+//! sandbox-e2b security rules on the emulator's conversation template: writes cannot be
+//! redirected by links or swapped directories the sandbox user controls, `/skills` is
+//! root's, reads and stats resolve as the sandbox user, staging never stays behind, no
+//! process survives a timeout in the emulator's process table, and the API key never
+//! reaches the sandbox.
+
+use crate::sandbox_support;
+
+use std::time::Duration;
+
+use exec_world::sandbox::{ExecSpec, SandboxError, SandboxProvider as _};
+use sandbox_e2b::UPLOAD_DIR;
+use sandbox_support::{host_processes_of, one, root_sh, root_sh_args};
+
+async fn sh(o: &sandbox_support::One, cmd: &str) -> exec_world::sandbox::ExecOutput {
+    o.p.exec(&o.h, ExecSpec::new(cmd)).await.expect("exec")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_through_links_and_swapped_parents_are_refused() {
+    let o = one("links").await;
+    let id = o.h.id.clone();
+    // a root-owned file the user may read but not write
+    o.p.write_file(&o.h, "/skills/root-file", b"orig")
+        .await
+        .expect("root write under /skills");
+    let unique = format!("sandbox-e2b-probe-{}", std::process::id());
+    let r = sh(
+        &o,
+        "ln -s /skills/root-file /workspace/lnk && ln -s /skills /workspace/dir && ln -s /etc /workspace/etc && echo ok",
+    )
+    .await;
+    assert_eq!(r.stdout, "ok\n", "{r:?}");
+    // the link target
+    let e =
+        o.p.write_file(&o.h, "/workspace/lnk", b"evil")
+            .await
+            .expect_err("write through a link to a root file");
+    assert!(
+        matches!(
+            e,
+            SandboxError::PermissionDenied {
+                op: "write_file",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("/workspace/lnk"), "{e}");
+    // a swapped parent directory
+    let e =
+        o.p.write_file(&o.h, "/workspace/dir/planted", b"evil")
+            .await
+            .expect_err("write through a linked parent");
+    assert!(matches!(e, SandboxError::PermissionDenied { .. }), "{e}");
+    let e =
+        o.p.write_file(&o.h, &format!("/workspace/etc/{unique}"), b"evil")
+            .await
+            .expect_err("write into /etc through a link");
+    assert!(e.to_string().contains("/workspace/etc/"), "{e}");
+    // nothing written outside
+    assert_eq!(
+        root_sh(&o.env, &id, "cat /skills/root-file; echo; ls /skills").await,
+        "orig\nroot-file"
+    );
+    assert_eq!(
+        root_sh(&o.env, &id, &format!("ls /etc/{unique} 2>/dev/null; true")).await,
+        ""
+    );
+    assert!(!std::path::Path::new(&format!("/etc/{unique}")).exists());
+    // the staging area: the user cannot see or swap it, and nothing stays behind
+    let r = sh(&o, &format!("ls {UPLOAD_DIR} || touch {UPLOAD_DIR}/x")).await;
+    assert_ne!(r.exit_code, Some(0), "{r:?}");
+    assert_eq!(
+        root_sh(
+            &o.env,
+            &id,
+            &format!("ls -A {UPLOAD_DIR}; stat -c '%U %a' /opt/capybara")
+        )
+        .await,
+        "root 700"
+    );
+    // a normal write still works and is the user's
+    o.p.write_file(&o.h, "/workspace/new/dir/f.txt", b"mine")
+        .await
+        .expect("write");
+    assert_eq!(
+        root_sh(
+            &o.env,
+            &id,
+            "stat -c '%U %a' /workspace/new/dir /workspace/new/dir/f.txt"
+        )
+        .await,
+        "sandbox 755\nsandbox 644"
+    );
+    assert_eq!(
+        root_sh(&o.env, &id, &format!("ls -A {UPLOAD_DIR}")).await,
+        ""
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn skills_are_written_by_root_and_read_only_for_the_user() {
+    let o = one("skills").await;
+    let id = o.h.id.clone();
+    o.p.write_file(&o.h, "/skills/tool/SKILL.md", b"# tool\n")
+        .await
+        .expect("write skill");
+    assert_eq!(
+        root_sh(
+            &o.env,
+            &id,
+            "stat -c '%U %a' /skills /skills/tool /skills/tool/SKILL.md"
+        )
+        .await,
+        "root 755\nroot 755\nroot 644"
+    );
+    let r = sh(
+        &o,
+        "cat /skills/tool/SKILL.md; echo x > /skills/tool/SKILL.md; ln -s /etc /skills/l",
+    )
+    .await;
+    assert!(r.stdout.starts_with("# tool\n"), "{r:?}");
+    assert_ne!(r.exit_code, Some(0));
+    assert!(r.stderr.contains("Permission denied"), "{r:?}");
+    let c =
+        o.p.read_file(&o.h, "/skills/tool/SKILL.md", 100)
+            .await
+            .expect("read");
+    assert_eq!(c.map(|c| c.data), Some(b"# tool\n".to_vec()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reads_and_stats_resolve_as_the_sandbox_user() {
+    let o = one("reads").await;
+    let id = o.h.id.clone();
+    root_sh(
+        &o.env,
+        &id,
+        "printf secret > /workspace/root-only && chmod 600 /workspace/root-only && printf s > /opt/capybara/key",
+    )
+    .await;
+    let e =
+        o.p.read_file(&o.h, "/workspace/root-only", 100)
+            .await
+            .expect_err("a root-only file");
+    assert!(
+        matches!(
+            e,
+            SandboxError::PermissionDenied {
+                op: "read_file",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(!e.to_string().contains("secret"));
+    // inside a directory the user cannot search: invisible to the user
+    assert_eq!(
+        o.p.stat(&o.h, "/opt/capybara/key").await.expect("stat"),
+        None
+    );
+    assert_eq!(
+        o.p.read_file(&o.h, "/opt/capybara/key", 10)
+            .await
+            .expect("read"),
+        None
+    );
+    // a link the user made to it changes nothing
+    sh(&o, "ln -s /opt/capybara/key /workspace/k").await;
+    assert_eq!(
+        o.p.read_file(&o.h, "/workspace/k", 10).await.expect("read"),
+        None
+    );
+    assert_eq!(sh(&o, "id -un; id -u").await.stdout, "sandbox\n1000\n");
+    let st = o.p.stat(&o.h, "/workspace/root-only").await.expect("stat");
+    assert_eq!(st.map(|s| (s.size, s.is_dir)), Some((6, false)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn timeout_leaves_nothing_in_the_emulators_process_table() {
+    let o = one("survivors").await;
+    let cmd = "nohup sleep 300 >/dev/null 2>&1 & setsid sleep 300 >/dev/null 2>&1 & \
+               (trap '' TERM HUP; exec sleep 300) >/dev/null 2>&1 & echo up; wait";
+    let r =
+        o.p.exec(&o.h, ExecSpec::new(cmd).timeout(Duration::from_secs(2)))
+            .await
+            .expect("exec");
+    assert!(r.timed_out && r.exit_code.is_none(), "{r:?}");
+    assert_eq!(r.stdout, "up\n");
+    assert_eq!(host_processes_of(&o.h.id), Vec::<u32>::new());
+    // and the sandbox still works
+    assert_eq!(sh(&o, "echo fine").await.stdout, "fine\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_api_key_never_reaches_the_sandbox() {
+    let o = one("creds").await;
+    let key = o.env.emu.api_key().to_owned();
+    let r = sh(&o, "env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'").await;
+    assert!(!r.stdout.contains(&key) && !r.stderr.contains(&key));
+    let all = root_sh_args(
+        &o.env,
+        &o.h.id,
+        "grep -rl -- \"$1\" /workspace /tmp /opt/capybara /skills 2>/dev/null; true",
+        &[&key],
+    )
+    .await;
+    assert_eq!(all, "");
+    let token = o
+        .env
+        .client
+        .get(&o.h.id)
+        .await
+        .expect("detail")
+        .envd_access_token
+        .expect("secure sandbox");
+    let debug = format!("{:?}", o.p);
+    assert!(debug.contains(&o.h.id), "the lease is in Debug");
+    assert!(!debug.contains(&key) && !debug.contains(&token), "{debug}");
+}

@@ -1,6 +1,0 @@
-//! The sandbox conformance suite on `E2bSandboxes` over the emulator (conversation
-//! template), two provider instances per test.
-
-mod sandbox_support;
-
-exec_world::sandbox_conformance_tests!(sandbox_support::world);

@@ -1,8 +1,0 @@
-//! The exec-world proc and terminal conformance suites, unchanged, against `E2bSubprocess`
-//! on the emulator (127.0.0.1): one emulator and sandbox per test.
-//! The suite's `Fs` is `fs_e2b::E2bFs` on the same sandbox.
-
-mod subprocess_e2b_support;
-
-exec_world::proc_conformance_tests!(subprocess_e2b_support::world);
-exec_world::terminal_conformance_tests!(subprocess_e2b_support::world);
