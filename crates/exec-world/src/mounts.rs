@@ -54,6 +54,37 @@ pub fn own_cgroup_dir() -> Option<PathBuf> {
     Some(Path::new(&mount).join(rel.trim_start_matches('/')))
 }
 
+/// The entries of `dir` named `<prefix><pid>` or `<prefix><pid>-<anything>` whose process
+/// is gone (not this process, no `/proc/<pid>`): what processes that died left behind (a
+/// process cannot remove its own cgroup directory at exit).
+///
+/// ```no_run
+/// # let own = std::path::Path::new("/sys/fs/cgroup");
+/// for dir in exec_world::mounts::orphaned_dirs(own, "exec-world-") {
+///     let _ = std::fs::remove_dir(dir);
+/// }
+/// ```
+pub fn orphaned_dirs(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(prefix))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok());
+            pid.is_some_and(|pid| {
+                pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
+            })
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +94,23 @@ mod tests {
         assert_eq!(unescape_mountinfo(r"/a\040b\011c"), "/a b\tc");
         assert_eq!(unescape_mountinfo(r"/trailing\04"), r"/trailing\04");
         assert_eq!(unescape_mountinfo(r"/not\9990"), r"/not\9990");
+    }
+
+    #[test]
+    fn orphaned_dirs_are_those_of_gone_processes() {
+        let dir = std::env::temp_dir().join(format!("mounts-test-{}", std::process::id()));
+        let me = std::process::id();
+        // pid_max is at most 2^22: this pid never exists.
+        for name in [
+            format!("x-{me}"),
+            format!("x-{me}-1"),
+            "x-99999999-2".into(),
+            "y-99999999".into(),
+        ] {
+            std::fs::create_dir_all(dir.join(name)).expect("mkdir");
+        }
+        let found = orphaned_dirs(&dir, "x-");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(found, vec![dir.join("x-99999999-2")]);
     }
 }

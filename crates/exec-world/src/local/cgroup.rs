@@ -56,29 +56,15 @@ fn parent() -> Option<&'static Path> {
 /// Removes the empty `exec-world-<pid>` directories of processes that are gone (a
 /// process cannot remove its own at exit). Populated ones stay (rmdir refuses them).
 fn sweep_stale(own: &Path) {
-    let Ok(entries) = std::fs::read_dir(own) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("exec-world-"))
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        if let Ok(spawns) = std::fs::read_dir(e.path()) {
+    for dir in crate::mounts::orphaned_dirs(own, "exec-world-") {
+        if let Ok(spawns) = std::fs::read_dir(&dir) {
             for s in spawns.flatten() {
                 if s.file_type().is_ok_and(|t| t.is_dir()) {
                     let _ = std::fs::remove_dir(s.path());
                 }
             }
         }
-        let _ = std::fs::remove_dir(e.path());
+        let _ = std::fs::remove_dir(&dir);
     }
 }
 

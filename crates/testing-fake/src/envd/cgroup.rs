@@ -17,22 +17,8 @@ const PREFIX: &str = "e2b-local-";
 
 /// Removes the subtrees of emulators that are gone (their sandboxes died with them).
 fn sweep_stale(own: &Path) {
-    let Ok(entries) = std::fs::read_dir(own) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-            remove(&e.path());
-        }
+    for dir in exec_world::mounts::orphaned_dirs(own, PREFIX) {
+        remove(&dir);
     }
 }
 
