@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 
 use exec_world::{EnvBase, Error};
 
-/// The helper file's text (POSIX sh): [`HELPER_BODY`] after exec-world's credential scrub
+/// The helper file's text (POSIX sh): `HELPER_BODY` (below) after exec-world's credential scrub
 /// function (`exec_world::env_scrub::SH_SCRUB_FN`, the list every backend shares).
 pub fn helper_sh() -> &'static str {
     static SCRIPT: std::sync::LazyLock<String> =
