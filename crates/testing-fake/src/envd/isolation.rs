@@ -1,8 +1,9 @@
 //! Per-sandbox isolation: the holder process and its namespaces.
 //!
-//! As root, a long-lived *holder* process (`sleep infinity`) is the sandbox's init: it is
-//! PID 1 of a new PID namespace (sandbox processes cannot see or signal host processes,
-//! and when the holder dies, at the emulator's death included, the kernel kills every
+//! As root, a long-lived *holder* process (`sleep infinity`, started with SIGCHLD ignored
+//! so the kernel reaps the orphans reparented to it, as a real init does) is the sandbox's
+//! init: it is PID 1 of a new PID namespace (sandbox processes cannot see or signal host
+//! processes, and when the holder dies, at the emulator's death included, the kernel kills every
 //! process of the sandbox), it has a new time namespace whose monotonic and boot clocks
 //! start at the boot (`/proc/uptime` counts from the boot), for sandboxes without internet
 //! access a new network namespace with only loopback up, and a new mount namespace whose
@@ -276,6 +277,13 @@ impl Isolation {
                 unsafe {
                     cmd.pre_exec(move || {
                         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                            return Err(errno());
+                        }
+                        // As init, reap like a real one: with SIGCHLD ignored (kept across
+                        // exec) the kernel reaps every child of the holder at once, so the
+                        // orphans reparented to it (a killed escapee, a killed fs holder)
+                        // do not stay zombies for the sandbox's life.
+                        if libc::signal(libc::SIGCHLD, libc::SIG_IGN) == libc::SIG_ERR {
                             return Err(errno());
                         }
                         // In a new PID namespace the parent is outside it: ppid reads 0.

@@ -358,3 +358,16 @@ async fn without_the_overlay_the_root_is_read_only_and_still_private() {
         "{err}"
     );
 }
+
+/// The holder reaps like a real init: a process orphaned inside the sandbox (its parent
+/// exited) is reparented to it and, once it ends, leaves no zombie behind.
+#[tokio::test]
+async fn orphans_that_end_leave_no_zombie() {
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    let zombies =
+        "for f in /proc/[0-9]*/stat; do awk '{print $3}' \"$f\" 2>/dev/null; done | grep -c Z";
+    let script = format!("sh -c 'sleep 0.2 & sleep 0.2 & exit 0'; sleep 1.5; {zombies}");
+    let (out, err, _) = root_sh(&fake, &script).await;
+    assert_eq!(out.trim(), "0", "zombies left in the sandbox: {err}");
+}
