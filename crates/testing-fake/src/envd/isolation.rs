@@ -281,7 +281,7 @@ impl Isolation {
                         }
                         // As init, reap like a real one: with SIGCHLD ignored (kept across
                         // exec) the kernel reaps every child of the holder at once, so the
-                        // orphans reparented to it (a killed escapee, a killed fs holder)
+                        // orphans reparented to it (escapees whose parent exited)
                         // do not stay zombies for the sandbox's life.
                         if libc::signal(libc::SIGCHLD, libc::SIG_IGN) == libc::SIG_ERR {
                             return Err(errno());
