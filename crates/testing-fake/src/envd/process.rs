@@ -245,6 +245,11 @@ async fn pump(
                     return Pumped::Done;
                 };
                 let is_end = matches!(ev, ProcessEvent::End(_));
+                if is_end && Instant::now() >= deadline_at {
+                    // The end of a process the deadline killed: envd's stream ends with
+                    // `deadline_exceeded` and no end event.
+                    return Pumped::Deadline;
+                }
                 let sent = match &ev {
                     ProcessEvent::Data(d) => tx.send_frame(output_frame(d)).await,
                     _ => tx.send(&EventResponse { event: ev }).await,
@@ -609,11 +614,13 @@ async fn start(
     deadline: Option<Duration>,
 ) -> Response {
     let keepalive = connect::keepalive_interval(headers);
-    let (pid, rx) = match launch(&envd, user, &req, deadline).await {
+    // One instant for the kill and the end of the stream: with the stream's a little
+    // later, a quickly dying process's `end` could slip out before `deadline_exceeded`.
+    let stream_deadline = proc_deadline(deadline);
+    let (pid, rx) = match launch(&envd, user, &req, stream_deadline).await {
         Ok(started) => started,
         Err(e) => return connect::stream_error(e),
     };
-    let stream_deadline = proc_deadline(deadline);
     let (tx, resp) = connect::stream_response();
     tokio::spawn(async move {
         let mut rx = rx;
@@ -642,7 +649,7 @@ async fn launch(
     envd: &Arc<Envd>,
     user: ActingUser,
     req: &StartRequest,
-    deadline: Option<Duration>,
+    deadline: Option<Instant>,
 ) -> Result<(u32, mpsc::Receiver<ProcessEvent>), RpcError> {
     let user = user
         .0
@@ -693,7 +700,7 @@ async fn launch(
         done_rx,
         proc_.clone(),
         envd.procs.clone(),
-        proc_deadline(deadline),
+        deadline,
     ));
     Ok((proc_.pid, rx))
 }
