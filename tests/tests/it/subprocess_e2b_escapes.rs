@@ -14,7 +14,7 @@ use std::time::Duration;
 use exec_world::{SpawnSpec, Subprocess, TerminalSpec};
 use futures::StreamExt;
 use subprocess_e2b::E2bSubprocess;
-use subprocess_e2b_support::{Env, env, proc_of};
+use subprocess_e2b_support::{Env, env, proc_of, stdout_of, within};
 use testing_fake::{FaultAction, FaultRule, Plane};
 
 /// The shell and three escapes that carry no marker: `env -i setsid` direct, double
@@ -29,28 +29,6 @@ while [ "$(wc -l < "$f")" -lt 4 ]; do sleep 0.05; done
 echo ready
 while :; do echo tick; sleep 0.2; done
 "#;
-
-async fn within<T>(what: &str, secs: u64, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not finish (hang)"))
-}
-
-/// stdout of `sh -c script sh args…` through `p`.
-async fn stdout_of(p: &E2bSubprocess, script: &str, args: &[&str]) -> String {
-    let mut spec = SpawnSpec::new("sh").arg("-c").arg(script).arg("sh");
-    for a in args {
-        spec = spec.arg(*a);
-    }
-    let mut child = p.spawn(spec).expect("spawn");
-    let mut out = child.take_stdout().expect("stdout");
-    let mut buf = Vec::new();
-    while let Some(c) = within("output", 60, out.next()).await {
-        buf.extend_from_slice(&c.expect("chunk"));
-    }
-    within("wait", 60, child.wait()).await.expect("wait");
-    String::from_utf8_lossy(&buf).into_owned()
-}
 
 /// The live (non-zombie) pids among those listed in `file`; panics unless all 4
 /// members of [`ESCAPES`] had started.

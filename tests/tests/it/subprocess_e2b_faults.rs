@@ -15,7 +15,7 @@ use e2b_core::{Client, ConnectOptions};
 use exec_world::{ErrorKind, SpawnSpec, Subprocess};
 use futures::StreamExt;
 use subprocess_e2b::E2bSubprocess;
-use subprocess_e2b_support::{env, proc_of};
+use subprocess_e2b_support::{env, proc_of, stdout_of, within};
 use testing_fake::{FaultAction, FaultRule, Plane};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -31,28 +31,6 @@ while [ "$(wc -l < "$f")" -lt 4 ]; do sleep 0.05; done
 echo ready
 while :; do echo tick; sleep 0.2; done
 "#;
-
-async fn within<T>(what: &str, secs: u64, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not finish (hang)"))
-}
-
-/// stdout of a short command through `p`.
-async fn stdout_of(p: &E2bSubprocess, script: &str, args: &[&str]) -> String {
-    let mut spec = SpawnSpec::new("sh").arg("-c").arg(script).arg("sh");
-    for a in args {
-        spec = spec.arg(*a);
-    }
-    let mut child = p.spawn(spec).expect("spawn");
-    let mut out = child.take_stdout().expect("stdout");
-    let mut buf = Vec::new();
-    while let Some(c) = within("output", 60, out.next()).await {
-        buf.extend_from_slice(&c.expect("chunk"));
-    }
-    within("wait", 60, child.wait()).await.expect("wait");
-    String::from_utf8_lossy(&buf).into_owned()
-}
 
 /// The pids in the tree's pid file.
 async fn tree_pids(p: &E2bSubprocess, file: &str) -> Vec<u32> {

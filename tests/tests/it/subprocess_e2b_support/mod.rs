@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use e2b_core::{Client, EnvdApi, Sandbox};
 use exec_world::conformance::World;
-use exec_world::{Fs, Subprocess, WorldPath};
+use exec_world::{Fs, SpawnSpec, Subprocess, WorldPath};
 use fs_e2b::{E2bFs, E2bFsOptions};
+use futures::StreamExt;
 use subprocess_e2b::E2bSubprocess;
 use testing_fake::Emulator;
 
@@ -59,4 +60,27 @@ pub async fn world() -> World {
         E2bFs::new(env.api.clone(), E2bFsOptions::new(proc.cwd().as_str())).expect("E2bFs"),
     );
     World::new(fs, Arc::new(proc), scratch).with_guard(env)
+}
+
+/// `fut`, or a panic naming `what` after `secs` seconds (a hang is a failure, not a wait).
+pub async fn within<T>(what: &str, secs: u64, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish (hang)"))
+}
+
+/// stdout of `sh -c script sh args…` through `p`.
+pub async fn stdout_of(p: &E2bSubprocess, script: &str, args: &[&str]) -> String {
+    let mut spec = SpawnSpec::new("sh").arg("-c").arg(script).arg("sh");
+    for a in args {
+        spec = spec.arg(*a);
+    }
+    let mut child = p.spawn(spec).expect("spawn");
+    let mut out = child.take_stdout().expect("stdout");
+    let mut buf = Vec::new();
+    while let Some(c) = within("output", 60, out.next()).await {
+        buf.extend_from_slice(&c.expect("chunk"));
+    }
+    within("wait", 60, child.wait()).await.expect("wait");
+    String::from_utf8_lossy(&buf).into_owned()
 }
