@@ -131,6 +131,7 @@
 mod child;
 mod options;
 mod queue;
+mod route;
 mod session;
 mod shell;
 pub mod spill;
