@@ -129,6 +129,7 @@
 //! `wait()` report it; if that kill cannot finish, dropping the child runs it again.
 
 mod child;
+mod native;
 mod options;
 mod queue;
 mod session;
