@@ -145,6 +145,17 @@ pub use options::{DEFAULT_OUTPUT_BUFFER, E2bSubprocessOptions};
 pub use shell::UserInfo;
 pub use subprocess::E2bSubprocess;
 
+/// True when this build embeds the native spawn helper (built for x86_64 Linux by
+/// `build.rs`); without it every spawn uses the `sh` helper.
+///
+/// ```
+/// // On an x86_64 Linux build with a linker this is true.
+/// let _ = subprocess_e2b::native_helper_built();
+/// ```
+pub fn native_helper_built() -> bool {
+    native::available()
+}
+
 /// The README's example, compiled as a doctest.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
