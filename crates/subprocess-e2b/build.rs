@@ -15,8 +15,7 @@ fn main() {
     if std::env::var_os("EXEC_WORLD_NO_NATIVE_HELPER").is_some_and(|v| v != "0") {
         return;
     }
-    let (Some(out), Some(rustc)) = (std::env::var_os("OUT_DIR"), std::env::var_os("RUSTC"))
-    else {
+    let (Some(out), Some(rustc)) = (std::env::var_os("OUT_DIR"), std::env::var_os("RUSTC")) else {
         return;
     };
     let exe = PathBuf::from(out).join("spawn-helper");
@@ -47,7 +46,10 @@ fn main() {
         }
         Ok(o) => println!(
             "cargo::warning=native spawn helper not built (spawns use the sh helper): {}",
-            String::from_utf8_lossy(&o.stderr).lines().next().unwrap_or("rustc failed")
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .next()
+                .unwrap_or("rustc failed")
         ),
         Err(e) => println!("cargo::warning=native spawn helper not built: {e}"),
     }

@@ -138,7 +138,12 @@ unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
     let mut i = 0;
     while i < n {
         // SAFETY: both regions hold `n` bytes (the caller's contract).
-        let (x, y) = unsafe { (core::ptr::read_volatile(a.add(i)), core::ptr::read_volatile(b.add(i))) };
+        let (x, y) = unsafe {
+            (
+                core::ptr::read_volatile(a.add(i)),
+                core::ptr::read_volatile(b.add(i)),
+            )
+        };
         if x != y {
             return i32::from(x) - i32::from(y);
         }
@@ -203,7 +208,10 @@ fn write_all(fd: usize, mut buf: &[u8]) {
 /// Prints `EXEC-WORLD-FAIL <why>` as the first output line and exits with `code`.
 fn fail(why: &[u8], code: i32) -> ! {
     let mut line = [0u8; 160];
-    let mut w = Writer { buf: &mut line, len: 0 };
+    let mut w = Writer {
+        buf: &mut line,
+        len: 0,
+    };
     w.put(b"EXEC-WORLD-FAIL ");
     w.put(why);
     w.put(b"\n");
@@ -258,7 +266,11 @@ impl Arena {
         if p < 0 {
             fail(b"memory", 125);
         }
-        Arena { base: p as *mut u8, cap, used: 0 }
+        Arena {
+            base: p as *mut u8,
+            cap,
+            used: 0,
+        }
     }
 
     /// `n` zeroed bytes aligned to 8.
@@ -296,7 +308,11 @@ struct CList {
 
 impl CList {
     fn new(arena: &mut Arena, cap: usize) -> CList {
-        CList { ptrs: arena.take((cap + 1) * 8) as *mut *const u8, len: 0, cap }
+        CList {
+            ptrs: arena.take((cap + 1) * 8) as *mut *const u8,
+            len: 0,
+            cap,
+        }
     }
 
     /// Adds `s`, which must be followed by a NUL in memory.
@@ -332,13 +348,33 @@ unsafe fn cstr(p: *const u8) -> &'static [u8] {
 
 fn open(path: &[u8], flags: usize) -> isize {
     // SAFETY: `path` is NUL-terminated (arena strings and argv strings are).
-    unsafe { sys(SYS_OPENAT, AT_FDCWD as usize, path.as_ptr() as usize, flags | O_CLOEXEC, 0, 0, 0) }
+    unsafe {
+        sys(
+            SYS_OPENAT,
+            AT_FDCWD as usize,
+            path.as_ptr() as usize,
+            flags | O_CLOEXEC,
+            0,
+            0,
+            0,
+        )
+    }
 }
 
 fn read(fd: isize, buf: &mut [u8]) -> isize {
     loop {
         // SAFETY: `buf` is valid for writes of its length.
-        let n = unsafe { sys(SYS_READ, fd as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0) };
+        let n = unsafe {
+            sys(
+                SYS_READ,
+                fd as usize,
+                buf.as_mut_ptr() as usize,
+                buf.len(),
+                0,
+                0,
+                0,
+            )
+        };
         if n != -EINTR {
             return n;
         }
@@ -354,14 +390,32 @@ fn stat_mode(path: &[u8]) -> Option<u32> {
     let mut st = [0u64; 18];
     // SAFETY: `path` is NUL-terminated; `st` has room for a `struct stat` (144 bytes).
     let r = unsafe {
-        sys(SYS_NEWFSTATAT, AT_FDCWD as usize, path.as_ptr() as usize, st.as_mut_ptr() as usize, 0, 0, 0)
+        sys(
+            SYS_NEWFSTATAT,
+            AT_FDCWD as usize,
+            path.as_ptr() as usize,
+            st.as_mut_ptr() as usize,
+            0,
+            0,
+            0,
+        )
     };
     (r == 0).then_some((st[3] & 0xffff_ffff) as u32)
 }
 
 fn executable(path: &[u8]) -> bool {
     // SAFETY: `path` is NUL-terminated.
-    unsafe { sys(SYS_FACCESSAT, AT_FDCWD as usize, path.as_ptr() as usize, X_OK, 0, 0, 0) == 0 }
+    unsafe {
+        sys(
+            SYS_FACCESSAT,
+            AT_FDCWD as usize,
+            path.as_ptr() as usize,
+            X_OK,
+            0,
+            0,
+            0,
+        ) == 0
+    }
 }
 
 fn parse_num(s: &[u8]) -> Option<u64> {
@@ -383,16 +437,23 @@ fn strip_prefix<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty() || hay.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
+    needle.is_empty()
+        || hay
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// exec-world's scrub decision (`exec_world::env_scrub::is_scrubbed`) for `name=value`.
 fn scrubbed(name: &[u8], value: &[u8]) -> bool {
-    if scrub_list::NAME_FRAGMENTS.iter().any(|f| contains(name, f.as_bytes()))
+    if scrub_list::NAME_FRAGMENTS
+        .iter()
+        .any(|f| contains(name, f.as_bytes()))
         || scrub_list::NAME_SUFFIXES.iter().any(|s| {
             name.len() >= s.len() && name[name.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
         })
-        || scrub_list::INTERNAL_PREFIXES.iter().any(|p| strip_prefix(name, p.as_bytes()).is_some())
+        || scrub_list::INTERNAL_PREFIXES
+            .iter()
+            .any(|p| strip_prefix(name, p.as_bytes()).is_some())
     {
         return true;
     }
@@ -440,7 +501,17 @@ fn join_cgroup(arena: &mut Arena, mount: &[u8], name: &[u8], pid: &[u8]) -> &'st
     }
     let mut dir = arena.join(&[mount, base, b"/", name]);
     // SAFETY: `dir` is NUL-terminated (arena string).
-    let made = unsafe { sys(SYS_MKDIRAT, AT_FDCWD as usize, dir.as_ptr() as usize, 0o755, 0, 0, 0) };
+    let made = unsafe {
+        sys(
+            SYS_MKDIRAT,
+            AT_FDCWD as usize,
+            dir.as_ptr() as usize,
+            0o755,
+            0,
+            0,
+            0,
+        )
+    };
     if made == -EEXIST {
         let procs = arena.join(&[dir, b"/cgroup.procs"]);
         let fd = open(procs, O_RDONLY);
@@ -453,7 +524,17 @@ fn join_cgroup(arena: &mut Arena, mount: &[u8], name: &[u8], pid: &[u8]) -> &'st
         if n != 0 {
             dir = arena.join(&[dir, b".", pid]);
             // SAFETY: as above.
-            let r = unsafe { sys(SYS_MKDIRAT, AT_FDCWD as usize, dir.as_ptr() as usize, 0o755, 0, 0, 0) };
+            let r = unsafe {
+                sys(
+                    SYS_MKDIRAT,
+                    AT_FDCWD as usize,
+                    dir.as_ptr() as usize,
+                    0o755,
+                    0,
+                    0,
+                    0,
+                )
+            };
             if r != 0 {
                 fail(b"cgroup", 125);
             }
@@ -467,7 +548,17 @@ fn join_cgroup(arena: &mut Arena, mount: &[u8], name: &[u8], pid: &[u8]) -> &'st
         fail(b"cgroup", 125);
     }
     // SAFETY: `pid` is valid for reads of its length.
-    let w = unsafe { sys(SYS_WRITE, fd as usize, pid.as_ptr() as usize, pid.len(), 0, 0, 0) };
+    let w = unsafe {
+        sys(
+            SYS_WRITE,
+            fd as usize,
+            pid.as_ptr() as usize,
+            pid.len(),
+            0,
+            0,
+            0,
+        )
+    };
     close(fd);
     if w != pid.len() as isize {
         fail(b"cgroup", 125);
@@ -480,10 +571,16 @@ fn drop_to(arena: &mut Arena, uid: &[u8], gid: &[u8], groups: &[u8]) {
     let (Some(uid), Some(gid)) = (parse_num(uid), parse_num(gid)) else {
         fail(b"ids", 125)
     };
-    let count = if groups.is_empty() { 0 } else { groups.split(|&c| c == b',').count() };
+    let count = if groups.is_empty() {
+        0
+    } else {
+        groups.split(|&c| c == b',').count()
+    };
     let list = arena.take(count.max(1) * 4) as *mut u32;
     for (i, g) in groups.split(|&c| c == b',').take(count).enumerate() {
-        let Some(g) = parse_num(g) else { fail(b"ids", 125) };
+        let Some(g) = parse_num(g) else {
+            fail(b"ids", 125)
+        };
         // SAFETY: `i < count`, the list holds `count` slots.
         unsafe { *list.add(i) = g as u32 };
     }
@@ -501,7 +598,17 @@ fn wait_and_mirror(child: isize) -> ! {
     let mut status: i32 = 0;
     loop {
         // SAFETY: `status` is a valid out-pointer.
-        let r = unsafe { sys(SYS_WAIT4, child as usize, &mut status as *mut i32 as usize, 0, 0, 0, 0) };
+        let r = unsafe {
+            sys(
+                SYS_WAIT4,
+                child as usize,
+                &mut status as *mut i32 as usize,
+                0,
+                0,
+                0,
+                0,
+            )
+        };
         if r == child {
             break;
         }
@@ -520,10 +627,31 @@ fn wait_and_mirror(child: isize) -> ! {
     // SAFETY: valid pointers to a zero rlimit, a SIG_DFL sigaction and a signal set.
     unsafe {
         sys(SYS_SETRLIMIT, 4, no_core.as_ptr() as usize, 0, 0, 0, 0);
-        sys(SYS_RT_SIGACTION, sig as usize, default_action.as_ptr() as usize, 0, 8, 0, 0);
-        sys(SYS_RT_SIGPROCMASK, 1, &set as *const u64 as usize, 0, 8, 0, 0);
+        sys(
+            SYS_RT_SIGACTION,
+            sig as usize,
+            default_action.as_ptr() as usize,
+            0,
+            8,
+            0,
+            0,
+        );
+        sys(
+            SYS_RT_SIGPROCMASK,
+            1,
+            &set as *const u64 as usize,
+            0,
+            8,
+            0,
+            0,
+        );
     }
-    sys_plain(SYS_KILL, sys_plain(SYS_GETPID, 0, 0, 0) as usize, sig as usize, 0);
+    sys_plain(
+        SYS_KILL,
+        sys_plain(SYS_GETPID, 0, 0, 0) as usize,
+        sig as usize,
+        0,
+    );
     exit(128 + sig)
 }
 
@@ -584,7 +712,10 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
     }
     let pid = sys_plain(SYS_GETPID, 0, 0, 0);
     let mut pid_buf = [0u8; 24];
-    let mut w = Writer { buf: &mut pid_buf, len: 0 };
+    let mut w = Writer {
+        buf: &mut pid_buf,
+        len: 0,
+    };
     w.num(pid as u64);
     let pid_len = w.len;
     let pid_text = arena.join(&[&pid_buf[..pid_len]]);
@@ -606,7 +737,9 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
     }
     let u = |i: usize| arg(user_at + i);
     let (mode, term, home, shell, user, envd_path) = (u(0), u(1), u(2), u(3), u(4), u(5));
-    let Some(nenv) = parse_num(u(7)).map(|n| n as usize) else { fail(b"usage", 125) };
+    let Some(nenv) = parse_num(u(7)).map(|n| n as usize) else {
+        fail(b"usage", 125)
+    };
     let prog_at = user_at + 8 + nenv;
     if prog_at >= argc {
         fail(b"usage", 125);
@@ -644,12 +777,21 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
     if base {
         add(&mut env, arena.join(&[b"PATH=", envd_path]));
         add(&mut env, arena.join(&[b"SHELL=", shell]));
-        let lang = inherited(b"LANG").filter(|l| !l.is_empty()).unwrap_or(b"C.UTF-8");
+        let lang = inherited(b"LANG")
+            .filter(|l| !l.is_empty())
+            .unwrap_or(b"C.UTF-8");
         add(&mut env, arena.join(&[b"LANG=", lang]));
     }
     if term == b"1" && (base || inherit) {
-        let t = if inherit { inherited(b"TERM").filter(|t| !t.is_empty()) } else { None };
-        add(&mut env, arena.join(&[b"TERM=", t.unwrap_or(b"xterm-256color")]));
+        let t = if inherit {
+            inherited(b"TERM").filter(|t| !t.is_empty())
+        } else {
+            None
+        };
+        add(
+            &mut env,
+            arena.join(&[b"TERM=", t.unwrap_or(b"xterm-256color")]),
+        );
     }
     if inherit {
         for i in 0..envc {
@@ -715,7 +857,17 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
     let header = arena.join(&[b"EXEC-WORLD-PGID ", pid_text, b" ", cgroup, b"\n"]);
     write_all(1, header);
     // SAFETY: NUL-terminated path, NULL-terminated argv and envp.
-    let mut r = unsafe { sys(SYS_EXECVE, exe.as_ptr() as usize, argv_out.ptrs as usize, env.ptrs as usize, 0, 0, 0) };
+    let mut r = unsafe {
+        sys(
+            SYS_EXECVE,
+            exe.as_ptr() as usize,
+            argv_out.ptrs as usize,
+            env.ptrs as usize,
+            0,
+            0,
+            0,
+        )
+    };
     if r == -ENOEXEC {
         // No shebang: run it with /bin/sh, as execvp and the shell do.
         let mut sh_argv = CList::new(&mut arena, argc - prog_at + 3);
@@ -725,10 +877,23 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
             sh_argv.push(arg(i));
         }
         // SAFETY: as above.
-        r = unsafe { sys(SYS_EXECVE, b"/bin/sh\0".as_ptr() as usize, sh_argv.ptrs as usize, env.ptrs as usize, 0, 0, 0) };
+        r = unsafe {
+            sys(
+                SYS_EXECVE,
+                b"/bin/sh\0".as_ptr() as usize,
+                sh_argv.ptrs as usize,
+                env.ptrs as usize,
+                0,
+                0,
+                0,
+            )
+        };
     }
     let mut msg = [0u8; 256];
-    let mut w = Writer { buf: &mut msg, len: 0 };
+    let mut w = Writer {
+        buf: &mut msg,
+        len: 0,
+    };
     w.put(b"exec-world-spawn: cannot run ");
     w.put(prog);
     w.put(b": error ");

@@ -419,7 +419,11 @@ async fn start(
                 None => {
                     argv.extend(launch.wrap.positional());
                     StartProcess::new("setsid")
-                        .args(["-w".to_owned(), "/bin/sh".to_owned()].into_iter().chain(argv))
+                        .args(
+                            ["-w".to_owned(), "/bin/sh".to_owned()]
+                                .into_iter()
+                                .chain(argv),
+                        )
                         .stdin(launch.stdin)
                 }
                 Some((cols, rows)) => {

@@ -182,7 +182,13 @@ impl WorldShared {
                 };
                 let placed = self
                     .shell
-                    .setup(&dir, crate::wrapper::helper_sh(), &info.name, &probe, native)
+                    .setup(
+                        &dir,
+                        crate::wrapper::helper_sh(),
+                        &info.name,
+                        &probe,
+                        native,
+                    )
                     .await?;
                 let cgroup = placed.cgroup;
                 if let Some(cg) = &cgroup {
