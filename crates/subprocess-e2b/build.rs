@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
-    println!("cargo::rerun-if-changed=helper/spawn_helper.rs");
+    println!("cargo::rerun-if-changed=helper");
     println!("cargo::rerun-if-changed=../exec-world/src/env_scrub_list.rs");
     println!("cargo::rerun-if-env-changed=EXEC_WORLD_NO_NATIVE_HELPER");
     println!("cargo::rustc-check-cfg=cfg(native_spawn_helper)");
