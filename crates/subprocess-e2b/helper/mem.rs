@@ -1,37 +1,20 @@
-//! Memory without an allocator: a bounded writer over a stack buffer, one anonymous
+//! Memory without an allocator: decimal text in a stack buffer, one anonymous
 //! mapping handed out front to back, C string lists for `execve`, and byte helpers.
 
 use crate::sys::{SYS_MMAP, fail, memcpy, sys};
 
-/// A bounded byte writer over a fixed buffer (what does not fit is dropped).
-pub(crate) struct Writer<'a> {
-    pub(crate) buf: &'a mut [u8],
-    pub(crate) len: usize,
-}
-
-impl Writer<'_> {
-    pub(crate) fn put(&mut self, s: &[u8]) {
-        for &b in s {
-            if self.len < self.buf.len() {
-                self.buf[self.len] = b;
-                self.len += 1;
-            }
+/// `v` in decimal, written at the end of `buf`.
+pub(crate) fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
         }
     }
-
-    pub(crate) fn num(&mut self, mut v: u64) {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        self.put(&digits[i..]);
-    }
+    &buf[i..]
 }
 
 /// Memory for the strings and pointer arrays this run builds: one anonymous mapping,

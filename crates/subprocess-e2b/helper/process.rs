@@ -13,18 +13,12 @@ pub(crate) fn join_cgroup(
     pid: &[u8],
 ) -> &'static [u8] {
     let mut buf = [0u8; 4096];
-    let fd = open(b"/proc/self/cgroup\0", O_RDONLY);
-    if fd < 0 {
-        fail(b"cgroup", 125);
-    }
-    let n = read(fd, &mut buf);
-    close(fd);
+    let n = read_start(b"/proc/self/cgroup\0", &mut buf);
     if n <= 0 {
         fail(b"cgroup", 125);
     }
-    let text = &buf[..n as usize];
     let mut base: &[u8] = b"";
-    for line in text.split(|&c| c == b'\n') {
+    for line in buf[..n as usize].split(|&c| c == b'\n') {
         if let Some(rest) = strip_prefix(line, b"0::") {
             base = rest;
         }
@@ -33,67 +27,29 @@ pub(crate) fn join_cgroup(
         base = head;
     }
     let mut dir = arena.join(&[mount, base, b"/", name]);
-    // SAFETY: `dir` is NUL-terminated (arena string).
-    let made = unsafe {
-        sys(
-            SYS_MKDIRAT,
-            AT_FDCWD as usize,
-            dir.as_ptr() as usize,
-            0o755,
-            0,
-            0,
-            0,
-        )
-    };
+    let made = mkdir(dir);
     if made == -EEXIST {
-        let procs = arena.join(&[dir, b"/cgroup.procs"]);
-        let fd = open(procs, O_RDONLY);
-        if fd < 0 {
+        // Reused while empty: a leftover of an earlier spawn still in it gets its own.
+        let n = read_start(arena.join(&[dir, b"/cgroup.procs"]), &mut [0u8; 16]);
+        if n < 0 {
             fail(b"cgroup", 125);
         }
-        let mut one = [0u8; 16];
-        let n = read(fd, &mut one);
-        close(fd);
-        if n != 0 {
+        if n > 0 {
             dir = arena.join(&[dir, b".", pid]);
-            // SAFETY: as above.
-            let r = unsafe {
-                sys(
-                    SYS_MKDIRAT,
-                    AT_FDCWD as usize,
-                    dir.as_ptr() as usize,
-                    0o755,
-                    0,
-                    0,
-                    0,
-                )
-            };
-            if r != 0 {
+            if mkdir(dir) != 0 {
                 fail(b"cgroup", 125);
             }
         }
     } else if made != 0 {
         fail(b"cgroup", 125);
     }
-    let procs = arena.join(&[dir, b"/cgroup.procs"]);
-    let fd = open(procs, O_WRONLY);
+    let fd = open(arena.join(&[dir, b"/cgroup.procs"]), O_WRONLY);
     if fd < 0 {
         fail(b"cgroup", 125);
     }
-    // SAFETY: `pid` is valid for reads of its length.
-    let w = unsafe {
-        sys(
-            SYS_WRITE,
-            fd as usize,
-            pid.as_ptr() as usize,
-            pid.len(),
-            0,
-            0,
-            0,
-        )
-    };
+    let written = write(fd, pid);
     close(fd);
-    if w != pid.len() as isize {
+    if written != pid.len() as isize {
         fail(b"cgroup", 125);
     }
     dir

@@ -30,7 +30,7 @@ mod process;
 mod sys;
 
 use env::{name_of, scrubbed};
-use mem::{Arena, CList, Writer, cstr, parse_num, strip_prefix};
+use mem::{Arena, CList, cstr, decimal, parse_num, strip_prefix};
 use process::{drop_to, join_cgroup, wait_and_mirror};
 use sys::*;
 
@@ -100,14 +100,7 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
         }
     }
     let pid = sys_plain(SYS_GETPID, 0, 0, 0);
-    let mut pid_buf = [0u8; 24];
-    let mut w = Writer {
-        buf: &mut pid_buf,
-        len: 0,
-    };
-    w.num(pid as u64);
-    let pid_len = w.len;
-    let pid_text = arena.join(&[&pid_buf[..pid_len]]);
+    let pid_text = arena.join(&[decimal(pid as u64, &mut [0u8; 20])]);
 
     let mut cgroup: &[u8] = b"";
     if root {
@@ -278,17 +271,17 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
             )
         };
     }
-    let mut msg = [0u8; 256];
-    let mut w = Writer {
-        buf: &mut msg,
-        len: 0,
-    };
-    w.put(b"exec-world-spawn: cannot run ");
-    w.put(prog);
-    w.put(b": error ");
-    w.num(r.unsigned_abs() as u64);
-    w.put(b"\n");
-    let len = w.len;
-    write_all(2, &msg[..len]);
+    let mut digits = [0u8; 20];
+    let errno = decimal(r.unsigned_abs() as u64, &mut digits);
+    write_line(
+        2,
+        &[
+            b"exec-world-spawn: cannot run ",
+            prog,
+            b": error ",
+            errno,
+            b"\n",
+        ],
+    );
     exit(if r == -2 { 127 } else { 126 })
 }

@@ -3,8 +3,6 @@
 
 use core::arch::asm;
 
-use crate::mem::Writer;
-
 pub(crate) const SYS_READ: usize = 0;
 pub(crate) const SYS_WRITE: usize = 1;
 pub(crate) const SYS_CLOSE: usize = 3;
@@ -178,19 +176,67 @@ pub(crate) fn write_all(fd: usize, mut buf: &[u8]) {
     }
 }
 
+/// Writes the concatenation of `parts` (its first 256 bytes) to `fd` in one `write`.
+pub(crate) fn write_line(fd: usize, parts: &[&[u8]]) {
+    let mut line = [0u8; 256];
+    let mut len = 0;
+    for &b in parts.iter().flat_map(|p| p.iter()) {
+        if len < line.len() {
+            line[len] = b;
+            len += 1;
+        }
+    }
+    write_all(fd, &line[..len]);
+}
+
 /// Prints `EXEC-WORLD-FAIL <why>` as the first output line and exits with `code`.
 pub(crate) fn fail(why: &[u8], code: i32) -> ! {
-    let mut line = [0u8; 160];
-    let mut w = Writer {
-        buf: &mut line,
-        len: 0,
-    };
-    w.put(b"EXEC-WORLD-FAIL ");
-    w.put(why);
-    w.put(b"\n");
-    let len = w.len;
-    write_all(1, &line[..len]);
+    write_line(1, &[b"EXEC-WORLD-FAIL ", why, b"\n"]);
     exit(code)
+}
+
+/// The first bytes of the file `path` (NUL-terminated) into `buf`: the count, or
+/// `-errno`.
+pub(crate) fn read_start(path: &[u8], buf: &mut [u8]) -> isize {
+    let fd = open(path, O_RDONLY);
+    if fd < 0 {
+        return fd;
+    }
+    let n = read(fd, buf);
+    close(fd);
+    n
+}
+
+/// `mkdir(path, 0755)`; `path` must be NUL-terminated.
+pub(crate) fn mkdir(path: &[u8]) -> isize {
+    // SAFETY: `path` is NUL-terminated (the caller's contract: arena strings are).
+    unsafe {
+        sys(
+            SYS_MKDIRAT,
+            AT_FDCWD as usize,
+            path.as_ptr() as usize,
+            0o755,
+            0,
+            0,
+            0,
+        )
+    }
+}
+
+/// One `write` of `buf` to `fd`.
+pub(crate) fn write(fd: isize, buf: &[u8]) -> isize {
+    // SAFETY: `buf` is valid for reads of its length.
+    unsafe {
+        sys(
+            SYS_WRITE,
+            fd as usize,
+            buf.as_ptr() as usize,
+            buf.len(),
+            0,
+            0,
+            0,
+        )
+    }
 }
 
 pub(crate) fn open(path: &[u8], flags: usize) -> isize {

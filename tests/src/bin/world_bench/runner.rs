@@ -43,7 +43,11 @@ fn process_cpu_ms(pid: libc::pid_t) -> f64 {
         return f64::NAN;
     };
     let f: Vec<&str> = rest.split(' ').collect();
-    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    let tick = |i: usize| {
+        f.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     // utime and stime are fields 14 and 15; `rest` starts at field 3.
@@ -127,7 +131,11 @@ fn run_into(
     for line in BufReader::new(stdout).lines() {
         let line = line?;
         if line == "MARK start" {
-            before = Some((rt.block_on(emu.counters())?, emu.cpu_ms(), process_cpu_ms(pid)));
+            before = Some((
+                rt.block_on(emu.counters())?,
+                emu.cpu_ms(),
+                process_cpu_ms(pid),
+            ));
             writeln!(stdin)?;
         } else if line == "MARK end" {
             let cpu = emu.cpu_ms();
