@@ -254,6 +254,9 @@ impl Session {
             return Drive::Idle; // not started yet
         };
         self.fan.begin(party);
+        // A reader may be polled outside any runtime (futures' executor on a plain
+        // thread): the stream's timers belong to the session's runtime.
+        let _rt = self.handle.enter();
         let mut progress = false;
         if let Some((stderr, chunk)) = r.held.take() {
             match self.queue(stderr).map(|q| q.try_push(chunk)) {

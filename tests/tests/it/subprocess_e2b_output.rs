@@ -1,7 +1,8 @@
 //! `E2bSubprocess` output routing on the emulator, where the reader drives envd's event
 //! stream itself: stderr is routed apart while the stdout reader drives, the bound holds
-//! for the queue nobody reads (the process is held back, not buffered), and a reader
-//! that stops polling in the middle does not stall `wait` or the rest of the output.
+//! for the queue nobody reads (the process is held back, not buffered), a reader that
+//! stops polling in the middle does not stall `wait` or the rest of the output, and a
+//! reader polled outside any tokio runtime still works.
 
 use crate::subprocess_e2b_support;
 
@@ -112,4 +113,38 @@ async fn a_reader_that_stops_polling_does_not_stall_the_process() {
         e.extend_from_slice(&c.expect("chunk"));
     }
     assert_eq!(e, b"c\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_can_be_read_outside_the_runtime() {
+    let env = env().await;
+    let p = proc_of(&env).await;
+    let mut child = p
+        .spawn(
+            SpawnSpec::new("sh")
+                .arg("-c")
+                .arg("head -c 300000 /dev/zero | tr '\\0' o"),
+        )
+        .expect("spawn");
+    let mut out = child.take_stdout().expect("stdout");
+    // A plain thread with futures' executor: no tokio context while the reader drives
+    // envd's stream (whose idle timeout is a tokio timer).
+    let reader = std::thread::spawn(move || {
+        futures::executor::block_on(async move {
+            let mut n = 0;
+            while let Some(c) = out.next().await {
+                n += c.expect("chunk").len();
+            }
+            n
+        })
+    });
+    let n = within(
+        "the reader thread",
+        tokio::task::spawn_blocking(move || reader.join()),
+    )
+    .await
+    .expect("joined")
+    .expect("the reader thread did not panic");
+    assert_eq!(n, 300000);
+    assert!(within("wait", child.wait()).await.expect("wait").success());
 }
