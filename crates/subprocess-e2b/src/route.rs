@@ -8,8 +8,9 @@
 //! The stream is polled with one waker of its own (`Fan`), which wakes the waiting
 //! readers, or the background task when none waits. A reader that stops polling while
 //! registered (a `select!` that dropped its `next()`) would keep that wake to itself:
-//! the background task also drives on a tick while readers are active, so such a stall
-//! lasts at most one tick. What the guarantees need is unchanged: bounded queues (a
+//! the background task also drives once per tick (50 ms after readers drove, backing
+//! off to 2 s while nothing happens), so such a stall lasts one tick at most. What the
+//! guarantees need is unchanged: bounded queues (a
 //! refused chunk is held and reading stops), the header line parsed before any output,
 //! stderr routed apart, the queues closed with the stream's error, and the tree kill
 //! after a lost stream before `started()` / `wait()` report it.
@@ -38,7 +39,7 @@ const MAX_HEADER: usize = 512;
 /// Events one background drive routes before it yields to other tasks.
 const BG_BUDGET: usize = 64;
 
-/// The background task's tick while readers drive (it catches a reader that stopped
+/// The background task's tick after readers drove (it catches a reader that stopped
 /// polling with the stream's wake), doubled while nothing happens, up to `TICK_MAX`.
 const TICK_MIN: Duration = Duration::from_millis(50);
 const TICK_MAX: Duration = Duration::from_secs(2);
@@ -268,8 +269,7 @@ impl Session {
                 _ => progress = true,
             }
         }
-        let waker = self.fan_waker.clone();
-        let mut fcx = Context::from_waker(&waker);
+        let mut fcx = Context::from_waker(&self.fan_waker);
         let mut budget = BG_BUDGET;
         let outcome = loop {
             let ev = match Pin::new(&mut stream).poll_next(&mut fcx) {
