@@ -2,6 +2,7 @@
 
 mod cgroup;
 mod fs;
+mod launch;
 mod owners;
 mod proc;
 mod pty;

@@ -1,0 +1,564 @@
+//! Starting a local child without copying this process: one `clone3` with
+//! `CLONE_VM | CLONE_VFORK` (the child borrows our memory until it execs, as
+//! `posix_spawn` does), `CLONE_INTO_CGROUP` (it is born in its spawn's cgroup, so it runs
+//! nothing outside it), `CLONE_CLEAR_SIGHAND` (none of our signal handlers can run in it)
+//! and `CLONE_PIDFD` (its reaper waits on the pidfd). Before `execve` the child only makes
+//! raw async-signal-safe system calls: `setsid`, `dup2`, `chdir`, the signal mask,
+//! `execve` along `PATH`.
+//!
+//! std's `Command` with a `pre_exec` hook (the fallback, `proc.rs`) forks the whole
+//! address space instead (page tables copied, then torn down at `exec`), which made a
+//! local spawn cost half as much again as a bare `tokio::process` one.
+//!
+//! Only on x86_64 Linux (the child's entry needs a few lines of assembly); elsewhere, or
+//! where `clone3` is refused (old kernels, seccomp), [`launch`] says so and the caller
+//! uses the fallback, as it does for a child the kernel killed at birth ([`Outcome`]).
+
+use std::collections::BTreeMap;
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+
+/// What to start.
+pub(crate) struct Launch<'a> {
+    /// The program: a path with a `/`, or a name searched along the child's `PATH`.
+    pub(crate) program: &'a str,
+    /// Arguments after `argv[0]` (which is `program`).
+    pub(crate) args: &'a [String],
+    /// The whole environment of the child.
+    pub(crate) env: &'a BTreeMap<String, String>,
+    /// The child's working directory (absolute).
+    pub(crate) cwd: &'a str,
+    /// Give the child a pipe for stdin (else `/dev/null`).
+    pub(crate) stdin_piped: bool,
+    /// The cgroup directory the child is born in, if any.
+    pub(crate) cgroup: Option<BorrowedFd<'a>>,
+}
+
+/// A started child: its pid, a pidfd for it, our ends of its pipes.
+pub(crate) struct Launched {
+    /// The child's pid (it leads its own session and process group).
+    pub(crate) pid: u32,
+    /// A pidfd of the child: readable once it exited.
+    pub(crate) pidfd: OwnedFd,
+    /// The write end of its stdin pipe (non-blocking), when piped.
+    pub(crate) stdin: Option<OwnedFd>,
+    /// The read end of its stdout pipe (non-blocking).
+    pub(crate) stdout: OwnedFd,
+    /// The read end of its stderr pipe (non-blocking).
+    pub(crate) stderr: OwnedFd,
+}
+
+/// What became of a launch.
+pub(crate) enum Outcome {
+    /// The child runs the program.
+    Started(Launched),
+    /// `clone3` cannot be used here (platform, kernel, seccomp, these flags): nothing was
+    /// started; use std's spawn.
+    Unsupported,
+    /// The child was killed before it ran a single instruction of ours (the kernel
+    /// SIGKILLs a child born into a cgroup that was once `cgroup.kill`ed): it was reaped;
+    /// that cgroup must not be used again. Spawn again another way.
+    Unborn,
+}
+
+/// Set once `clone3` was refused as a whole (ENOSYS, EPERM from a filter): never tried again.
+static REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Children killed at birth so far; from [`UNBORN_MAX`] on, spawns with a cgroup use
+/// std's spawn (which joins the cgroup by writing `cgroup.procs` instead).
+static UNBORN: AtomicU32 = AtomicU32::new(0);
+const UNBORN_MAX: u32 = 4;
+
+/// The child's mark that it ran (stored first thing; an errno replaces it on failure).
+const RAN: i32 = -1;
+
+/// Starts `l` with `clone3`. Errors: NUL bytes (`InvalidInput`), and the child's own
+/// failure before `exec` (`setsid`, `chdir`, `execve`: `NotFound`, `PermissionDenied`, ...).
+pub(crate) fn launch(l: &Launch<'_>) -> io::Result<Outcome> {
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64"))
+        || REFUSED.load(Ordering::Relaxed)
+        || (l.cgroup.is_some() && UNBORN.load(Ordering::Relaxed) >= UNBORN_MAX)
+    {
+        return Ok(Outcome::Unsupported);
+    }
+    reap_orphans();
+    let prepared = Prepared::new(l)?;
+    let stdio = Stdio::new(l.stdin_piped)?;
+    imp::run(&prepared, stdio, l.cgroup)
+}
+
+/// What the child reads before `exec`, built before the clone (the child must not
+/// allocate: another thread of ours may hold the allocator's lock).
+struct Prepared {
+    /// Where to `execve`, in order (one entry for a path, else one per `PATH` directory).
+    candidates: Vec<CString>,
+    argv: Vec<CString>,
+    env: Vec<CString>,
+    cwd: CString,
+}
+
+impl Prepared {
+    fn new(l: &Launch<'_>) -> io::Result<Prepared> {
+        let c = |s: &str| {
+            CString::new(s).map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "nul byte found in provided data",
+                )
+            })
+        };
+        let candidates = if l.program.contains('/') {
+            vec![c(l.program)?]
+        } else {
+            // glibc's execvp: the child's PATH, else its default; an empty entry is the cwd.
+            let path = l.env.get("PATH").map_or("/bin:/usr/bin", String::as_str);
+            path.split(':')
+                .map(|d| match d {
+                    "" => c(l.program),
+                    d => c(&format!("{}/{}", d.trim_end_matches('/'), l.program)),
+                })
+                .collect::<io::Result<_>>()?
+        };
+        let mut argv = vec![c(l.program)?];
+        for a in l.args {
+            argv.push(c(a)?);
+        }
+        let env = l
+            .env
+            .iter()
+            .map(|(k, v)| c(&format!("{k}={v}")))
+            .collect::<io::Result<_>>()?;
+        Ok(Prepared {
+            candidates,
+            argv,
+            env,
+            cwd: c(l.cwd)?,
+        })
+    }
+}
+
+/// The child's stdio: its ends (blocking, close-on-exec here, `dup2`'d to 0-2 in the
+/// child) and ours (non-blocking).
+struct Stdio {
+    child: [OwnedFd; 3],
+    stdin: Option<OwnedFd>,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+}
+
+impl Stdio {
+    fn new(stdin_piped: bool) -> io::Result<Stdio> {
+        let (stdin, child_in) = if stdin_piped {
+            let (r, w) = pipe()?;
+            nonblocking(&w)?;
+            (Some(w), r)
+        } else {
+            (None, dev_null()?)
+        };
+        let (out_r, out_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+        nonblocking(&out_r)?;
+        nonblocking(&err_r)?;
+        Ok(Stdio {
+            child: [child_in, out_w, err_w],
+            stdin,
+            stdout: out_r,
+            stderr: err_r,
+        })
+    }
+}
+
+/// A close-on-exec pipe whose descriptors are all above 2 (so the child's `dup2` onto
+/// 0, 1, 2 never overwrites one it still needs).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    Ok((above_stdio(r)?, above_stdio(w)?))
+}
+
+/// `fd` itself, or a close-on-exec duplicate of it above 2 when it is 0, 1 or 2.
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    Ok(rustix::io::fcntl_dupfd_cloexec(&fd, 3)?)
+}
+
+fn nonblocking(fd: &OwnedFd) -> io::Result<()> {
+    let flags = rustix::fs::fcntl_getfl(fd)?;
+    rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK)?;
+    Ok(())
+}
+
+/// A fresh descriptor of `/dev/null` for the child's stdin.
+fn dev_null() -> io::Result<OwnedFd> {
+    let fd = rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    above_stdio(fd)
+}
+
+/// Children whose reaper was dropped before they exited (a runtime shut down): reaped
+/// without blocking by later launches, so none stays a zombie for long.
+static ORPHANS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// Reaps the children of [`ORPHANS`] that have exited.
+fn reap_orphans() {
+    let Ok(mut orphans) = ORPHANS.try_lock() else {
+        return;
+    };
+    orphans.retain(|&pid| {
+        let mut status = 0;
+        // SAFETY: waitpid(2) on our own child's pid; `status` is a valid out pointer.
+        let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+        r == 0
+    });
+}
+
+/// Waits for the child behind `pidfd` (pid `pid`) to exit and reaps it.
+pub(crate) async fn wait(pid: u32, pidfd: OwnedFd) -> io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    /// Hands the pid to [`ORPHANS`] when the wait ends before the reaping.
+    struct Guard(Option<u32>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            if let (Some(pid), Ok(mut o)) = (self.0, ORPHANS.lock()) {
+                o.push(pid);
+            }
+        }
+    }
+    let mut guard = Guard(Some(pid));
+    // SAFETY: an OwnedFd is a valid open descriptor, owned by the AsyncFd until it drops.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)?
+    };
+    loop {
+        let mut ready = fd.readable().await?;
+        let mut status = 0;
+        // SAFETY: waitpid(2) on our own child's pid (the pidfd we hold keeps the pid from
+        // being reused until it is reaped here); `status` is a valid out pointer.
+        let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+        if r == pid as i32 {
+            guard.0 = None;
+            return Ok(std::process::ExitStatus::from_raw(status));
+        }
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                guard.0 = None;
+                return Err(e);
+            }
+        }
+        ready.clear_ready();
+    }
+}
+
+/// The child's part, read through one pointer on its own stack.
+#[repr(C)]
+struct ChildArgs {
+    /// NULL-terminated arrays.
+    candidates: *const *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    /// `["/bin/sh", <slot>, argv[1..], NULL]`: a script without `#!` (ENOEXEC) runs
+    /// under `/bin/sh`, as glibc's execvp does; the child fills the slot.
+    sh_argv: *mut *const c_char,
+    cwd: *const c_char,
+    stdio: [RawFd; 3],
+    /// [`RAN`] once the child runs, then the errno of its failure before `exec`, if any
+    /// (still 0: it never ran).
+    error: AtomicI32,
+}
+
+/// `errno` (the calling thread's: the child shares our thread's TLS until it execs).
+fn errno() -> c_int {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// The child, between `clone3` and `execve`. Only raw system calls (async-signal-safe,
+/// no allocation, no lock, no panic): our memory is shared with it and any other thread
+/// of ours may be anywhere.
+///
+/// # Safety
+/// `arg` points to a live [`ChildArgs`] whose arrays are NULL-terminated.
+unsafe extern "C" fn child_main(arg: *mut c_void) -> ! {
+    // SAFETY: the parent passes a valid ChildArgs and waits (CLONE_VFORK) until we exec
+    // or exit, so everything it points to stays alive and unchanged.
+    unsafe {
+        let a = &*(arg as *const ChildArgs);
+        a.error.store(RAN, Ordering::Relaxed);
+        let fail = |e: c_int| -> ! {
+            a.error.store(e, Ordering::Relaxed);
+            libc::_exit(127)
+        };
+        // Its own session, so its own process group (pgid = sid = pid).
+        if libc::setsid() < 0 {
+            fail(errno());
+        }
+        for (target, &src) in a.stdio.iter().enumerate() {
+            // All sources are above 2 (`above_stdio`), so none is overwritten here;
+            // dup2 clears close-on-exec on the copy.
+            if libc::dup2(src, target as c_int) < 0 {
+                fail(errno());
+            }
+        }
+        if libc::chdir(a.cwd) < 0 {
+            fail(errno());
+        }
+        // As std does: SIGPIPE back to its default (we ignore it), an empty signal mask.
+        // (CLONE_CLEAR_SIGHAND already reset every handled signal to its default.)
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        // glibc's execvp along the candidates: EACCES is remembered and the search goes
+        // on; "not there" errors go on; any other error ends it.
+        let mut eacces = false;
+        let mut last = libc::ENOENT;
+        let mut c = a.candidates;
+        while !(*c).is_null() {
+            libc::execve(*c, a.argv, a.envp);
+            let mut e = errno();
+            if e == libc::ENOEXEC {
+                *a.sh_argv.add(1) = *c;
+                libc::execve(*a.sh_argv, a.sh_argv as *const *const c_char, a.envp);
+                e = errno();
+            }
+            match e {
+                libc::EACCES => eacces = true,
+                libc::ENOENT | libc::ESTALE | libc::ENOTDIR | libc::ENODEV | libc::ETIMEDOUT => {}
+                _ => fail(e),
+            }
+            last = e;
+            c = c.add(1);
+        }
+        fail(if eacces { libc::EACCES } else { last })
+    }
+}
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod imp {
+    use super::*;
+
+    const CLONE_VM: u64 = 0x100;
+    const CLONE_VFORK: u64 = 0x4000;
+    const CLONE_PIDFD: u64 = 0x1000;
+    const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
+    const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+    /// The kernel's `struct clone_args` (version 2: with `cgroup`).
+    #[repr(C)]
+    #[derive(Default)]
+    struct CloneArgs {
+        flags: u64,
+        pidfd: u64,
+        child_tid: u64,
+        parent_tid: u64,
+        exit_signal: u64,
+        stack: u64,
+        stack_size: u64,
+        tls: u64,
+        set_tid: u64,
+        set_tid_size: u64,
+        cgroup: u64,
+    }
+
+    /// The child's stack size (it makes a handful of calls before `exec`).
+    const STACK: usize = 64 * 1024;
+    /// A guard page below it.
+    const GUARD: usize = 4096;
+
+    /// A child stack with a guard page, kept per thread: `clone3` with `CLONE_VFORK`
+    /// returns only once the child has exec'd or exited, so it is free again then.
+    struct Stack(*mut c_void);
+
+    impl Stack {
+        fn new() -> io::Result<Stack> {
+            // SAFETY: a fresh anonymous private mapping; the guard page is made
+            // inaccessible before any use.
+            unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    GUARD + STACK,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                    -1,
+                    0,
+                );
+                if p == libc::MAP_FAILED {
+                    return Err(io::Error::last_os_error());
+                }
+                let stack = Stack(p);
+                if libc::mprotect(p, GUARD, libc::PROT_NONE) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(stack)
+            }
+        }
+    }
+
+    impl Drop for Stack {
+        fn drop(&mut self) {
+            // SAFETY: unmaps exactly the mapping made in `new`, no longer in use.
+            unsafe { libc::munmap(self.0, GUARD + STACK) };
+        }
+    }
+
+    thread_local! {
+        static STACKS: std::cell::RefCell<Option<Stack>> = const { std::cell::RefCell::new(None) };
+    }
+
+    /// `clone3(args)`; in the child, `f(arg)` on the stack `args` names (never returns).
+    ///
+    /// # Safety
+    /// `args` must name a valid stack (16-byte aligned top) and `f` must never return.
+    unsafe fn clone3(
+        args: &mut CloneArgs,
+        f: unsafe extern "C" fn(*mut c_void) -> !,
+        arg: *mut c_void,
+    ) -> i64 {
+        let ret: i64;
+        // SAFETY: the raw clone3 system call. In the parent it behaves as a plain system
+        // call (rax: result; rcx, r11 clobbered; memory written: the pidfd). In the child
+        // (rax = 0) the stack pointer is the new stack's top: it calls f(arg), which
+        // never returns (ud2 guards that), so the child never runs the code after this
+        // block or touches the parent's stack.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                "test rax, rax",
+                "jnz 2f",
+                "xor ebp, ebp",
+                "mov rdi, r12",
+                "call r13",
+                "ud2",
+                "2:",
+                inlateout("rax") libc::SYS_clone3 => ret,
+                in("rdi") args as *mut CloneArgs,
+                in("rsi") std::mem::size_of::<CloneArgs>(),
+                in("r12") arg,
+                in("r13") f,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+
+    pub(super) fn run(
+        p: &Prepared,
+        stdio: Stdio,
+        cgroup: Option<BorrowedFd<'_>>,
+    ) -> io::Result<Outcome> {
+        let ptrs = |v: &[CString]| -> Vec<*const c_char> {
+            v.iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        let candidates = ptrs(&p.candidates);
+        let argv = ptrs(&p.argv);
+        let envp = ptrs(&p.env);
+        let sh = c"/bin/sh";
+        let mut sh_argv: Vec<*const c_char> = vec![sh.as_ptr(), std::ptr::null()];
+        sh_argv.extend(argv.iter().skip(1));
+        let child = ChildArgs {
+            candidates: candidates.as_ptr(),
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+            sh_argv: sh_argv.as_mut_ptr(),
+            cwd: p.cwd.as_ptr(),
+            stdio: [
+                stdio.child[0].as_raw_fd(),
+                stdio.child[1].as_raw_fd(),
+                stdio.child[2].as_raw_fd(),
+            ],
+            error: AtomicI32::new(0),
+        };
+        let mut pidfd: c_int = -1;
+        let ret = STACKS.with(|cell| -> io::Result<i64> {
+            let mut slot = cell.borrow_mut();
+            if slot.is_none() {
+                *slot = Some(Stack::new()?);
+            }
+            let base = slot.as_ref().map_or(std::ptr::null_mut(), |s| s.0);
+            let mut args = CloneArgs {
+                flags: CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_CLEAR_SIGHAND,
+                pidfd: &mut pidfd as *mut c_int as u64,
+                exit_signal: libc::SIGCHLD as u64,
+                // The usable part, above the guard page (its top is page-aligned).
+                stack: base as u64 + GUARD as u64,
+                stack_size: STACK as u64,
+                ..CloneArgs::default()
+            };
+            if let Some(cg) = cgroup {
+                args.flags |= CLONE_INTO_CGROUP;
+                args.cgroup = cg.as_raw_fd() as u64;
+            }
+            // SAFETY: the stack is ours, mapped and unused (CLONE_VFORK: the previous
+            // child of this thread is gone or exec'd); child_main never returns and
+            // reads only `child`, which lives until clone3 returned here.
+            Ok(unsafe {
+                clone3(
+                    &mut args,
+                    child_main,
+                    &child as *const ChildArgs as *mut c_void,
+                )
+            })
+        })?;
+        if ret < 0 {
+            let e = -ret as c_int;
+            if matches!(e, libc::ENOSYS | libc::EPERM | libc::E2BIG | libc::EINVAL) {
+                // No clone3 (or not these flags) here: std's spawn from now on.
+                if e == libc::ENOSYS || e == libc::EPERM {
+                    REFUSED.store(true, Ordering::Relaxed);
+                }
+                return Ok(Outcome::Unsupported);
+            }
+            if cgroup.is_some() {
+                // The cgroup refused the child (e.g. a controller's limit): let the
+                // fallback report it or place the child its own way.
+                return Ok(Outcome::Unsupported);
+            }
+            return Err(io::Error::from_raw_os_error(e));
+        }
+        let pid = ret as u32;
+        // SAFETY: with CLONE_PIDFD the kernel stored a new descriptor we now own.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+        let failed = child.error.load(Ordering::Relaxed);
+        if failed != RAN {
+            // It exited before exec (127), or was killed before it ran: reap it.
+            let mut status = 0;
+            // SAFETY: waitpid(2) on the child just created; valid out pointer.
+            unsafe { libc::waitpid(pid as i32, &mut status, 0) };
+            if failed == 0 {
+                UNBORN.fetch_add(1, Ordering::Relaxed);
+                return Ok(Outcome::Unborn);
+            }
+            return Err(io::Error::from_raw_os_error(failed));
+        }
+        // The child's ends (`stdio.child`) close here, so EOF comes once its copies go.
+        Ok(Outcome::Started(Launched {
+            pid,
+            pidfd,
+            stdin: stdio.stdin,
+            stdout: stdio.stdout,
+            stderr: stdio.stderr,
+        }))
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+mod imp {
+    use super::*;
+
+    pub(super) fn run(_: &Prepared, _: Stdio, _: Option<BorrowedFd<'_>>) -> io::Result<Outcome> {
+        Ok(Outcome::Unsupported)
+    }
+}
