@@ -3,6 +3,8 @@
 mod cgroup;
 mod fs;
 mod launch;
+#[cfg(test)]
+mod launch_tests;
 mod owners;
 mod proc;
 mod pty;
