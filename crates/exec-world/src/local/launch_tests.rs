@@ -23,6 +23,14 @@ async fn run(p: &LocalSubprocess, spec: SpawnSpec) -> (Option<i32>, String) {
     (status.code, String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// The error of a spawn that must fail.
+fn spawn_error(p: &LocalSubprocess, spec: SpawnSpec) -> crate::error::Error {
+    match p.spawn(spec) {
+        Ok(_) => panic!("spawn succeeded"),
+        Err(e) => e,
+    }
+}
+
 fn scratch() -> (tempfile::TempDir, LocalSubprocess) {
     let dir = tempfile::tempdir().expect("tempdir");
     let at = WorldPath::new(dir.path().to_str().expect("utf-8")).expect("path");
@@ -75,18 +83,12 @@ async fn exec_errors_and_scripts_without_shebang() {
     let data = dir.path().join("data");
     std::fs::write(&data, "not a program").expect("write");
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-    let e = p
-        .spawn(SpawnSpec::new("./data"))
-        .err()
-        .expect("not executable");
+    let e = spawn_error(&p, SpawnSpec::new("./data"));
     assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
 
-    let e = p
-        .spawn(SpawnSpec::new("no-such-program-exec-world-launch"))
-        .err()
-        .expect("missing");
+    let e = spawn_error(&p, SpawnSpec::new("no-such-program-exec-world-launch"));
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
-    let e = p.spawn(SpawnSpec::new("./missing")).err().expect("missing");
+    let e = spawn_error(&p, SpawnSpec::new("./missing"));
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
 }
 
@@ -106,5 +108,24 @@ async fn spawns_after_a_cgroup_kill_still_run() {
             let (code, out) = run(&p, SpawnSpec::new("echo").arg("alive")).await;
             assert_eq!((code, out.as_str()), (Some(0), "alive\n"));
         }
+    }
+}
+
+/// A spare cgroup killed behind our back (as a program may `cgroup.kill` its own cgroup)
+/// still gives a working spawn: a child the kernel kills at birth is respawned another
+/// way, in a new cgroup.
+#[tokio::test]
+async fn a_spare_killed_behind_our_back_still_gives_a_working_spawn() {
+    let (_dir, p) = scratch();
+    for i in 0..3 {
+        if let Some(cg) =
+            super::cgroup::SpawnCgroup::create_new(&format!("{}-poisoned-{i}", super::new_marker()))
+        {
+            super::cgroup::kill(&cg.dir);
+            // Empty, so it becomes a spare: the next spawn takes it.
+            super::cgroup::remove(&cg.dir);
+        }
+        let (code, out) = run(&p, SpawnSpec::new("echo").arg("alive")).await;
+        assert_eq!((code, out.as_str()), (Some(0), "alive\n"));
     }
 }

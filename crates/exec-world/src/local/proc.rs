@@ -318,7 +318,7 @@ fn spawn_std(
         .stderr(Stdio::piped())
         .kill_on_drop(false);
     let procs = cg.as_ref().and_then(SpawnCgroup::open_procs);
-    let cg_fd = procs.as_ref().map(|f| f.as_raw_fd());
+    let cg_fd = procs.as_ref().map(AsRawFd::as_raw_fd);
     // SAFETY: setsid(2) and write(2) are async-signal-safe and touch no memory of the
     // parent (`procs` stays open until `spawn` returned).
     unsafe {

@@ -67,7 +67,7 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
         .kill_on_drop(false);
     let cg = SpawnCgroup::create(&marker);
     let procs = cg.as_ref().and_then(SpawnCgroup::open_procs);
-    let cg_fd = procs.as_ref().map(|f| std::os::fd::AsRawFd::as_raw_fd(f));
+    let cg_fd = procs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     // SAFETY: setsid(2), ioctl(TIOCSCTTY) and write(2) are async-signal-safe raw syscalls
     // (the cgroup descriptor stays open until `spawn` returned).
     unsafe {
