@@ -22,22 +22,7 @@
 //! assert!(!is_scrubbed("PATH", "/usr/bin:/bin"));
 //! ```
 
-/// Name fragments (compared case-insensitively) that mark a credential.
-pub const NAME_FRAGMENTS: &[&str] = &[
-    "KEY",
-    "SECRET",
-    "TOKEN",
-    "PASSWORD",
-    "PASSWD",
-    "CREDENTIAL",
-    "_AUTH",
-];
-
-/// Name suffixes (case-insensitive) that mark a credential (`GITHUB_PAT`).
-pub const NAME_SUFFIXES: &[&str] = &["_PAT"];
-
-/// Prefixes (exact case) of the backends' internal variables.
-pub const INTERNAL_PREFIXES: &[&str] = &["EXEC_WORLD_"];
+include!("env_scrub_list.rs");
 
 /// The name test as one POSIX `case` pattern list (`case $name in PATTERN) …`).
 pub const SH_SCRUB_NAME: &str = "*[Kk][Ee][Yy]*|*[Ss][Ee][Cc][Rr][Ee][Tt]*|*[Tt][Oo][Kk][Ee][Nn]*|*[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]*|*[Pp][Aa][Ss][Ss][Ww][Dd]*|*[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll]*|*_[Aa][Uu][Tt][Hh]*|*_[Pp][Aa][Tt]|EXEC_WORLD_*";

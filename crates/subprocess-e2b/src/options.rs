@@ -34,6 +34,10 @@ pub struct E2bSubprocessOptions {
     pub output_buffer: usize,
     /// A lifetime envd enforces on every process (SIGKILL at expiry). Default none.
     pub process_timeout: Option<Duration>,
+    /// Start piped spawns through the native spawn helper (one small static program,
+    /// placed once per adapter) where this build has it and the sandbox runs it; `false`
+    /// keeps the `sh` helper for every spawn. Default `true`. Same guarantees either way.
+    pub native_helper: bool,
 }
 
 impl E2bSubprocessOptions {
@@ -45,6 +49,7 @@ impl E2bSubprocessOptions {
             known_user: None,
             output_buffer: DEFAULT_OUTPUT_BUFFER,
             process_timeout: None,
+            native_helper: true,
         }
     }
 
@@ -64,6 +69,12 @@ impl E2bSubprocessOptions {
     /// Sets [`E2bSubprocessOptions::output_buffer`] (at least 1).
     pub fn output_buffer(mut self, bytes: usize) -> Self {
         self.output_buffer = bytes.max(1);
+        self
+    }
+
+    /// Sets [`E2bSubprocessOptions::native_helper`].
+    pub fn native_helper(mut self, on: bool) -> Self {
+        self.native_helper = on;
         self
     }
 

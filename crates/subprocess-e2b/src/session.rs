@@ -21,6 +21,7 @@ use futures::StreamExt;
 use tokio::sync::watch;
 
 use crate::queue::Queue;
+use crate::shell::Ids;
 use crate::status::exit_status;
 use crate::world::WorldShared;
 use crate::wrapper::{Header, WrapArgs, parse_header};
@@ -364,62 +365,90 @@ async fn start(
         launch.wrap.program = info.shell.clone();
     }
     let terminal = launch.pty.is_some();
-    let (user, mut argv) = match &setup.cgroup {
-        Some(cg) => {
-            let name = world.take_cgroup(terminal);
-            let _ = session.cgroup_name.set(name.clone());
-            let (uid, gid) = world.drop_ids(&info).await?.unwrap_or_default();
-            let argv = vec![
-                setup.helper.clone(),
-                "--root".to_owned(),
-                cg.mount.clone(),
-                name,
-                cg.setpriv.clone(),
-                uid,
-                gid,
-            ];
-            ("root".to_owned(), argv)
-        }
-        None => {
-            let argv = vec![
-                setup.helper.clone(),
-                "--user".to_owned(),
-                "0".to_owned(),
-                String::new(),
-            ];
-            (info.name.clone(), argv)
-        }
+    let ids = match &setup.cgroup {
+        Some(_) => world.drop_ids(&info).await?.unwrap_or_default(),
+        None => Ids::default(),
     };
-    let mut spec = match launch.pty {
-        None => {
+    let cgroup = setup.cgroup.as_ref().map(|cg| {
+        let name = world.take_cgroup(terminal);
+        let _ = session.cgroup_name.set(name.clone());
+        (cg, name)
+    });
+    let user = match cgroup {
+        Some(_) => "root".to_owned(),
+        None => info.name.clone(),
+    };
+    let mut spec = match (launch.pty, &setup.native) {
+        // Piped, native helper: it is the whole chain (session, cgroup, drop, exec).
+        (None, Some(native)) => {
+            let mut argv = match &cgroup {
+                Some((cg, name)) => vec![
+                    "--root".to_owned(),
+                    cg.mount.clone(),
+                    name.clone(),
+                    ids.uid,
+                    ids.gid,
+                    ids.groups,
+                ],
+                None => vec!["--user".to_owned()],
+            };
             argv.extend(launch.wrap.positional());
-            StartProcess::new("setsid")
-                .args(
-                    ["-w".to_owned(), "/bin/sh".to_owned()]
-                        .into_iter()
-                        .chain(argv),
-                )
+            StartProcess::new(native.clone())
+                .args(argv)
                 .stdin(launch.stdin)
         }
-        Some((cols, rows)) => {
-            // Contained: the root part sources the file, so it lives in the root-owned
-            // helper directory and is written by root; plain: the user's state directory.
-            let dir = match &setup.cgroup {
-                Some(_) => setup.dir.clone(),
-                None => world.state_dir(&info).await?,
+        (pty, _) => {
+            let mut argv = match &cgroup {
+                Some((cg, name)) => vec![
+                    setup.helper.clone(),
+                    "--root".to_owned(),
+                    cg.mount.clone(),
+                    name.clone(),
+                    cg.setpriv.clone(),
+                    ids.uid,
+                    ids.gid,
+                ],
+                None => vec![
+                    setup.helper.clone(),
+                    "--user".to_owned(),
+                    "0".to_owned(),
+                    String::new(),
+                ],
             };
-            let file = format!("{dir}/term-{}.sh", e2b_core::trusted_shell::random_suffix());
-            world.shell.make_private_file(&file, &user).await?;
-            world
-                .api
-                .upload_bytes(&file, Some(&user), Bytes::from(launch.wrap.spec_file()))
-                .await
-                .map_err(|e| {
-                    e.into_world("writing the terminal spec file")
-                        .with_path(&file)
-                })?;
-            argv.extend(["--file".to_owned(), file]);
-            StartProcess::new("/bin/sh").args(argv).pty(cols, rows)
+            match pty {
+                None => {
+                    argv.extend(launch.wrap.positional());
+                    StartProcess::new("setsid")
+                        .args(
+                            ["-w".to_owned(), "/bin/sh".to_owned()]
+                                .into_iter()
+                                .chain(argv),
+                        )
+                        .stdin(launch.stdin)
+                }
+                Some((cols, rows)) => {
+                    // Contained: the root part sources the file, so it lives in the
+                    // root-owned helper directory and is written by root; plain: the
+                    // user's state directory.
+                    let dir = match &setup.cgroup {
+                        Some(_) => setup.dir.clone(),
+                        None => world.state_dir(&info).await?,
+                    };
+                    let file =
+                        format!("{dir}/term-{}.sh", e2b_core::trusted_shell::random_suffix());
+                    world.shell.make_private_file(&file, &user).await?;
+                    world
+                        .api
+                        .upload_bytes(&file, Some(&user), Bytes::from(launch.wrap.spec_file()))
+                        .await
+                        .map_err(|e| {
+                            e.into_world("writing the terminal spec file")
+                                .with_path(&file)
+                        })?;
+                    argv.extend(["--file".to_owned(), file]);
+                    StartProcess::new("/bin/sh").args(argv).pty(cols, rows)
+                }
+            }
         }
     };
     spec = spec.user(user).cwd(launch.cwd.clone());

@@ -23,7 +23,8 @@ pub struct UserInfo {
 }
 
 const LOOKUP_SH: &str = r#"getent passwd "$1" || exit 3
-printf '%s\n' "$PATH""#;
+printf '%s\n' "$PATH"
+id -G -- "$1" 2>/dev/null | tr ' ' ,"#;
 
 const WHICH_SH: &str = r#"PATH=$1; p=$2; set -f
 case $p in
@@ -39,15 +40,24 @@ exit 0"#;
 /// Creates `$1` empty with mode 0600, refusing anything already there (noclobber).
 const PRIVATE_FILE_SH: &str = r#"umask 077; set -C; : > "$1""#;
 
-/// Places the spawn helper and probes for a cgroup per spawn. `$1` the helper directory
-/// (must not exist; root-owned, 0755), `$2` the helper text, `$3` the acting user, `$4` a
-/// probe cgroup name. Prints `cgroup MOUNT SETPRIV UID GID` when root can create a cgroup
-/// below its own in the cgroup2 mount, move a process into it and `cgroup.kill` it, and
-/// `setpriv` is there to drop to a user (`UID GID`: the acting user's, empty for root);
-/// nothing otherwise.
+/// Places the spawn helpers and probes for a cgroup per spawn. `$1` the helper directory
+/// (must not exist; root-owned, 0755), `$2` the `sh` helper's text, `$3` the acting user,
+/// `$4` a probe cgroup name, `$5` the native helper as base64 (may be empty). Prints
+/// `native` when the native helper was placed and runs here, then `cgroup MOUNT SETPRIV
+/// UID GID GROUPS` when root can create a cgroup below its own in the cgroup2 mount, move
+/// a process into it and `cgroup.kill` it, and `setpriv` is there to drop to a user (`UID
+/// GID GROUPS`: the acting user's ids and groups, empty for root); nothing more otherwise.
 const SETUP_SH: &str = r#"umask 022
 mkdir -m 0755 -- "$1" || exit 3
 printf '%s' "$2" > "$1/spawn.sh" || exit 3
+if [ -n "$5" ]; then
+  if printf '%s' "$5" | base64 -d > "$1/spawn" 2>/dev/null && chmod 0755 "$1/spawn" &&
+    [ "$("$1/spawn" --probe 2>/dev/null)" = "exec-world-spawn 1" ]; then
+    echo native
+  else
+    rm -f -- "$1/spawn"
+  fi
+fi
 mnt=
 while read -r _ _ _ root point rest; do
   case " $rest " in *" - cgroup2 "*) [ "$root" = / ] && { mnt=$point; break; } ;; esac
@@ -55,13 +65,15 @@ done < /proc/self/mountinfo
 case $mnt in ''|*\\*) exit 0 ;; esac
 base=
 while read -r l; do case $l in 0::*) base=${l#0::} ;; esac; done < /proc/self/cgroup
-uid=; gid=
+uid=; gid=; groups=
 sp=$(command -v setpriv) || exit 0
 if [ "$3" != root ]; then
   e=$(getent passwd "$3") || exit 0
   IFS=: read -r _ _ uid gid _ <<PASSWD
 $e
 PASSWD
+  groups=$(id -G -- "$3" 2>/dev/null | tr ' ' ,)
+  [ -n "$groups" ] || groups=$gid
 fi
 t=$mnt${base%/}/$4
 mkdir -- "$t" 2>/dev/null || exit 0
@@ -71,7 +83,7 @@ if [ -e "$t/cgroup.kill" ] && { echo $$ > "$t/cgroup.procs"; } 2>/dev/null; then
   { echo $$ > "$mnt${base%/}/cgroup.procs"; } 2>/dev/null && ok=1
 fi
 rmdir -- "$t" 2>/dev/null
-[ "$ok" = 1 ] && printf 'cgroup %s %s %s %s\n' "$mnt" "$sp" "$uid" "$gid"
+[ "$ok" = 1 ] && printf 'cgroup %s %s %s %s %s\n' "$mnt" "$sp" "$uid" "$gid" "$groups"
 exit 0"#;
 
 /// Removes what an adapter placed: the empty cgroups named `$2*` below the cgroup2
@@ -97,8 +109,50 @@ else
 fi
 exit 0"#;
 
-/// The uid and gid `setpriv` drops a spawn to (`None`: uid 0, no drop).
-pub(crate) type DropIds = Option<(String, String)>;
+/// Who a contained spawn drops to: uid, gid and the supplementary groups (what `setpriv
+/// --init-groups` sets; comma-separated gids for the native helper).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Ids {
+    pub(crate) uid: String,
+    pub(crate) gid: String,
+    pub(crate) groups: String,
+}
+
+/// The ids a spawn drops to (`None`: uid 0, no drop).
+pub(crate) type DropIds = Option<Ids>;
+
+/// What the setup placed and found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Placed {
+    /// The native helper is in the helper directory and runs in this sandbox.
+    pub(crate) native: bool,
+    /// How spawns get a cgroup of their own, if they can.
+    pub(crate) cgroup: Option<CgroupSetup>,
+}
+
+/// Reads [`SETUP_SH`]'s output.
+fn parse_setup(text: &str) -> Placed {
+    let native = text.lines().any(|l| l == "native");
+    let cgroup = text
+        .lines()
+        .find_map(|l| l.strip_prefix("cgroup "))
+        .and_then(|rest| {
+            let f: Vec<&str> = rest.split(' ').collect();
+            let mount = f.first().filter(|m| !m.is_empty())?;
+            let field = |i: usize| f.get(i).copied().unwrap_or_default().to_owned();
+            let ids = (!field(2).is_empty()).then(|| Ids {
+                uid: field(2),
+                gid: field(3),
+                groups: field(4),
+            });
+            Some(CgroupSetup {
+                mount: (*mount).to_owned(),
+                setpriv: field(1),
+                ids,
+            })
+        });
+    Placed { native, cgroup }
+}
 
 /// How spawns get a cgroup of their own (what [`SETUP_SH`] found).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -173,7 +227,16 @@ impl Shell {
         if !numeric(fields[2]) || !numeric(fields[3]) {
             return Err(Error::other(format!("unusable passwd entry for {name:?}")));
         }
-        let ids = (fields[2] != "0").then(|| (fields[2].to_owned(), fields[3].to_owned()));
+        let groups = lines
+            .next()
+            .map(str::trim)
+            .filter(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit() || b == b','))
+            .unwrap_or(fields[3]);
+        let ids = (fields[2] != "0").then(|| Ids {
+            uid: fields[2].to_owned(),
+            gid: fields[3].to_owned(),
+            groups: groups.to_owned(),
+        });
         let info = UserInfo {
             name: name.to_owned(),
             home: fields[5].to_owned(),
@@ -206,26 +269,15 @@ impl Shell {
         helper: &str,
         user: &str,
         probe: &str,
-    ) -> Result<Option<CgroupSetup>, Error> {
+        native: &str,
+    ) -> Result<Placed, Error> {
         let out = self
             .shell
-            .run_ok(SETUP_SH, &[dir, helper, user, probe])
+            .run_ok(SETUP_SH, &[dir, helper, user, probe, native])
             .await
             .map_err(|e| e.into_world("placing the spawn helper").with_path(dir))?;
         let text = out.stdout_text();
-        let Some(rest) = text.strip_prefix("cgroup ") else {
-            return Ok(None);
-        };
-        let f: Vec<&str> = rest.split(' ').collect();
-        let ids = match (f.get(2).copied(), f.get(3).copied()) {
-            (Some(u), Some(g)) if !u.is_empty() => Some((u.to_owned(), g.to_owned())),
-            _ => None,
-        };
-        Ok(f.first().filter(|m| !m.is_empty()).map(|m| CgroupSetup {
-            mount: (*m).to_owned(),
-            setpriv: f.get(1).copied().unwrap_or_default().to_owned(),
-            ids,
-        }))
+        Ok(parse_setup(&text))
     }
 
     /// Removes an adapter's empty cgroups (names starting with `prefix`) and its helper

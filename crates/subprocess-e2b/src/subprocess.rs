@@ -47,7 +47,13 @@ impl E2bSubprocess {
             ));
         }
         let output_buffer = opts.output_buffer.max(1);
-        let world = WorldShared::new(api, opts.user.clone(), output_buffer, opts.process_timeout);
+        let world = WorldShared::new(
+            api,
+            opts.user.clone(),
+            output_buffer,
+            opts.process_timeout,
+            opts.native_helper,
+        );
         if let Some(info) = opts.known_user {
             world.preset_user(info);
         }

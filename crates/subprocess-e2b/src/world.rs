@@ -23,8 +23,11 @@ pub(crate) struct SpawnSetup {
     /// The helper's directory (root-owned, 0755): the helper file and, in contained
     /// mode, the terminal spec files.
     pub(crate) dir: String,
-    /// The helper file.
+    /// The `sh` helper file.
     pub(crate) helper: String,
+    /// The native helper file, when it was placed and runs in this sandbox (piped spawns
+    /// start it directly; terminals keep the `sh` helper).
+    pub(crate) native: Option<String>,
     /// `Some` when every spawn runs in a cgroup of its own.
     pub(crate) cgroup: Option<CgroupSetup>,
 }
@@ -45,6 +48,8 @@ struct Adapter {
     users: Mutex<HashMap<Option<String>, Arc<UserCache>>>,
     /// The spawn helper's placement and the cgroup probe (once per adapter).
     setup: OnceCell<SpawnSetup>,
+    /// Whether to place and use the native helper (the adapter's option).
+    native_helper: bool,
     /// True once the setup found a cgroup per spawn.
     contained: AtomicBool,
     /// Prefix of this adapter's cgroup names (`exec-world-<random>-`).
@@ -116,12 +121,14 @@ impl WorldShared {
         user: Option<String>,
         output_buffer: usize,
         process_timeout: Option<Duration>,
+        native_helper: bool,
     ) -> WorldShared {
         let shell = Shell::new(api.clone());
         let adapter = Arc::new(Adapter {
             shell: shell.clone(),
             users: Mutex::new(HashMap::new()),
             setup: OnceCell::new(),
+            native_helper: native_helper && crate::native::available(),
             contained: AtomicBool::new(false),
             cgroup_prefix: format!("exec-world-{}-", e2b_core::trusted_shell::random_suffix()),
             next_cgroup: AtomicU64::new(0),
@@ -168,10 +175,22 @@ impl WorldShared {
                     e2b_core::trusted_shell::random_suffix()
                 );
                 let probe = format!("{}probe", self.adapter.cgroup_prefix);
-                let cgroup = self
+                let native = if self.adapter.native_helper {
+                    crate::native::helper_base64()
+                } else {
+                    ""
+                };
+                let placed = self
                     .shell
-                    .setup(&dir, crate::wrapper::helper_sh(), &info.name, &probe)
+                    .setup(
+                        &dir,
+                        crate::wrapper::helper_sh(),
+                        &info.name,
+                        &probe,
+                        native,
+                    )
                     .await?;
+                let cgroup = placed.cgroup;
                 if let Some(cg) = &cgroup {
                     let _ = self.cache.ids.set(cg.ids.clone());
                 }
@@ -180,6 +199,9 @@ impl WorldShared {
                     .store(cgroup.is_some(), Ordering::SeqCst);
                 Ok(SpawnSetup {
                     helper: format!("{dir}/{}", crate::wrapper::HELPER_FILE),
+                    native: placed
+                        .native
+                        .then(|| format!("{dir}/{}", crate::native::NATIVE_FILE)),
                     dir,
                     cgroup,
                 })

@@ -12,8 +12,9 @@
 //! * `helper, plain`: `setsid -w /bin/sh HELPER_FILE --user …` as the user (no cgroup);
 //! * `helper, cgroup`: `setsid -w /bin/sh HELPER_FILE --root …` as root: own cgroup, then
 //!   `setpriv` to the user;
-//! * `E2bSubprocess`: `spawn(true)` + `wait()` (the adapter; contained mode where the
-//!   sandbox allows it);
+//! * `E2bSubprocess`: `spawn(true)` + `wait()` (the adapter with its native spawn helper;
+//!   contained mode where the sandbox allows it);
+//! * `E2bSubprocess, sh`: the same with the native helper off (the `sh` helper chain);
 //! * local baselines: `tokio::process` and `LocalSubprocess`.
 //!
 //! It prints p50 and p90 per option and the ratio of each p50 to `raw`'s. Figures, not
@@ -110,6 +111,11 @@ async fn main() -> Result<(), AnyError> {
         == "yes";
 
     let e2b = E2bSubprocess::at_home(api.clone(), None).await?;
+    let e2b_sh = E2bSubprocess::new(
+        api.clone(),
+        subprocess_e2b::E2bSubprocessOptions::new("/").native_helper(false),
+    )?
+    .with_cwd(e2b.cwd());
     let local = LocalSubprocess::new()?;
 
     let mut names: Vec<&str> = vec![
@@ -119,6 +125,7 @@ async fn main() -> Result<(), AnyError> {
         "helper, plain",
         "helper, cgroup",
         "E2bSubprocess",
+        "E2bSubprocess, sh",
         "tokio::process",
         "LocalSubprocess",
     ];
@@ -181,6 +188,12 @@ async fn main() -> Result<(), AnyError> {
                         let st = e2b.spawn(SpawnSpec::new("true"))?.wait().await?;
                         if !st.success() {
                             return Err(format!("E2bSubprocess true: {st:?}").into());
+                        }
+                    }
+                    "E2bSubprocess, sh" => {
+                        let st = e2b_sh.spawn(SpawnSpec::new("true"))?.wait().await?;
+                        if !st.success() {
+                            return Err(format!("E2bSubprocess, sh true: {st:?}").into());
                         }
                     }
                     "tokio::process" => {

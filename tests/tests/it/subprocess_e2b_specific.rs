@@ -475,3 +475,62 @@ async fn a_killed_sandbox_is_gone() {
     let w = within("which", p.which("sh")).await;
     assert!(matches!(&w, Err(e) if e.kind() == ErrorKind::Gone), "{w:?}");
 }
+
+/// The envd commands of the processes running now.
+async fn running_commands(env: &subprocess_e2b_support::Env) -> Vec<String> {
+    let procs = env.api.list_processes().await.expect("list processes");
+    procs.into_iter().map(|p| p.config.cmd).collect()
+}
+
+/// A piped spawn is one envd process: the native spawn helper, run by path from a
+/// root-owned file in a root-owned directory that the acting user can neither rewrite nor
+/// move; with the option off, the `sh` helper under `setsid`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn piped_spawns_start_the_native_helper_from_a_root_owned_file() {
+    if !subprocess_e2b::native_helper_built() {
+        eprintln!("this build has no native spawn helper (not an x86_64 Linux build)");
+        return;
+    }
+    let env = env().await;
+    let p = proc_of(&env).await;
+    let child = p.spawn(SpawnSpec::new("sleep").arg("30")).expect("spawn");
+    within("started", child.started()).await.expect("started");
+    let cmds = running_commands(&env).await;
+    let native = cmds
+        .iter()
+        .find(|c| c.ends_with("/spawn"))
+        .unwrap_or_else(|| panic!("no native helper among {cmds:?}"))
+        .clone();
+    assert!(!cmds.iter().any(|c| c == "setsid"), "{cmds:?}");
+    let probe = "stat -c '%U %a' \"$1\" \"${1%/*}\"
+: > \"$1\" 2>/dev/null && echo WROTE
+mv \"$1\" \"$HOME/x\" 2>/dev/null && echo MOVED
+rm -f \"$1\" 2>/dev/null && echo REMOVED
+true";
+    let (out, st) = output(
+        &p,
+        SpawnSpec::new("sh")
+            .arg("-c")
+            .arg(probe)
+            .arg("sh")
+            .arg(&native),
+    )
+    .await;
+    assert_eq!(out, "root 755\nroot 755\n", "{st:?}");
+    within("terminate", child.terminate(Duration::from_secs(2)))
+        .await
+        .expect("terminate");
+
+    let sh = E2bSubprocess::new(
+        env.api.clone(),
+        E2bSubprocessOptions::new("/").native_helper(false),
+    )
+    .expect("adapter");
+    let child = sh.spawn(SpawnSpec::new("sleep").arg("30")).expect("spawn");
+    within("started", child.started()).await.expect("started");
+    let cmds = running_commands(&env).await;
+    assert!(cmds.iter().any(|c| c == "setsid"), "{cmds:?}");
+    within("terminate", child.terminate(Duration::from_secs(2)))
+        .await
+        .expect("terminate");
+}

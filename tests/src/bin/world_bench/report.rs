@@ -64,7 +64,7 @@ pub fn print(results: &[FigureResult]) {
         let kind = r.figure.kind();
         println!("\n== {}", r.figure.title);
         println!(
-            "  {:<22} {:>9} {:>9} {:>6} {:>9} {:>8} {:>8}  ratios",
+            "  {:<22} {:>9} {:>9} {:>6} {:>9} {:>8} {:>9} {:>9}  ratios",
             "contender",
             if kind == Kind::Latency {
                 "p50 ms"
@@ -75,7 +75,8 @@ pub fn print(results: &[FigureResult]) {
             "errors",
             "RSS MiB",
             "req/op",
-            "emuCPU/op"
+            "emuCPU/op",
+            "cliCPU/op"
         );
         for m in &r.measures {
             let name = display(&m.contender, &r.figure.id);
@@ -104,11 +105,12 @@ pub fn print(results: &[FigureResult]) {
                 })
                 .collect();
             println!(
-                "  {name:<22} {v:>9.2} {p99:>9} {:>6} {:>9.1} {:>8.2} {:>8.2}  {}",
+                "  {name:<22} {v:>9.2} {p99:>9} {:>6} {:>9.1} {:>8.2} {:>9.2} {:>9.2}  {}",
                 m.outcome.errors,
                 m.peak_rss_mib,
                 per_op(reqs as f64, m.outcome.ops),
                 per_op(m.emulator_cpu_ms, m.outcome.ops),
+                per_op(m.client_cpu_ms, m.outcome.ops),
                 ratios.join(", ")
             );
         }
@@ -273,6 +275,7 @@ pub fn json(opts: &Opts, results: &[FigureResult], targets: &[Target]) -> Value 
                         "requests_per_op": num(per_op(reqs as f64, m.outcome.ops)),
                         "requests_per_op_by_route": requests_per_op,
                         "emulator_cpu_ms_per_op": num(per_op(m.emulator_cpu_ms, m.outcome.ops)),
+                        "client_cpu_ms_per_op": num(per_op(m.client_cpu_ms, m.outcome.ops)),
                         "error": m.outcome.error,
                     })
                 })

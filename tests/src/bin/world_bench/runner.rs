@@ -27,6 +27,31 @@ pub struct Measure {
     pub requests: Counts,
     /// Emulator CPU during the timed part, milliseconds.
     pub emulator_cpu_ms: f64,
+    /// The contender process's own CPU (user + system, all its threads) during the timed
+    /// part, milliseconds (the host side of the client: 10 ms clock ticks).
+    pub client_cpu_ms: f64,
+}
+
+/// User + system CPU of process `pid` so far, milliseconds (`/proc/PID/stat` fields 14
+/// and 15, in clock ticks); `NaN` when it cannot be read.
+fn process_cpu_ms(pid: libc::pid_t) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return f64::NAN;
+    };
+    // The fields after the command name (which may hold spaces) start at its `)`.
+    let Some((_, rest)) = stat.rsplit_once(") ") else {
+        return f64::NAN;
+    };
+    let f: Vec<&str> = rest.split(' ').collect();
+    let tick = |i: usize| {
+        f.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    // utime and stime are fields 14 and 15; `rest` starts at field 3.
+    (tick(11) + tick(12)) * 1000.0 / hz
 }
 
 fn command(contender: &str) -> Result<Command, AnyError> {
@@ -55,6 +80,7 @@ pub fn run(
         peak_rss_mib: 0.0,
         requests: Counts::new(),
         emulator_cpu_ms: 0.0,
+        client_cpu_ms: f64::NAN,
     };
     if let Err(e) = run_into(rt, emu, opts, fig, contender, &mut m) {
         m.outcome.error = Some(e.to_string());
@@ -100,19 +126,25 @@ fn run_into(
         let start = s.len().saturating_sub(600);
         s.get(start..).unwrap_or_default().to_owned()
     });
-    let mut before: Option<(Counts, f64)> = None;
+    let mut before: Option<(Counts, f64, f64)> = None;
     let mut result = None;
     for line in BufReader::new(stdout).lines() {
         let line = line?;
         if line == "MARK start" {
-            before = Some((rt.block_on(emu.counters())?, emu.cpu_ms()));
+            before = Some((
+                rt.block_on(emu.counters())?,
+                emu.cpu_ms(),
+                process_cpu_ms(pid),
+            ));
             writeln!(stdin)?;
         } else if line == "MARK end" {
             let cpu = emu.cpu_ms();
+            let client_cpu = process_cpu_ms(pid);
             let after = rt.block_on(emu.counters())?;
-            if let Some((b, bcpu)) = &before {
+            if let Some((b, bcpu, bclient)) = &before {
                 m.requests = emulator::diff(b, &after);
                 m.emulator_cpu_ms = cpu - bcpu;
+                m.client_cpu_ms = client_cpu - bclient;
             }
             writeln!(stdin)?;
         } else if let Some(j) = line.strip_prefix("RESULT ") {

@@ -49,6 +49,22 @@ pub async fn proc_of(env: &Env) -> E2bSubprocess {
 pub async fn world() -> World {
     let env = env().await;
     let proc = proc_of(&env).await;
+    world_of(env, proc).await
+}
+
+/// The same world with the adapter's native spawn helper turned off: every spawn goes
+/// through the `sh` helper (what a build or a sandbox without the native one uses).
+pub async fn world_sh() -> World {
+    let env = env().await;
+    let opts = subprocess_e2b::E2bSubprocessOptions::new("/").native_helper(false);
+    let home = proc_of(&env).await.cwd().clone();
+    let proc = E2bSubprocess::new(env.api.clone(), opts)
+        .expect("adapter")
+        .with_cwd(&home);
+    world_of(env, proc).await
+}
+
+async fn world_of(env: Env, proc: E2bSubprocess) -> World {
     let scratch: WorldPath = format!("{}/scratch-{}", proc.cwd(), std::process::id())
         .parse()
         .expect("scratch path");

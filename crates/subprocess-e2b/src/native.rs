@@ -1,0 +1,173 @@
+//! The native spawn helper this build embeds (`helper/spawn_helper.rs`, built by
+//! `build.rs`), if any: its bytes, base64 for the setup command, and its file name.
+
+/// Name of the native helper in the helper directory.
+pub(crate) const NATIVE_FILE: &str = "spawn";
+
+/// The helper program, when `build.rs` could build it (Linux x86_64 `core` and a linker).
+#[cfg(native_spawn_helper)]
+const BYTES: Option<&[u8]> = Some(include_bytes!(concat!(env!("OUT_DIR"), "/spawn-helper")));
+#[cfg(not(native_spawn_helper))]
+const BYTES: Option<&[u8]> = None;
+
+/// The helper as base64 (what the setup command decodes into place), or `""` when this
+/// build has none.
+pub(crate) fn helper_base64() -> &'static str {
+    use base64::Engine as _;
+    static TEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        BYTES
+            .map(|b| base64::engine::general_purpose::STANDARD.encode(b))
+            .unwrap_or_default()
+    });
+    TEXT.as_str()
+}
+
+/// True when this build embeds the native helper.
+pub(crate) fn available() -> bool {
+    BYTES.is_some()
+}
+
+#[cfg(all(test, native_spawn_helper, target_arch = "x86_64", target_os = "linux"))]
+mod tests {
+    //! The built helper run on this host in `--user` mode (no root needed): its header,
+    //! its failures, and its environment against exec-world's scrub decision.
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::{Command, Output};
+
+    use crate::wrapper::{Header, parse_header};
+
+    /// The helper written to a fresh file, runnable.
+    fn placed() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(super::NATIVE_FILE);
+        std::fs::write(&path, super::BYTES.expect("built")).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        (dir, path)
+    }
+
+    /// `helper --user MODE 0 /home/u /bin/sh u /usr/bin:/bin 1 N VARS… PROGRAM ARGS…`
+    /// with exactly `inherited` as its own environment.
+    fn run(mode: &str, vars: &[&str], program: &[&str], inherited: &[(&str, &str)]) -> Output {
+        let (_dir, helper) = placed();
+        let n = (vars.len() + 1).to_string();
+        Command::new(&helper)
+            .args([
+                "--user",
+                mode,
+                "0",
+                "/home/u",
+                "/bin/sh",
+                "u",
+                "/usr/bin:/bin",
+                "1",
+            ])
+            .arg(&n)
+            .args(vars)
+            .arg("EXEC_WORLD_SPAWN=m")
+            .args(program)
+            .env_clear()
+            .envs(inherited.iter().copied())
+            .output()
+            .expect("helper runs")
+    }
+
+    /// The header and the rest of stdout.
+    fn split(out: &Output) -> (Header, String) {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+        (
+            parse_header(first.as_bytes()).expect("a header line"),
+            rest.to_owned(),
+        )
+    }
+
+    #[test]
+    fn header_then_the_program_in_its_own_session() {
+        let out = run(
+            "clean",
+            &[],
+            &["/bin/sh", "-c", "ps -o pid=,pgid=,sid= -p $$"],
+            &[],
+        );
+        let (Header::Pgid(pid, cgroup), rest) = split(&out) else {
+            panic!("{out:?}")
+        };
+        assert_eq!(cgroup, "");
+        let ids: Vec<u32> = rest
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert_eq!(
+            ids,
+            [pid, pid, pid],
+            "pid, group and session are the program's"
+        );
+    }
+
+    #[test]
+    fn missing_and_unrunnable_programs_fail_with_their_codes() {
+        let out = run("base", &[], &["no-such-program-here"], &[]);
+        assert_eq!(split(&out).0, Header::NotFound);
+        assert_eq!(out.status.code(), Some(127));
+        let plain = tempfile::NamedTempFile::new().expect("a 0600 file");
+        let plain = plain.path().to_str().expect("utf-8 path");
+        let out = run("base", &[], &[plain], &[]);
+        assert_eq!(split(&out).0, Header::NotExecutable);
+        assert_eq!(out.status.code(), Some(126));
+    }
+
+    #[test]
+    fn environments_match_exec_world_rules() {
+        let inherited = [
+            ("PATH", "/usr/bin:/bin"),
+            ("HOME", "/root"),
+            ("KEEP_ME", "1"),
+            ("E2B_API_KEY", "e2b_x"),
+            ("github_pat", "ghp"),
+            ("MY_Token_2", "t"),
+            ("DATABASE_URL", "postgres://app:pw@db/app"),
+            ("PLAIN_URL", "postgres://db/app"),
+            ("EXEC_WORLD_X", "internal"),
+            ("LANG", "de_DE.UTF-8"),
+        ];
+        let env_of = |mode: &str, vars: &[&str]| -> Vec<String> {
+            let out = run(mode, vars, &["/usr/bin/env"], &inherited);
+            let mut lines: Vec<String> = split(&out).1.lines().map(str::to_owned).collect();
+            lines.sort();
+            lines
+        };
+        let expected_inherited: Vec<String> = {
+            let mut v: Vec<String> = inherited
+                .iter()
+                .filter(|(k, v)| !exec_world::env_scrub::is_scrubbed(k, v) && *k != "HOME")
+                .map(|(k, v)| format!("{k}={v}"))
+                .chain(
+                    [
+                        "HOME=/home/u",
+                        "USER=u",
+                        "LOGNAME=u",
+                        "EXEC_WORLD_SPAWN=m",
+                        "SECRET=mine",
+                    ]
+                    .map(str::to_owned),
+                )
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(env_of("inherit", &["SECRET=mine"]), expected_inherited);
+        assert_eq!(env_of("clean", &["A=1"]), ["A=1", "EXEC_WORLD_SPAWN=m"]);
+        assert_eq!(
+            env_of("base", &["PATH=/opt:/bin"]),
+            [
+                "EXEC_WORLD_SPAWN=m",
+                "HOME=/home/u",
+                "LANG=de_DE.UTF-8",
+                "LOGNAME=u",
+                "PATH=/opt:/bin",
+                "SHELL=/bin/sh",
+                "USER=u",
+            ]
+        );
+    }
+}
