@@ -83,6 +83,8 @@ pub(crate) struct SpawnCgroup {
     pub(crate) dir: PathBuf,
     /// The directory, open: `clone3` starts the child in it (`CLONE_INTO_CGROUP`).
     fd: OwnedFd,
+    /// A spare (used by an earlier spawn), not made for this one.
+    pub(crate) reused: bool,
 }
 
 impl SpawnCgroup {
@@ -90,7 +92,7 @@ impl SpawnCgroup {
     /// A spare one is reused when there is one.
     pub(crate) fn create(marker: &str) -> Option<SpawnCgroup> {
         match take_spare() {
-            Some(d) => SpawnCgroup::open(d),
+            Some(d) => SpawnCgroup::open(d, true),
             None => SpawnCgroup::create_new(marker),
         }
     }
@@ -99,17 +101,17 @@ impl SpawnCgroup {
     pub(crate) fn create_new(marker: &str) -> Option<SpawnCgroup> {
         let d = parent()?.join(marker);
         std::fs::create_dir(&d).ok()?;
-        SpawnCgroup::open(d)
+        SpawnCgroup::open(d, false)
     }
 
     /// The empty cgroup `dir`, opened (removed again when it cannot be).
-    fn open(dir: PathBuf) -> Option<SpawnCgroup> {
+    fn open(dir: PathBuf, reused: bool) -> Option<SpawnCgroup> {
         match rustix::fs::open(
             &dir,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         ) {
-            Ok(fd) => Some(SpawnCgroup { dir, fd }),
+            Ok(fd) => Some(SpawnCgroup { dir, fd, reused }),
             Err(_) => {
                 let _ = std::fs::remove_dir(&dir);
                 None

@@ -57,19 +57,32 @@ pub(crate) enum Outcome {
     /// `clone3` cannot be used here (platform, kernel, seccomp, these flags): nothing was
     /// started; use std's spawn.
     Unsupported,
-    /// The child was killed before it ran a single instruction of ours (the kernel
-    /// SIGKILLs a child born into a cgroup that was once `cgroup.kill`ed): it was reaped;
-    /// that cgroup must not be used again. Spawn again another way.
+    /// The child was killed before it ran a single instruction of ours: it was reaped,
+    /// and that cgroup must not be used again; spawn again another way (see
+    /// [`unborn_in_new_cgroup`]).
+    ///
+    /// Linux (6.18 here) SIGKILLs a child born with `CLONE_INTO_CGROUP` when the target
+    /// cgroup's `cgroup.kill` count differs from that of the parent's own cgroup
+    /// (`cgroup_css_set_fork` notes the parent's count, `cgroup_post_fork` compares it
+    /// with the target's): so into any cgroup that was once `cgroup.kill`ed, and into
+    /// every new one when our own cgroup was once killed.
     Unborn,
 }
 
 /// Set once `clone3` was refused as a whole (ENOSYS, EPERM from a filter): never tried again.
 static REFUSED: AtomicBool = AtomicBool::new(false);
 
-/// Children killed at birth so far; from [`UNBORN_MAX`] on, spawns with a cgroup use
-/// std's spawn (which joins the cgroup by writing `cgroup.procs` instead).
+/// Children killed at birth in a new cgroup so far; from [`UNBORN_MAX`] on, spawns with a
+/// cgroup use std's spawn (which joins the cgroup by writing `cgroup.procs` instead).
 static UNBORN: AtomicU32 = AtomicU32::new(0);
-const UNBORN_MAX: u32 = 4;
+const UNBORN_MAX: u32 = 2;
+
+/// Notes an [`Outcome::Unborn`] in a cgroup made for that spawn (not a spare that may
+/// have been killed behind our back): new cgroups are poisoned for this process, as when
+/// its own cgroup was once killed.
+pub(crate) fn unborn_in_new_cgroup() {
+    UNBORN.fetch_add(1, Ordering::Relaxed);
+}
 
 /// The child's mark that it ran (stored first thing; an errno replaces it on failure).
 const RAN: i32 = -1;
@@ -538,7 +551,6 @@ mod imp {
             // SAFETY: waitpid(2) on the child just created; valid out pointer.
             unsafe { libc::waitpid(pid as i32, &mut status, 0) };
             if failed == 0 {
-                UNBORN.fetch_add(1, Ordering::Relaxed);
                 return Ok(Outcome::Unborn);
             }
             return Err(io::Error::from_raw_os_error(failed));

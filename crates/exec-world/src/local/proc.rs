@@ -1,5 +1,7 @@
-//! `LocalSubprocess`: [`Subprocess`] over tokio::process, each child in its own session
-//! and process group, with descendant tracking for `terminate` (see `tree.rs`).
+//! `LocalSubprocess`: [`Subprocess`] on this machine, each child in its own session and
+//! process group (and cgroup, where this process can make them), with descendant
+//! tracking for `terminate` (see `tree.rs`). Children start through `launch.rs`
+//! (`clone3`, no copy of this process), else through tokio::process (`spawn_std`).
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
@@ -462,6 +464,9 @@ impl Subprocess for LocalSubprocess {
             Ok(Outcome::Unborn) => {
                 // Killed at birth by its cgroup: that one is spoiled; a new one, std's way.
                 if let Some(c) = cg {
+                    if !c.reused {
+                        super::launch::unborn_in_new_cgroup();
+                    }
                     super::cgroup::discard(&c.dir);
                 }
                 let cg = SpawnCgroup::create_new(&marker);
