@@ -8,6 +8,7 @@ mod launch_tests;
 mod owners;
 mod proc;
 mod pty;
+mod reap;
 mod tree;
 
 pub use fs::LocalFs;

@@ -161,7 +161,7 @@ impl Reaped {
         cgroup: Option<std::path::PathBuf>,
     ) -> Reaped {
         let tree = Tree::born_in(pid, marker, cgroup);
-        Reaped::watch(pid, tree, super::launch::wait(pid, pidfd))
+        Reaped::watch(pid, tree, super::reap::wait(pid, pidfd))
     }
 
     /// Publishes what `wait` yields.
