@@ -3,7 +3,8 @@
 //! marker, bounded output queues, tree kill), with exec-world's shared loop
 //! ([`run_capped`]) for the cap, the timeout and cancel. The in-sandbox `timeout` is the
 //! backstop when the host that started the command is gone. When the tree kill fails or
-//! the output does not end within the stop wait, the sandbox is rebooted.
+//! the output does not end within the stop wait, the sandbox is rebooted. A command that
+//! ended by itself gives its spawn cgroup back for reuse ([`ReleaseOnExit`]).
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use exec_world::sandbox::{
 use exec_world::{Child, EnvBase, SpawnSpec, Subprocess as _, WorldPath};
 
 use crate::lease::{Attached, Leases, is_stale_proc};
+use crate::release_on_exit::ReleaseOnExit;
 
 /// Extra life the sandbox gets beyond a command's timeout.
 pub(crate) const TIMEOUT_MARGIN: Duration = Duration::from_secs(120);
@@ -48,6 +50,7 @@ fn spawn(a: &Attached, id: &str, spec: &ExecSpec, cwd: &WorldPath) -> Result<Chi
         .env(SANDBOX_ID_VAR, id);
     a.proc
         .spawn(s)
+        .map(ReleaseOnExit::wrap)
         .map_err(|e| SandboxError::from_source(OP, None, e))
 }
 

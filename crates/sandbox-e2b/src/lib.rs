@@ -39,6 +39,7 @@ mod errors;
 mod exec;
 mod files;
 mod lease;
+mod release_on_exit;
 mod world;
 
 use std::sync::Arc;

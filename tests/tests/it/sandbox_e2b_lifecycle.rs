@@ -2,7 +2,8 @@
 //! connect without an access token, the egress mapping as the control plane received
 //! it, same-name replacement of running and paused sandboxes, the lease (a sandbox
 //! suspended by another instance, concurrent resumes, the timeout push and its 24 h
-//! cap), the reboot fallback, and the request budget (emulator counters).
+//! cap), the reboot fallback, the request budget (emulator counters), and the reuse of
+//! spawn cgroups across commands.
 
 use crate::sandbox_support;
 
@@ -564,4 +565,76 @@ async fn reboot_when_the_kill_cannot_run() {
             .stdout,
         "ok\n"
     );
+}
+
+/// The spawn cgroups in the sandbox (its cgroup2 root as root sees it), the adapter's
+/// probe excepted.
+async fn spawn_cgroups(env: &sandbox_support::Env, id: &str) -> usize {
+    let out = sandbox_support::root_sh(
+        env,
+        id,
+        "ls -d /sys/fs/cgroup/exec-world-* 2>/dev/null | grep -vc -- '-probe$'; true",
+    )
+    .await;
+    out.trim().parse().expect("a count")
+}
+
+/// A command that ended by itself gives its spawn cgroup back for the next one (each
+/// used to leave one more cgroup for the sandbox's life), and a cgroup is never shared
+/// with what a command left running: the next command gets another one, so its timeout
+/// kill does not reach the leftover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ended_commands_give_their_cgroup_back_and_never_share_it() {
+    let o = one("cgroup-reuse").await;
+    let probe = sandbox_support::root_sh(
+        &o.env,
+        &o.h.id,
+        "test -w /sys/fs/cgroup/cgroup.procs && test -e /sys/fs/cgroup/cgroup.kill && echo yes; true",
+    )
+    .await;
+    if probe.trim() != "yes" {
+        println!("skipped: this host gives sandboxes no writable cgroup v2");
+        return;
+    }
+    for _ in 0..12 {
+        let r = o.p.exec(&o.h, ExecSpec::new("true")).await.expect("exec");
+        assert_eq!(r.exit_code, Some(0), "{r:?}");
+    }
+    // One reused cgroup (two or three when a give-back trails the next start).
+    let n = spawn_cgroups(&o.env, &o.h.id).await;
+    assert!((1..=3).contains(&n), "12 execs left {n} cgroups");
+
+    let own = "grep '^0::' /proc/self/cgroup";
+    let a =
+        o.p.exec(
+            &o.h,
+            ExecSpec::new(format!("sleep 60 >/dev/null 2>&1 & {own}; echo $!")),
+        )
+        .await
+        .expect("exec");
+    let mut lines = a.stdout.lines();
+    let (a_cg, left) = (lines.next().expect("cgroup"), lines.next().expect("pid"));
+    let b =
+        o.p.exec(
+            &o.h,
+            ExecSpec::new(format!("{own}; sleep 60")).timeout(Duration::from_secs(1)),
+        )
+        .await
+        .expect("exec");
+    assert!(b.timed_out, "{b:?}");
+    assert!(b.stdout.starts_with("0::/exec-world-"), "{b:?}");
+    assert_ne!(
+        b.stdout.trim(),
+        a_cg,
+        "a cgroup with a leftover is not shared"
+    );
+    let alive =
+        o.p.exec(&o.h, ExecSpec::new(format!("kill -0 {left} && echo alive")))
+            .await
+            .expect("exec");
+    assert_eq!(
+        alive.stdout, "alive\n",
+        "the leftover survived the next kill"
+    );
+    o.p.kill_all(&o.h).await.expect("kill_all");
 }

@@ -1,5 +1,6 @@
 //! A cgroup v2 per local spawn, where this process may create them (root, or a delegated
-//! subtree): the spawn's pid joins a fresh cgroup before it execs, so every process it
+//! subtree): the spawn is born in a fresh cgroup (`clone3` with `CLONE_INTO_CGROUP`,
+//! `launch.rs`), or where it cannot be, joins it before it execs, so every process it
 //! ever starts stays in it, whatever it does (`setsid`, `env -i`, double forks, a lost
 //! parent); `cgroup.kill` then ends them all at once. Where cgroups are unavailable
 //! (no cgroup2 mount, no `cgroup.kill`, no permission) the marker scan of `tree.rs` is the
@@ -13,9 +14,11 @@
 //! removed by the next one's sweep, like its `exec-world-<pid>` directory.
 
 use std::io::Write as _;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
+
+use rustix::fs::{Mode, OFlags};
 
 /// At most this many empty spawn cgroups are kept for reuse.
 pub(crate) const SPARE_MAX: usize = 64;
@@ -78,30 +81,37 @@ pub(crate) fn available() -> bool {
 pub(crate) struct SpawnCgroup {
     /// The cgroup directory.
     pub(crate) dir: PathBuf,
-    /// `cgroup.procs`, open for the child to write `0` (itself) before it execs.
-    procs: OwnedFd,
+    /// The directory, open: `clone3` starts the child in it (`CLONE_INTO_CGROUP`).
+    fd: OwnedFd,
+    /// A spare (used by an earlier spawn), not made for this one.
+    pub(crate) reused: bool,
 }
 
 impl SpawnCgroup {
     /// A fresh cgroup for the spawn `marker`, or `None` where cgroups are unavailable.
     /// A spare one is reused when there is one.
     pub(crate) fn create(marker: &str) -> Option<SpawnCgroup> {
-        let dir = match take_spare() {
-            Some(d) => d,
-            None => {
-                let d = parent()?.join(marker);
-                std::fs::create_dir(&d).ok()?;
-                d
-            }
-        };
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("cgroup.procs"))
-        {
-            Ok(procs) => Some(SpawnCgroup {
-                dir,
-                procs: procs.into(),
-            }),
+        match take_spare() {
+            Some(d) => SpawnCgroup::open(d, true),
+            None => SpawnCgroup::create_new(marker),
+        }
+    }
+
+    /// A new cgroup for the spawn `marker` (never a spare), or `None`.
+    pub(crate) fn create_new(marker: &str) -> Option<SpawnCgroup> {
+        let d = parent()?.join(marker);
+        std::fs::create_dir(&d).ok()?;
+        SpawnCgroup::open(d, false)
+    }
+
+    /// The empty cgroup `dir`, opened (removed again when it cannot be).
+    fn open(dir: PathBuf, reused: bool) -> Option<SpawnCgroup> {
+        match rustix::fs::open(
+            &dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => Some(SpawnCgroup { dir, fd, reused }),
             Err(_) => {
                 let _ = std::fs::remove_dir(&dir);
                 None
@@ -109,9 +119,21 @@ impl SpawnCgroup {
         }
     }
 
-    /// The descriptor the child writes to (`join_self`); closed on exec.
-    pub(crate) fn procs_fd(&self) -> i32 {
-        self.procs.as_raw_fd()
+    /// The open cgroup directory.
+    pub(crate) fn dir_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Its `cgroup.procs`, open for a forked child to write `0` (itself) before it execs
+    /// (`join_self`), for spawns that cannot be born in the cgroup.
+    pub(crate) fn open_procs(&self) -> Option<OwnedFd> {
+        rustix::fs::openat(
+            &self.fd,
+            "cgroup.procs",
+            OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
     }
 }
 
@@ -165,6 +187,12 @@ pub(crate) fn kill(dir: &Path) {
     {
         let _ = f.write_all(b"1");
     }
+}
+
+/// Done with the cgroup `dir` for good: removed, never kept as a spare (a killed one, or
+/// one that refused a child).
+pub(crate) fn discard(dir: &Path) {
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// Done with the cgroup `dir`: kept as a spare when it is empty and there is room, else

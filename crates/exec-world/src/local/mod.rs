@@ -2,9 +2,13 @@
 
 mod cgroup;
 mod fs;
+mod launch;
+#[cfg(test)]
+mod launch_tests;
 mod owners;
 mod proc;
 mod pty;
+mod reap;
 mod tree;
 
 pub use fs::LocalFs;

@@ -1,7 +1,10 @@
-//! `LocalSubprocess`: [`Subprocess`] over tokio::process, each child in its own session
-//! and process group, with descendant tracking for `terminate` (see `tree.rs`).
+//! `LocalSubprocess`: [`Subprocess`] on this machine, each child in its own session and
+//! process group (and cgroup, where this process can make them), with descendant
+//! tracking for `terminate` (see `tree.rs`). Children start through `launch.rs`
+//! (`clone3`, no copy of this process), else through tokio::process (`spawn_std`).
 
 use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Stdio;
@@ -10,9 +13,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use tokio::net::unix::pipe::{Receiver, Sender};
 use tokio::sync::watch;
 
 use super::cgroup::{SpawnCgroup, join_self};
+use super::launch::{Launch, Outcome};
 use super::tree::{MARKER_VAR, Tree, new_marker, send};
 use crate::error::Error;
 use crate::path::WorldPath;
@@ -133,7 +138,7 @@ pub(crate) struct Reaped {
 }
 
 impl Reaped {
-    /// Starts the reaping task for `child`.
+    /// Starts the reaping task for a std-spawned `child`.
     pub(crate) fn start(
         mut child: tokio::process::Child,
         marker: String,
@@ -144,16 +149,36 @@ impl Reaped {
             .ok_or_else(|| Error::other("spawned child has no pid"))?;
         // Before the reaper runs: the tree checks the unreaped leader's cgroup.
         let tree = Tree::new(pid, marker, cgroup);
+        Ok(Reaped::watch(pid, tree, async move { child.wait().await }))
+    }
+
+    /// Starts the reaping task for a child `launch`ed into its cgroup (`cgroup`, when it
+    /// got one: the kernel placed it there at birth, so the tree is contained).
+    pub(crate) fn start_launched(
+        pid: u32,
+        pidfd: std::os::fd::OwnedFd,
+        marker: String,
+        cgroup: Option<std::path::PathBuf>,
+    ) -> Reaped {
+        let tree = Tree::born_in(pid, marker, cgroup);
+        Reaped::watch(pid, tree, super::reap::wait(pid, pidfd))
+    }
+
+    /// Publishes what `wait` yields.
+    fn watch<F>(pid: u32, tree: Tree, wait: F) -> Reaped
+    where
+        F: std::future::Future<Output = std::io::Result<std::process::ExitStatus>> + Send + 'static,
+    {
         let (tx, rx) = watch::channel(None);
         tokio::spawn(async move {
-            let r = child.wait().await.map(to_status).map_err(|e| e.to_string());
+            let r = wait.await.map(to_status).map_err(|e| e.to_string());
             let _ = tx.send(Some(r));
         });
-        Ok(Reaped {
+        Reaped {
             pid,
             tree,
             status: rx,
-        })
+        }
     }
 
     pub(crate) fn exited(&self) -> bool {
@@ -256,6 +281,76 @@ impl Drop for LocalChild {
     }
 }
 
+/// The child handle over a started process and our ends of its pipes.
+fn local_child(
+    reaped: Reaped,
+    stdin: Option<InputSink>,
+    stdout: Option<OutputStream>,
+    stderr: Option<OutputStream>,
+) -> Child {
+    Child::new(Box::new(LocalChild {
+        reaped: Arc::new(reaped),
+        stdin: std::sync::Mutex::new(stdin),
+        stdout: std::sync::Mutex::new(stdout),
+        stderr: std::sync::Mutex::new(stderr),
+        detached: false,
+    }))
+}
+
+/// `spec` through std's `Command` (it forks the whole process for the `pre_exec` hook):
+/// where `clone3` cannot be used (see `launch.rs`).
+fn spawn_std(
+    spec: &SpawnSpec,
+    program: &str,
+    cwd: &WorldPath,
+    env: &BTreeMap<String, String>,
+    marker: String,
+    cg: Option<SpawnCgroup>,
+) -> Result<Child, Error> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(&spec.args)
+        .env_clear()
+        .envs(env)
+        .current_dir(cwd.as_str())
+        .stdin(match spec.stdin {
+            StdinMode::Null => Stdio::null(),
+            StdinMode::Piped => Stdio::piped(),
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(false);
+    let procs = cg.as_ref().and_then(SpawnCgroup::open_procs);
+    let cg_fd = procs.as_ref().map(AsRawFd::as_raw_fd);
+    // SAFETY: setsid(2) and write(2) are async-signal-safe and touch no memory of the
+    // parent (`procs` stays open until `spawn` returned).
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::setsid().map_err(std::io::Error::from)?;
+            if let Some(fd) = cg_fd {
+                join_self(fd);
+            }
+            Ok(())
+        });
+    }
+    let spawned = cmd.spawn();
+    drop(procs);
+    let cg = cg.map(|c| c.dir);
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(dir) = &cg {
+                super::cgroup::remove(dir);
+            }
+            return Err(spawn_error(&spec.program, e));
+        }
+    };
+    let stdin = child.stdin.take().map(|s| Box::pin(s) as InputSink);
+    let stdout = child.stdout.take().map(|s| output(s, "read stdout"));
+    let stderr = child.stderr.take().map(|s| output(s, "read stderr"));
+    let reaped = Reaped::start(child, marker, cg)?;
+    Ok(local_child(reaped, stdin, stdout, stderr))
+}
+
 /// A relative program path with a `/` (`./run.sh`) made absolute against `cwd`; a bare
 /// name is left for the `PATH` search.
 pub(crate) fn absolute_program(program: &str, cwd: &WorldPath) -> String {
@@ -325,53 +420,66 @@ impl Subprocess for LocalSubprocess {
         let cwd = self.resolve_cwd(spec.cwd.as_ref())?;
         let marker = new_marker();
         let env = build_env(spec.env_base, &spec.env, &marker, false);
-        let mut cmd = tokio::process::Command::new(absolute_program(&spec.program, &cwd));
-        cmd.args(&spec.args)
-            .env_clear()
-            .envs(&env)
-            .current_dir(cwd.as_str())
-            .stdin(match spec.stdin {
-                StdinMode::Null => Stdio::null(),
-                StdinMode::Piped => Stdio::piped(),
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(false);
+        let program = absolute_program(&spec.program, &cwd);
         let cg = SpawnCgroup::create(&marker);
-        let cg_fd = cg.as_ref().map(SpawnCgroup::procs_fd);
-        // SAFETY: setsid(2) and write(2) are async-signal-safe and touch no memory of the
-        // parent (the cgroup descriptor stays open until `spawn` returned).
-        unsafe {
-            cmd.pre_exec(move || {
-                rustix::process::setsid().map_err(std::io::Error::from)?;
-                if let Some(fd) = cg_fd {
-                    join_self(fd);
+        let launched = super::launch::launch(&Launch {
+            program: &program,
+            args: &spec.args,
+            env: &env,
+            cwd: cwd.as_str(),
+            stdin_piped: spec.stdin == StdinMode::Piped,
+            cgroup: cg.as_ref().map(SpawnCgroup::dir_fd),
+        });
+        let (reaped, stdin, stdout, stderr) = match launched {
+            Ok(Outcome::Started(l)) => {
+                let reaped = Reaped::start_launched(l.pid, l.pidfd, marker, cg.map(|c| c.dir));
+                let pipes = (|| {
+                    let stdin = match l.stdin {
+                        Some(fd) => {
+                            Some(Box::pin(Sender::from_owned_fd_unchecked(fd)?) as InputSink)
+                        }
+                        None => None,
+                    };
+                    let stdout = Receiver::from_owned_fd_unchecked(l.stdout)?;
+                    let stderr = Receiver::from_owned_fd_unchecked(l.stderr)?;
+                    Ok::<_, std::io::Error>((stdin, stdout, stderr))
+                })();
+                match pipes {
+                    Ok((stdin, stdout, stderr)) => (
+                        reaped,
+                        stdin,
+                        Some(output(stdout, "read stdout")),
+                        Some(output(stderr, "read stderr")),
+                    ),
+                    Err(e) => {
+                        // No handle will own the child: end it now.
+                        reaped.tree.kill_on_drop();
+                        return Err(Error::io("register a pipe", e));
+                    }
                 }
-                Ok(())
-            });
-        }
-        let spawned = cmd.spawn();
-        let cg = cg.map(|c| c.dir);
-        let mut child = match spawned {
-            Ok(c) => c,
+            }
+            Ok(Outcome::Unsupported) => {
+                return spawn_std(&spec, &program, &cwd, &env, marker, cg);
+            }
+            Ok(Outcome::Unborn) => {
+                // Killed at birth by its cgroup: that one is spoiled; a new one, std's way.
+                if let Some(c) = cg {
+                    if !c.reused {
+                        super::launch::unborn_in_new_cgroup();
+                    }
+                    super::cgroup::discard(&c.dir);
+                }
+                let cg = SpawnCgroup::create_new(&marker);
+                return spawn_std(&spec, &program, &cwd, &env, marker, cg);
+            }
             Err(e) => {
-                if let Some(dir) = &cg {
-                    super::cgroup::remove(dir);
+                if let Some(c) = &cg {
+                    super::cgroup::remove(&c.dir);
                 }
                 return Err(spawn_error(&spec.program, e));
             }
         };
-        let stdin = child.stdin.take().map(|s| Box::pin(s) as InputSink);
-        let stdout = child.stdout.take().map(|s| output(s, "read stdout"));
-        let stderr = child.stderr.take().map(|s| output(s, "read stderr"));
-        let reaped = Reaped::start(child, marker, cg)?;
-        Ok(Child::new(Box::new(LocalChild {
-            reaped: Arc::new(reaped),
-            stdin: std::sync::Mutex::new(stdin),
-            stdout: std::sync::Mutex::new(stdout),
-            stderr: std::sync::Mutex::new(stderr),
-            detached: false,
-        })))
+        Ok(local_child(reaped, stdin, stdout, stderr))
     }
 
     fn spawn_terminal(&self, spec: TerminalSpec) -> Result<Terminal, Error> {

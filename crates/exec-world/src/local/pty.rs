@@ -66,7 +66,8 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
         .stderr(stdio(&slave)?)
         .kill_on_drop(false);
     let cg = SpawnCgroup::create(&marker);
-    let cg_fd = cg.as_ref().map(SpawnCgroup::procs_fd);
+    let procs = cg.as_ref().and_then(SpawnCgroup::open_procs);
+    let cg_fd = procs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     // SAFETY: setsid(2), ioctl(TIOCSCTTY) and write(2) are async-signal-safe raw syscalls
     // (the cgroup descriptor stays open until `spawn` returned).
     unsafe {
@@ -79,6 +80,7 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
         });
     }
     let spawned = cmd.spawn();
+    drop(procs);
     let cg = cg.map(|c| c.dir);
     let child = match spawned {
         Ok(c) => c,

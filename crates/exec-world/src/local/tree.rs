@@ -99,6 +99,10 @@ pub(crate) struct Tree {
     /// `cgroup` was handed back (empty) and may serve another spawn now: never read,
     /// signalled or removed through this tree again. Shared by the tree's clones.
     released: Arc<AtomicBool>,
+    /// `cgroup.kill` was written to `cgroup`: it is removed, never kept as a spare (the
+    /// kernel SIGKILLs every child later born into a killed cgroup with
+    /// `CLONE_INTO_CGROUP`, seen on Linux 6.18). Shared by the tree's clones.
+    killed: Arc<AtomicBool>,
 }
 
 impl Tree {
@@ -111,6 +115,20 @@ impl Tree {
             cgroup,
             contained,
             released: Arc::new(AtomicBool::new(false)),
+            killed: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The tree of the spawn `leader` that the kernel started inside `cgroup`
+    /// (`CLONE_INTO_CGROUP`): contained from its first instruction, nothing to check.
+    pub(crate) fn born_in(leader: u32, marker: String, cgroup: Option<PathBuf>) -> Tree {
+        Tree {
+            leader,
+            marker,
+            contained: cgroup.is_some(),
+            cgroup,
+            released: Arc::new(AtomicBool::new(false)),
+            killed: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -134,6 +152,7 @@ impl Tree {
     /// `cgroup.kill` of the spawn's cgroup (no-op without one).
     fn kill_cgroup(&self) {
         if let Some(dir) = self.own_cgroup() {
+            self.killed.store(true, Ordering::Release);
             cgroup::kill(dir);
         }
     }
@@ -143,7 +162,11 @@ impl Tree {
         if let Some(dir) = self.own_cgroup()
             && !self.released.swap(true, Ordering::AcqRel)
         {
-            cgroup::remove(dir);
+            if self.killed.load(Ordering::Acquire) {
+                cgroup::discard(dir);
+            } else {
+                cgroup::remove(dir);
+            }
         }
     }
 

@@ -83,6 +83,7 @@ async fn contender(id: &str, figure: &str) -> Result<child::Outcome, AnyError> {
         "tokio" => local::tokio_run(figure).await,
         "local" => local::local_run(figure).await,
         "raw" => raw::run(figure).await,
+        "rawsh" => raw::run_shell(figure).await,
         "ours" => ours::run(figure).await,
         "sandbox" => provider::run(figure).await,
         "curl" => curl::run(figure).await,

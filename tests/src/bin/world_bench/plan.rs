@@ -33,7 +33,9 @@ impl Figure {
     }
 }
 
-const EXEC: &[&str] = &["tokio", "local", "raw", "ours", "sandbox", "js", "py"];
+const EXEC: &[&str] = &[
+    "tokio", "local", "raw", "rawsh", "ours", "sandbox", "js", "py",
+];
 const FILES: &[&str] = &["curl", "raw", "ours", "sandbox", "js", "py"];
 const FLOOD: &[&str] = &["tokio", "local", "raw", "ours", "js", "py"];
 
@@ -44,6 +46,7 @@ pub fn display(contender: &str, figure: &str) -> &'static str {
         "local" => "LocalSubprocess",
         "raw" if figure.starts_with("files") => "raw e2b-core /files",
         "raw" => "raw e2b-core Start",
+        "rawsh" => "raw Start bash -c",
         "ours" if figure.starts_with("files") => "fs-e2b",
         "ours" => "subprocess-e2b",
         "sandbox" => "sandbox-e2b",

@@ -1,5 +1,7 @@
-//! The raw e2b-core contender: envd `Start` of the program itself (no adapter, no
-//! wrapper) and `POST/GET /files`.
+//! The raw e2b-core contenders: envd `Start` of the program itself (no adapter, no
+//! wrapper) and `POST/GET /files`; and (`rawsh`) envd `Start` of `/bin/bash -c true`, the
+//! program a shell-command exec runs (the sandbox@1 provider's `exec` takes a shell
+//! command), for execs only.
 
 use std::sync::Arc;
 
@@ -13,15 +15,31 @@ use super::opts::var;
 use super::{local, sandbox_env};
 
 async fn start_true(api: &Arc<dyn EnvdApi>) -> Result<(), AnyError> {
-    let out = api
-        .start_process(StartProcess::new("true"))
-        .await?
-        .wait_output()
-        .await?;
+    start_ok(api, StartProcess::new("true")).await
+}
+
+/// One envd `Start` of `spec`, run to its end; a non-zero exit is an error.
+async fn start_ok(api: &Arc<dyn EnvdApi>, spec: StartProcess) -> Result<(), AnyError> {
+    let out = api.start_process(spec).await?.wait_output().await?;
     if out.end.exit_code != 0 {
-        return Err(format!("true: exit code {}", out.end.exit_code).into());
+        return Err(format!("exit code {}", out.end.exit_code).into());
     }
     Ok(())
+}
+
+/// `rawsh` on an exec figure: envd `Start` of `/bin/bash -c true`.
+pub async fn run_shell(figure: &str) -> Result<Outcome, AnyError> {
+    let (client, sandbox, api) = sandbox_env::sandbox().await?;
+    let once = || start_ok(&api, StartProcess::new("/bin/bash").args(["-c", "true"]));
+    let out = match figure {
+        "exec_seq" => child::sequential(var("WB_ITER"), once).await,
+        f if f.starts_with("exec_c") => {
+            child::concurrent(var("WB_ROUNDS"), var("WB_CONC"), once).await
+        }
+        f => Err(format!("rawsh measures execs only, not {f}").into()),
+    };
+    let _ = client.kill(sandbox.id()).await;
+    out
 }
 
 async fn start_flood(api: &Arc<dyn EnvdApi>, size: u64) -> Result<u64, AnyError> {

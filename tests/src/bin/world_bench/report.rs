@@ -47,7 +47,7 @@ impl FigureResult {
 
     fn baselines(&self) -> &'static [&'static str] {
         match self.figure.id.as_str() {
-            f if f.starts_with("exec") => &["raw", "js", "py", "local", "tokio"],
+            f if f.starts_with("exec") => &["raw", "rawsh", "js", "py", "local", "tokio"],
             f if f.starts_with("files") => &["curl", "raw"],
             _ => &["raw"],
         }
@@ -168,8 +168,10 @@ fn check(
 /// The targets of issue 11 that this run's figures decide.
 pub fn targets(results: &[FigureResult]) -> Vec<Target> {
     let mut t = Vec::new();
-    for c in ["ours", "sandbox"] {
-        for (b, lim) in [("js", 0.4), ("py", 0.8), ("raw", 1.5), ("local", 2.0)] {
+    // "<= 1.5x a raw envd Start of the same program": subprocess-e2b runs `true`, the
+    // provider a shell command (`/bin/bash -c true`, what `rawsh` starts).
+    for (c, same) in [("ours", "raw"), ("sandbox", "rawsh")] {
+        for (b, lim) in [("js", 0.4), ("py", 0.8), (same, 1.5), ("local", 2.0)] {
             t.extend(ratio_target(results, "exec_seq", c, b, true, lim));
         }
     }
