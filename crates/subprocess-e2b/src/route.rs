@@ -1,19 +1,20 @@
 //! Routing envd's event stream of one process into its output queues, driven by whoever
 //! needs progress: the consumer of stdout (or stderr, or the terminal output) polls the
 //! stream itself while its queue is empty, so a chunk goes from the HTTP body to the
-//! reader with no task in between; the session's background task drives it whenever no
-//! reader waits (nobody reads, a reader that is busy), so the start header, stderr, the
+//! reader with no task in between; the session's background task drives it when no
+//! reader polls (nobody reads, or readers went quiet), so the start header, stderr, the
 //! end event and a lost stream are handled even when nobody reads.
 //!
-//! The stream is polled with one waker of its own (`Fan`), which wakes the waiting
-//! readers, or the background task when none waits. A reader that stops polling while
-//! registered (a `select!` that dropped its `next()`) would keep that wake to itself:
-//! the background task also drives once per tick (50 ms after readers drove, backing
-//! off to 2 s while nothing happens), so such a stall lasts one tick at most. What the
-//! guarantees need is unchanged: bounded queues (a
-//! refused chunk is held and reading stops), the header line parsed before any output,
-//! stderr routed apart, the queues closed with the stream's error, and the tree kill
-//! after a lost stream before `started()` / `wait()` report it.
+//! The stream is polled with one waker of its own (`Fan`), which wakes the readers that
+//! polled since its last wake, or the background task when none did. A reader that
+//! stops polling while registered (a `select!` that dropped its `next()`) would keep
+//! that wake to itself: the background task ticks (50 ms while readers poll, backing
+//! off to 2 s while nothing happens) and drives when readers were quiet for a tick or a
+//! wake is left unhandled, so such a stall lasts about a tick. What the guarantees need
+//! is unchanged: bounded queues (a refused chunk is held and reading stops), the header
+//! line parsed before any output, stderr routed apart, the queues closed with the
+//! stream's error, and the tree kill after a lost stream before `started()` / `wait()`
+//! report it.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,8 +62,8 @@ pub(crate) enum Party {
 #[derive(Default)]
 pub(crate) struct Fan {
     slots: Mutex<Slots>,
-    /// Drives by readers so far (the background task's tick watches it).
-    drives: AtomicU64,
+    /// Polls by readers so far (the background task's tick watches it).
+    activity: AtomicU64,
 }
 
 #[derive(Default)]
@@ -79,6 +80,9 @@ impl Fan {
     }
 
     fn register(&self, party: Party, waker: &Waker) {
+        if party != Party::Bg {
+            self.activity.fetch_add(1, Ordering::Relaxed);
+        }
         let mut s = self.lock();
         let slot = match party {
             Party::Out => &mut s.out,
@@ -91,12 +95,9 @@ impl Fan {
         }
     }
 
-    /// A drive by `party` starts: what happened so far is being handled.
-    fn begin(&self, party: Party) {
+    /// A drive starts: what happened so far is being handled.
+    fn begin(&self) {
         self.lock().news = false;
-        if party != Party::Bg {
-            self.drives.fetch_add(1, Ordering::Relaxed);
-        }
     }
 
     /// True when something happened that no drive has handled yet.
@@ -254,7 +255,7 @@ impl Session {
         let Some(mut stream) = r.stream.take() else {
             return Drive::Idle; // not started yet
         };
-        self.fan.begin(party);
+        self.fan.begin();
         // A reader may be polled outside any runtime (futures' executor on a plain
         // thread): the stream's timers belong to the session's runtime.
         let _rt = self.handle.enter();
@@ -447,9 +448,19 @@ impl Session {
     /// The background task's part: drives while no reader does, until the stream ends.
     pub(crate) async fn pump(self: Arc<Self>) {
         let mut tick = TICK_MIN;
+        let mut readers_active = false;
         loop {
-            let seen = self.fan.drives.load(Ordering::Relaxed);
+            let seen = self.fan.activity.load(Ordering::Relaxed);
+            let mut listen_first = readers_active;
             let drive = futures::future::poll_fn(|cx| {
+                if std::mem::take(&mut listen_first) {
+                    // Readers poll: they drive. Only listen for wakes meant for this
+                    // task, unless a wake is left unhandled.
+                    self.fan.register(Party::Bg, cx.waker());
+                    if !self.fan.news() {
+                        return Poll::Pending;
+                    }
+                }
                 let mut rounds = 0;
                 loop {
                     match self.drive(cx, Party::Bg) {
@@ -469,10 +480,12 @@ impl Session {
             match tokio::time::timeout(tick, drive).await {
                 Ok(()) => return,
                 Err(_) => {
-                    // A tick: the next round drives once whatever happened (a wake a
-                    // reader kept but never used is handled so). Readers drove since
-                    // the last tick: keep watching closely; else back off.
-                    let active = self.fan.drives.load(Ordering::Relaxed) != seen;
+                    // A tick. Readers polled since the last one: they drive, keep
+                    // watching closely. Else the next round drives once whatever
+                    // happened (a wake a reader kept but never used is handled so),
+                    // backing off while nothing happens.
+                    let active = self.fan.activity.load(Ordering::Relaxed) != seen;
+                    readers_active = active;
                     tick = if active || self.fan.news() {
                         TICK_MIN
                     } else {
@@ -555,6 +568,10 @@ impl Stream for Reader {
         let Some(q) = this.queue() else {
             return Poll::Ready(None);
         };
+        // The stream's next wake is this reader's even while it takes queued chunks:
+        // else the background task would get it, drive, and stay ahead (a task hop
+        // per chunk again).
+        this.session.fan.register(this.party, cx.waker());
         loop {
             if let Some(item) = this.pop() {
                 return Poll::Ready(item);
