@@ -8,7 +8,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const EXEC: &[&str] = &["tokio", "local", "raw", "ours", "sandbox", "js", "py"];
+const EXEC: &[&str] = &[
+    "tokio", "local", "raw", "rawsh", "ours", "sandbox", "js", "py",
+];
 const FILES: &[&str] = &["curl", "raw", "ours", "sandbox", "js", "py"];
 const FLOOD: &[&str] = &["tokio", "local", "raw", "ours", "js", "py"];
 /// Contenders that run on this machine, without the emulator.
