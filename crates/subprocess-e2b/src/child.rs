@@ -12,6 +12,7 @@ use e2b_core::proto::process::{ProcessInput, ProcessSelector};
 use exec_world::{ChildBackend, Error, ExitStatus, InputSink, OutputStream, Signal};
 use tokio::io::AsyncReadExt;
 
+use crate::route::Party;
 use crate::session::Session;
 
 /// Bytes per SendInput request (and the duplex buffer).
@@ -28,8 +29,8 @@ pub(crate) struct E2bChild {
 impl E2bChild {
     pub(crate) fn new(session: Arc<Session>, piped_stdin: bool) -> E2bChild {
         let stdin = piped_stdin.then(|| forward_stdin(session.clone()));
-        let stdout = session.out.reader();
-        let stderr = session.err.as_ref().map(|q| q.reader());
+        let stdout = session.reader(Party::Out);
+        let stderr = session.err.is_some().then(|| session.reader(Party::Err));
         E2bChild {
             session,
             stdin: Mutex::new(stdin),

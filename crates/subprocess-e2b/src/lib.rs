@@ -79,9 +79,11 @@
 //!
 //! # Output, back-pressure, slow consumers
 //!
-//! envd's base64 chunks are decoded to raw bytes and delivered as they come. One task
-//! reads envd's event stream into a queue per stream bounded by
-//! [`E2bSubprocess::output_buffer`] (default 1 MiB). When a queue is full the task stops
+//! envd's base64 chunks are decoded to raw bytes and delivered as they come. envd's event
+//! stream is routed into a queue per stream bounded by [`E2bSubprocess::output_buffer`]
+//! (default 1 MiB), driven by the reader of an output stream itself while its queue is
+//! empty (no task between the HTTP body and the consumer), else by the spawn's
+//! background task. When a queue is full the routing holds that chunk and stops
 //! reading the HTTP body; TCP flow control then makes envd block, and envd blocks the
 //! process's writes: a slow consumer slows the process, nothing is lost and host memory
 //! stays bounded (envd only discards output while *no* stream is subscribed, and this
@@ -148,6 +150,7 @@ mod child;
 mod native;
 mod options;
 mod queue;
+mod route;
 mod session;
 mod shell;
 pub mod spill;

@@ -1,8 +1,8 @@
 //! One remote process, for pipes and terminals alike: the start task (user lookup, helper
-//! placement, spec file for terminals, envd `Start` of the spawn helper), the reader task
-//! that routes envd's events into bounded queues and publishes the verified pid, the
-//! spawn's cgroup and the exit status, and the shared kill path (tree kill, cgroup
-//! included, then envd's SIGKILL as the last resort).
+//! placement, spec file for terminals, envd `Start` of the spawn helper), which then
+//! drives envd's events while no reader does (`route.rs` routes them into bounded queues
+//! and publishes the verified pid, the spawn's cgroup and the exit status), and the shared
+//! kill path (tree kill, cgroup included, then envd's SIGKILL as the last resort).
 //!
 //! Any end of the event stream that is not the process's observed exit (a cut stream,
 //! envd's `deadline_exceeded` of a process timeout, a reset, silence past the stream
@@ -10,21 +10,21 @@
 //! nothing the spawn started outlives the error.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::Waker;
 use std::time::Duration;
 
 use bytes::Bytes;
-use e2b_core::proto::process::{DataEvent, ProcessEvent, ProcessSelector, Signal as EnvdSignal};
+use e2b_core::proto::process::{ProcessSelector, Signal as EnvdSignal};
 use e2b_core::{ProcessStream, StartProcess};
 use exec_world::{Error, ErrorKind, ExitStatus};
-use futures::StreamExt;
 use tokio::sync::watch;
 
 use crate::queue::Queue;
+use crate::route::{Fan, Route};
 use crate::shell::Ids;
-use crate::status::exit_status;
 use crate::world::WorldShared;
-use crate::wrapper::{Header, WrapArgs, parse_header};
+use crate::wrapper::WrapArgs;
 
 /// Where a started process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,11 +36,10 @@ pub(crate) struct Started {
     pub(crate) envd_pid: u32,
 }
 
-type StartState = Option<Result<Started, Error>>;
-type StatusState = Option<Result<ExitStatus, Error>>;
-
-/// The longest header line accepted before the program's own output.
-const MAX_HEADER: usize = 512;
+/// What `started()` waits for.
+pub(crate) type StartState = Option<Result<Started, Error>>;
+/// What `wait()` waits for.
+pub(crate) type StatusState = Option<Result<ExitStatus, Error>>;
 
 /// The shared state of one process.
 pub(crate) struct Session {
@@ -50,9 +49,15 @@ pub(crate) struct Session {
     started: watch::Receiver<StartState>,
     status: watch::Receiver<StatusState>,
     /// stdout (pipes) or the terminal output.
-    pub(crate) out: Arc<Queue>,
+    pub(crate) out: Queue,
     /// stderr (pipes only).
-    pub(crate) err: Option<Arc<Queue>>,
+    pub(crate) err: Option<Queue>,
+    /// The event stream and its routing state (`route.rs`).
+    pub(crate) route: Mutex<Route>,
+    /// The waker the event stream is polled with (wakes whoever drives it).
+    pub(crate) fan: Arc<Fan>,
+    /// `fan` as a [`Waker`].
+    pub(crate) fan_waker: Waker,
     pub(crate) detached: AtomicBool,
     /// envd's pid of the wrapper (from the start event), once the stream is open.
     envd_pid: OnceLock<u32>,
@@ -62,7 +67,7 @@ pub(crate) struct Session {
     cgroup_name: OnceLock<String>,
     /// The cgroup directory the helper reported (its header), for the tree kill.
     cgroup: OnceLock<String>,
-    handle: tokio::runtime::Handle,
+    pub(crate) handle: tokio::runtime::Handle,
 }
 
 /// A leader pid no process can have (Linux pids stay below 2^22): a tree kill with it
@@ -88,14 +93,19 @@ impl Session {
         let out = Queue::new(world.output_buffer);
         let terminal = launch.pty.is_some();
         let err = (!terminal).then(|| Queue::new(world.output_buffer));
+        let fan = Arc::new(Fan::default());
+        let program = launch.wrap.program.clone();
         let session = Arc::new(Session {
             world: world.clone(),
             marker: launch.wrap.marker.clone(),
             terminal,
             started,
             status,
-            out: out.clone(),
-            err: err.clone(),
+            out,
+            err,
+            route: Mutex::new(Route::new(program, started_tx, status_tx)),
+            fan_waker: Waker::from(fan.clone()),
+            fan,
             detached: AtomicBool::new(false),
             envd_pid: OnceLock::new(),
             reaped: AtomicBool::new(false),
@@ -103,7 +113,6 @@ impl Session {
             cgroup: OnceLock::new(),
             handle: handle.clone(),
         });
-        let program = launch.wrap.program.clone();
         let me = session.clone();
         handle.spawn(async move {
             let stream = match start(&world, &me, launch).await {
@@ -114,17 +123,13 @@ impl Session {
                     if matches!(e.kind(), ErrorKind::Transport | ErrorKind::Timeout) {
                         me.reap_after_loss(&e.to_string()).await;
                     }
-                    let _ = started_tx.send(Some(Err(e.clone())));
-                    let _ = status_tx.send(Some(Err(e)));
-                    out.close(Ok(()));
-                    if let Some(q) = &err {
-                        q.close(Ok(()));
-                    }
+                    me.fail_start(e);
                     return;
                 }
             };
             let _ = me.envd_pid.set(stream.pid());
-            read_events(&me, stream, program, started_tx, status_tx).await;
+            me.install(stream);
+            me.pump().await;
         });
         Ok(session)
     }
@@ -145,7 +150,7 @@ impl Session {
     /// The tree kill after the stream ended without the process's exit (its end is not
     /// observed, so it and its descendants may still run). Logged, never fatal: the
     /// caller reports the loss itself.
-    async fn reap_after_loss(&self, why: &str) {
+    pub(crate) async fn reap_after_loss(&self, why: &str) {
         if self.detached.load(Ordering::SeqCst) {
             return;
         }
@@ -183,6 +188,13 @@ impl Session {
             && named
             && rest.split('/').all(|c| c != ".." && c != ".")
             && !dir.contains(['\n', '\r', '\0'])
+    }
+
+    /// Keeps `dir` (from the header line) as the spawn's cgroup if it is ours.
+    pub(crate) fn note_cgroup(&self, dir: String) {
+        if self.cgroup_is_ours(&dir) {
+            let _ = self.cgroup.set(dir);
+        }
     }
 
     /// The verified pid, once known.
@@ -313,6 +325,7 @@ impl Session {
         if let Some(e) = &self.err {
             e.relax();
         }
+        self.poke();
         Ok(())
     }
 
@@ -461,132 +474,6 @@ async fn start(
             launch.wrap.program, launch.cwd
         ))
     })
-}
-
-/// Routes events until the end; publishes the start (from the header line) and status.
-async fn read_events(
-    session: &Session,
-    mut stream: ProcessStream,
-    program: String,
-    started_tx: watch::Sender<StartState>,
-    status_tx: watch::Sender<StatusState>,
-) {
-    let out = &session.out;
-    let err = &session.err;
-    let envd_pid = stream.pid();
-    let mut header: Option<Vec<u8>> = Some(Vec::new());
-    let mut failure: Option<Error> = None;
-    let mut end = None;
-    let mut broken: Option<Error> = None;
-    while let Some(ev) = stream.next().await {
-        match ev {
-            Ok(ProcessEvent::Data(DataEvent::Stdout(b) | DataEvent::Pty(b))) => {
-                let mut data = Bytes::from(b);
-                if let Some(buf) = header.as_mut() {
-                    let nl = data.iter().position(|c| *c == b'\n');
-                    let take = nl.map(|i| i + 1).unwrap_or(data.len());
-                    buf.extend_from_slice(&data.split_to(take));
-                    if nl.is_some() || buf.len() > MAX_HEADER {
-                        let line = buf.strip_suffix(b"\n").unwrap_or(buf);
-                        let outcome = match parse_header(line) {
-                            Some(Header::Pgid(pid, cgroup)) => {
-                                if session.cgroup_is_ours(&cgroup) {
-                                    let _ = session.cgroup.set(cgroup);
-                                }
-                                Ok(Started { pid, envd_pid })
-                            }
-                            Some(Header::NotFound) => {
-                                Err(Error::not_found(&program).with_op("spawn"))
-                            }
-                            Some(Header::NotExecutable) => {
-                                Err(Error::permission_denied(&program).with_op("spawn"))
-                            }
-                            Some(Header::Failed(why)) => {
-                                Err(Error::other(format!("the spawn helper refused: {why}"))
-                                    .with_op("spawn")
-                                    .with_path(&program))
-                            }
-                            None => Err(Error::other(format!(
-                                "unexpected first output line {:?}",
-                                String::from_utf8_lossy(line)
-                            ))
-                            .with_op("spawn")
-                            .with_path(&program)),
-                        };
-                        if let Err(f) = &outcome {
-                            failure = Some(f.clone());
-                        }
-                        let _ = started_tx.send(Some(outcome));
-                        header = None;
-                    }
-                }
-                if header.is_none() && failure.is_none() {
-                    out.push(data).await;
-                }
-            }
-            Ok(ProcessEvent::Data(DataEvent::Stderr(b))) => {
-                if let Some(q) = &err {
-                    q.push(Bytes::from(b)).await;
-                }
-            }
-            Ok(ProcessEvent::End(e)) => end = Some(e),
-            Ok(ProcessEvent::Start(_) | ProcessEvent::Keepalive(_)) => {}
-            // The exit was observed: what breaks after it (envd's `deadline_exceeded`
-            // right after the end event of a process timeout, a lost trailer) changes
-            // nothing.
-            Err(_) if end.is_some() => break,
-            Err(e) => {
-                let e = e.into_world("reading the process's events");
-                failure.get_or_insert_with(|| e.clone());
-                broken = Some(e);
-                break;
-            }
-        }
-    }
-    let observed_exit = end.is_some();
-    let status = match (failure, end) {
-        (Some(f), _) => Err(f),
-        (None, Some(e)) if header.is_none() => Ok(exit_status(&e)),
-        (None, Some(e)) => Err(Error::other(format!(
-            "the spawn helper ended ({}) before starting the program",
-            if e.status.is_empty() {
-                format!("exit code {}", e.exit_code)
-            } else {
-                e.status.clone()
-            }
-        ))
-        .with_op("spawn")
-        .with_path(&program)),
-        (None, None) => Err(Error::new(ErrorKind::Transport)
-            .with_op("reading the process's events")
-            .with_detail("the event stream ended without an end event")
-            .with_temporary(true)),
-    };
-    if !observed_exit {
-        // No observed exit: the tree may still run. End it before anyone hears of the
-        // loss (a new request; the broken stream is not reused).
-        let why = broken
-            .as_ref()
-            .map(|e| e.to_string())
-            .unwrap_or_else(|| "the stream ended without an end event".into());
-        session.reap_after_loss(&why).await;
-    }
-    if started_tx.borrow().is_none() {
-        let f = match &status {
-            Err(e) => e.clone(),
-            Ok(_) => Error::other("no start header").with_op("spawn"),
-        };
-        let _ = started_tx.send(Some(Err(f)));
-    }
-    let close = match &broken {
-        Some(e) => Err(e.clone()),
-        None => Ok(()),
-    };
-    out.close(close.clone());
-    if let Some(q) = &err {
-        q.close(close);
-    }
-    let _ = status_tx.send(Some(status));
 }
 
 impl Drop for Session {

@@ -20,7 +20,7 @@ pub(crate) struct E2bTerminal {
 
 impl E2bTerminal {
     pub(crate) fn new(session: Arc<Session>) -> E2bTerminal {
-        let output = session.out.reader();
+        let output = session.reader(crate::route::Party::Out);
         E2bTerminal {
             session,
             output: Mutex::new(Some(output)),

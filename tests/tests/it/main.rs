@@ -30,5 +30,6 @@ mod sdk_isolation;
 mod subprocess_e2b_conformance;
 mod subprocess_e2b_escapes;
 mod subprocess_e2b_faults;
+mod subprocess_e2b_output;
 mod subprocess_e2b_specific;
 mod world_bench;
