@@ -105,6 +105,15 @@ impl Fan {
         self.lock().news
     }
 
+    /// Wakes the background task (a reader saw the stream end: the task returns and
+    /// lets the session go, which gives its cgroup back, without waiting for a tick).
+    fn wake_bg(&self) {
+        let bg = self.lock().bg.take();
+        if let Some(w) = bg {
+            w.wake();
+        }
+    }
+
     /// Wakes the waiting readers, else the background task.
     pub(crate) fn notify(&self) {
         let (a, b, c) = {
@@ -295,6 +304,9 @@ impl Session {
         if outcome == Some(Drive::Done) {
             drop(stream);
             self.finish(&mut r);
+            if party != Party::Bg {
+                self.fan.wake_bg();
+            }
             return Drive::Done;
         }
         r.stream = Some(stream);
