@@ -137,10 +137,48 @@ impl SpawnCgroup {
     }
 }
 
+/// Spawns `cmd` through std (a full fork): in the child, `first` (a new session, or one
+/// with its controlling terminal), then the join of `cg`'s cgroup, then exec. When the
+/// spawn fails the cgroup is removed. Returns the child and its cgroup directory.
+///
+/// # Safety
+/// `first` runs in the forked child: it must be async-signal-safe (raw system calls).
+pub(crate) unsafe fn spawn_joined(
+    cmd: &mut tokio::process::Command,
+    cg: Option<SpawnCgroup>,
+    first: fn() -> std::io::Result<()>,
+) -> std::io::Result<(tokio::process::Child, Option<PathBuf>)> {
+    let procs = cg.as_ref().and_then(SpawnCgroup::open_procs);
+    let cg_fd = procs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+    // SAFETY: `first` is async-signal-safe (the caller's contract) and so is
+    // `join_self` (one write(2)); `procs` stays open until `spawn` returned.
+    unsafe {
+        cmd.pre_exec(move || {
+            first()?;
+            if let Some(fd) = cg_fd {
+                join_self(fd);
+            }
+            Ok(())
+        });
+    }
+    let spawned = cmd.spawn();
+    drop(procs);
+    let dir = cg.map(|c| c.dir);
+    match spawned {
+        Ok(child) => Ok((child, dir)),
+        Err(e) => {
+            if let Some(dir) = &dir {
+                remove(dir);
+            }
+            Err(e)
+        }
+    }
+}
+
 /// In the forked child, before exec: moves the calling process into the cgroup of `fd`.
 /// Only a raw `write(2)` (async-signal-safe). A failure leaves the child where it was
 /// (the marker scan still finds it), so it is not fatal.
-pub(crate) fn join_self(fd: i32) {
+fn join_self(fd: i32) {
     // SAFETY: writes 1 byte from a static buffer to a descriptor the parent opened.
     let _ = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
 }

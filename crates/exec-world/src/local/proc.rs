@@ -4,7 +4,6 @@
 //! (`clone3`, no copy of this process), else through tokio::process (`spawn_std`).
 
 use std::collections::BTreeMap;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Stdio;
@@ -16,7 +15,7 @@ use futures::StreamExt;
 use tokio::net::unix::pipe::{Receiver, Sender};
 use tokio::sync::watch;
 
-use super::cgroup::{SpawnCgroup, join_self};
+use super::cgroup::{SpawnCgroup, spawn_joined};
 use super::launch::{Launch, Outcome};
 use super::tree::{MARKER_VAR, Tree, new_marker, send};
 use crate::error::Error;
@@ -319,31 +318,13 @@ fn spawn_std(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(false);
-    let procs = cg.as_ref().and_then(SpawnCgroup::open_procs);
-    let cg_fd = procs.as_ref().map(AsRawFd::as_raw_fd);
-    // SAFETY: setsid(2) and write(2) are async-signal-safe and touch no memory of the
-    // parent (`procs` stays open until `spawn` returned).
-    unsafe {
-        cmd.pre_exec(move || {
-            rustix::process::setsid().map_err(std::io::Error::from)?;
-            if let Some(fd) = cg_fd {
-                join_self(fd);
-            }
-            Ok(())
-        });
+    fn new_session() -> std::io::Result<()> {
+        rustix::process::setsid()?;
+        Ok(())
     }
-    let spawned = cmd.spawn();
-    drop(procs);
-    let cg = cg.map(|c| c.dir);
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            if let Some(dir) = &cg {
-                super::cgroup::remove(dir);
-            }
-            return Err(spawn_error(&spec.program, e));
-        }
-    };
+    // SAFETY: setsid(2) is async-signal-safe and touches no memory of the parent.
+    let (mut child, cg) = unsafe { spawn_joined(&mut cmd, cg, new_session) }
+        .map_err(|e| spawn_error(&spec.program, e))?;
     let stdin = child.stdin.take().map(|s| Box::pin(s) as InputSink);
     let stdout = child.stdout.take().map(|s| output(s, "read stdout"));
     let stderr = child.stderr.take().map(|s| output(s, "read stderr"));

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use rustix::termios::tcgetpgrp;
 use tokio::sync::mpsc;
 
-use super::cgroup::{SpawnCgroup, join_self};
+use super::cgroup::{SpawnCgroup, spawn_joined};
 use super::proc::{
     LocalSubprocess, Reaped, absolute_program, build_env, ensure_runtime, spawn_error,
 };
@@ -66,31 +66,9 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
         .stderr(stdio(&slave)?)
         .kill_on_drop(false);
     let cg = SpawnCgroup::create(&marker);
-    let procs = cg.as_ref().and_then(SpawnCgroup::open_procs);
-    let cg_fd = procs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
-    // SAFETY: setsid(2), ioctl(TIOCSCTTY) and write(2) are async-signal-safe raw syscalls
-    // (the cgroup descriptor stays open until `spawn` returned).
-    unsafe {
-        cmd.pre_exec(move || {
-            crate::pty::make_controlling_terminal()?;
-            if let Some(fd) = cg_fd {
-                join_self(fd);
-            }
-            Ok(())
-        });
-    }
-    let spawned = cmd.spawn();
-    drop(procs);
-    let cg = cg.map(|c| c.dir);
-    let child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            if let Some(dir) = &cg {
-                super::cgroup::remove(dir);
-            }
-            return Err(spawn_error(&program, e));
-        }
-    };
+    // SAFETY: setsid(2) and ioctl(TIOCSCTTY) are async-signal-safe raw syscalls.
+    let (child, cg) = unsafe { spawn_joined(&mut cmd, cg, crate::pty::make_controlling_terminal) }
+        .map_err(|e| spawn_error(&program, e))?;
     drop(cmd); // closes the parent's copies of the slave, so EOF (EIO) comes at the end
     drop(slave);
     let reaped = Reaped::start(child, marker, cg)?;
