@@ -391,77 +391,71 @@ async fn start(
         Some(_) => "root".to_owned(),
         None => info.name.clone(),
     };
-    let mut spec = match (launch.pty, &setup.native) {
-        // Piped, native helper: it is the whole chain (session, cgroup, drop, exec).
+    // Piped spawns start the native helper when it was placed: it is the whole chain
+    // (session, cgroup, drop, exec). Terminals and the rest use the `sh` helper.
+    let native = setup.native.as_ref().filter(|_| launch.pty.is_none());
+    let mut argv: Vec<String> = match (&cgroup, native) {
+        (Some((cg, name)), Some(_)) => vec![
+            "--root".to_owned(),
+            cg.mount.clone(),
+            name.clone(),
+            ids.uid,
+            ids.gid,
+            ids.groups,
+        ],
+        (None, Some(_)) => vec!["--user".to_owned()],
+        (Some((cg, name)), None) => vec![
+            setup.helper.clone(),
+            "--root".to_owned(),
+            cg.mount.clone(),
+            name.clone(),
+            cg.setpriv.clone(),
+            ids.uid,
+            ids.gid,
+        ],
+        (None, None) => vec![
+            setup.helper.clone(),
+            "--user".to_owned(),
+            "0".to_owned(),
+            String::new(),
+        ],
+    };
+    let mut spec = match (launch.pty, native) {
         (None, Some(native)) => {
-            let mut argv = match &cgroup {
-                Some((cg, name)) => vec![
-                    "--root".to_owned(),
-                    cg.mount.clone(),
-                    name.clone(),
-                    ids.uid,
-                    ids.gid,
-                    ids.groups,
-                ],
-                None => vec!["--user".to_owned()],
-            };
             argv.extend(launch.wrap.positional());
             StartProcess::new(native.clone())
                 .args(argv)
                 .stdin(launch.stdin)
         }
-        (pty, _) => {
-            let mut argv = match &cgroup {
-                Some((cg, name)) => vec![
-                    setup.helper.clone(),
-                    "--root".to_owned(),
-                    cg.mount.clone(),
-                    name.clone(),
-                    cg.setpriv.clone(),
-                    ids.uid,
-                    ids.gid,
-                ],
-                None => vec![
-                    setup.helper.clone(),
-                    "--user".to_owned(),
-                    "0".to_owned(),
-                    String::new(),
-                ],
+        (None, None) => {
+            argv.extend(launch.wrap.positional());
+            StartProcess::new("setsid")
+                .args(
+                    ["-w".to_owned(), "/bin/sh".to_owned()]
+                        .into_iter()
+                        .chain(argv),
+                )
+                .stdin(launch.stdin)
+        }
+        (Some((cols, rows)), _) => {
+            // Contained: the root part sources the file, so it lives in the root-owned
+            // helper directory and is written by root; plain: the user's state directory.
+            let dir = match &setup.cgroup {
+                Some(_) => setup.dir.clone(),
+                None => world.state_dir(&info).await?,
             };
-            match pty {
-                None => {
-                    argv.extend(launch.wrap.positional());
-                    StartProcess::new("setsid")
-                        .args(
-                            ["-w".to_owned(), "/bin/sh".to_owned()]
-                                .into_iter()
-                                .chain(argv),
-                        )
-                        .stdin(launch.stdin)
-                }
-                Some((cols, rows)) => {
-                    // Contained: the root part sources the file, so it lives in the
-                    // root-owned helper directory and is written by root; plain: the
-                    // user's state directory.
-                    let dir = match &setup.cgroup {
-                        Some(_) => setup.dir.clone(),
-                        None => world.state_dir(&info).await?,
-                    };
-                    let file =
-                        format!("{dir}/term-{}.sh", e2b_core::trusted_shell::random_suffix());
-                    world.shell.make_private_file(&file, &user).await?;
-                    world
-                        .api
-                        .upload_bytes(&file, Some(&user), Bytes::from(launch.wrap.spec_file()))
-                        .await
-                        .map_err(|e| {
-                            e.into_world("writing the terminal spec file")
-                                .with_path(&file)
-                        })?;
-                    argv.extend(["--file".to_owned(), file]);
-                    StartProcess::new("/bin/sh").args(argv).pty(cols, rows)
-                }
-            }
+            let file = format!("{dir}/term-{}.sh", e2b_core::trusted_shell::random_suffix());
+            world.shell.make_private_file(&file, &user).await?;
+            world
+                .api
+                .upload_bytes(&file, Some(&user), Bytes::from(launch.wrap.spec_file()))
+                .await
+                .map_err(|e| {
+                    e.into_world("writing the terminal spec file")
+                        .with_path(&file)
+                })?;
+            argv.extend(["--file".to_owned(), file]);
+            StartProcess::new("/bin/sh").args(argv).pty(cols, rows)
         }
     };
     spec = spec.user(user).cwd(launch.cwd.clone());
