@@ -198,8 +198,9 @@ function upgradeEcho(host, text) {
       socket.write(text)
     })
     req.on('response', (res) => {
-      req.destroy()
-      reject(new Error(`no upgrade: HTTP ${res.statusCode}`))
+      let body = ''
+      res.on('data', (c) => (body += c))
+      res.on('end', () => reject(new Error(`no upgrade: HTTP ${res.statusCode} ${body}`)))
     })
     req.on('error', reject)
     req.end()
@@ -215,7 +216,11 @@ while True:
     c, _ = s.accept()
     buf = b""
     while b"\\r\\n\\r\\n" not in buf:
-        buf += c.recv(4096)
+        d = c.recv(4096)
+        if not d: break
+        buf += d
+    if b"\\r\\n\\r\\n" not in buf:
+        c.close(); continue
     c.sendall(b"HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\n\\r\\n")
     while True:
         d = c.recv(4096)
@@ -224,9 +229,18 @@ while True:
     c.close()
 `
 
+// A TCP port no socket uses right now, as the sandbox sees it (the kernel's choice for a
+// bind to port 0): a fixed or random port may be taken by another test's connection.
+async function freePort(sbx) {
+  const probe = await sbx.commands.run(
+    `python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'`
+  )
+  return Number(probe.stdout.trim())
+}
+
 async function sandboxPorts(sbx) {
   // Cause 8: <port>-<id>.<domain> (and E2b-Sandbox-Port) reach the sandbox's listeners.
-  const port = 20000 + Math.floor(Math.random() * 20000)
+  const port = await freePort(sbx)
   await sbx.files.write('/home/user/site/index.html', '<h1>served from the sandbox</h1>')
   await sbx.commands.run(`python3 -m http.server ${port} --bind 127.0.0.1`, {
     background: true,
@@ -257,7 +271,7 @@ async function sandboxPorts(sbx) {
     code: 502,
   })
 
-  const wsPort = port + 2
+  const wsPort = await freePort(sbx)
   await sbx.files.write('/home/user/echo.py', ECHO_SERVER)
   await sbx.commands.run(`python3 /home/user/echo.py ${wsPort}`, { background: true })
   let echoed

@@ -377,7 +377,11 @@ async fn get_via_emulator(emu: &testing_fake::Emulator, url: &str) -> String {
 async fn sandbox_url_reaches_a_server_in_the_sandbox() {
     let r = Remote::start().await;
     let id = r.out(&["sandbox", "create"]).await.ok().trim().to_owned();
-    let port = 20000 + u16::try_from(std::process::id() % 20000).expect("small");
+    // A port no socket uses now (sandboxes share the host's loopback here).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
     let sbx = r
         .client()
         .connect(&id, e2b_core::ConnectOptions::default())

@@ -504,15 +504,15 @@ impl Drop for Envd {
 /// `0A`) entries of `/proc/<pid>/net/tcp{,6}` on that port, matched by inode against the
 /// `socket:[inode]` descriptors of `pids`.
 fn listening_inodes(pids: &[i32], port: u16) -> bool {
-    let Some(first) = pids.first() else {
+    // The sandbox's socket tables, read through the first process that still has them: a
+    // process that ended (gone, or a zombie, which has no network namespace any more) may
+    // still be listed.
+    let Some(tables) = pids.iter().find_map(|pid| socket_tables(*pid)) else {
         return false;
     };
     let port_hex = format!("{port:04X}");
     let mut listening: Vec<String> = Vec::new();
-    for table in ["tcp", "tcp6"] {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{first}/net/{table}")) else {
-            continue;
-        };
+    for text in tables {
         for line in text.lines().skip(1) {
             let cols: Vec<&str> = line.split_whitespace().collect();
             let (Some(local), Some(state), Some(inode)) = (cols.get(1), cols.get(3), cols.get(9))
@@ -536,6 +536,16 @@ fn listening_inodes(pids: &[i32], port: u16) -> bool {
                 .is_ok_and(|target| listening.iter().any(|l| target.as_os_str() == l.as_str()))
         })
     })
+}
+
+/// The `tcp` and `tcp6` socket tables of `pid`'s network namespace, or `None` when
+/// neither can be read (the process ended).
+fn socket_tables(pid: i32) -> Option<Vec<String>> {
+    let tables: Vec<String> = ["tcp", "tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok())
+        .collect();
+    (!tables.is_empty()).then_some(tables)
 }
 
 /// Descendants (inclusive) of `roots`, from `/proc/*/stat` parent links.
@@ -676,4 +686,36 @@ async fn not_found() -> Response {
         "404 page not found\n",
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listening_inodes;
+
+    /// A listed process that ended (here a zombie: it has no network namespace any more)
+    /// does not hide the listeners of the others, whatever its place in the list.
+    #[test]
+    fn a_zombie_in_the_list_does_not_hide_a_listener() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let mut child = std::process::Command::new("/bin/true")
+            .spawn()
+            .expect("spawn");
+        let zombie = i32::try_from(child.id()).expect("pid");
+        // Not reaped yet: the child stays a zombie until `wait` below.
+        while !std::fs::read_to_string(format!("/proc/{zombie}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        }) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let me = i32::try_from(std::process::id()).expect("pid");
+        assert!(listening_inodes(&[zombie, me], port));
+        assert!(listening_inodes(&[me, zombie], port));
+        assert!(!listening_inodes(&[zombie], port));
+        drop(listener);
+        assert!(!listening_inodes(&[zombie, me], port));
+        child.wait().expect("wait");
+    }
 }

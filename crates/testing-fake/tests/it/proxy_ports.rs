@@ -44,7 +44,11 @@ async fn only_the_sandboxs_own_listeners_are_reachable() {
     );
 
     // A server in sandbox A: reachable as A's port, not as B's.
-    let port = host_port.wrapping_add(1).max(1024);
+    // A port no socket uses now (sandboxes share the host's loopback here).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
     let (_server, _pid) = env
         .start_process(
             &a,
