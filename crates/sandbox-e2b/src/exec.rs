@@ -1,8 +1,8 @@
-//! exec: `timeout -s KILL <timeout + 5 s> /bin/bash -c COMMAND` as the sandbox user,
-//! started through subprocess-e2b (its `setsid` wrapper: own session and group, spawn
-//! marker, bounded output queues, tree kill), with exec-world's shared loop
-//! ([`run_capped`]) for the cap, the timeout and cancel. The in-sandbox `timeout` is the
-//! backstop when the host that started the command is gone. When the tree kill fails or
+//! exec: `/bin/bash -c COMMAND` as the sandbox user, started through subprocess-e2b (its
+//! spawn helper: own session and group, cgroup, spawn marker, bounded output queues,
+//! tree kill), with exec-world's shared loop ([`run_capped`]) for the cap, the timeout
+//! and cancel. subprocess-e2b's in-sandbox backstop (`kill_after`: the command's timeout
+//! + 5 s) kills the command's whole tree when the host that started it is gone. When the tree kill fails or
 //! the output does not end within the stop wait, the sandbox is rebooted. A command that
 //! ended by itself gives its spawn cgroup back for reuse ([`ReleaseOnExit`]).
 
@@ -25,19 +25,8 @@ pub(crate) const BACKSTOP_GRACE_SECS: u64 = 5;
 const OP: &str = "exec";
 
 fn spawn(a: &Attached, id: &str, spec: &ExecSpec, cwd: &WorldPath) -> Result<Child, SandboxError> {
-    let secs = spec
-        .timeout
-        .as_secs()
-        .saturating_add(u64::from(spec.timeout.subsec_nanos() > 0));
-    let mut s = SpawnSpec::new("timeout")
-        .args([
-            "-s".to_owned(),
-            "KILL".to_owned(),
-            secs.saturating_add(BACKSTOP_GRACE_SECS).to_string(),
-            "/bin/bash".to_owned(),
-            "-c".to_owned(),
-            spec.command.clone(),
-        ])
+    let mut s = SpawnSpec::new("/bin/bash")
+        .args(["-c".to_owned(), spec.command.clone()])
         .env_base(EnvBase::Base)
         .cwd(cwd.clone())
         .env("HOME", WORKSPACE)
@@ -48,7 +37,12 @@ fn spawn(a: &Attached, id: &str, spec: &ExecSpec, cwd: &WorldPath) -> Result<Chi
     s = s
         .env(TAG_VAR, spec.tag.as_deref().unwrap_or(UNTAGGED))
         .env(SANDBOX_ID_VAR, id);
+    let backstop = spec
+        .timeout
+        .saturating_add(Duration::from_secs(BACKSTOP_GRACE_SECS));
     a.proc
+        .clone()
+        .kill_after(Some(backstop))
         .spawn(s)
         .map(ReleaseOnExit::wrap)
         .map_err(|e| SandboxError::from_source(OP, None, e))

@@ -1,12 +1,13 @@
 //! What the root part does to the process before the user's program: the cgroup join, the
-//! drop to the user's ids and groups, and the parent's wait after a forced fork.
+//! drop to the user's ids and groups, and the parent's wait after a fork (forced by
+//! `setsid`, or the backstop's).
 
 use crate::mem::{Arena, parse_num, strip_prefix};
 use crate::sys::*;
 
-/// Joins the cgroup `mount + own cgroup + / + name` (or `name.<pid>` when that one still
-/// has a live member); returns its directory.
-pub(crate) fn join_cgroup(
+/// Makes (or reuses while empty) the spawn's cgroup `mount + own cgroup + / + name`, or
+/// `name.<pid>` when that one still has a live member; returns its directory.
+pub(crate) fn cgroup_dir(
     arena: &mut Arena,
     mount: &[u8],
     name: &[u8],
@@ -43,6 +44,11 @@ pub(crate) fn join_cgroup(
     } else if made != 0 {
         fail(b"cgroup", 125);
     }
+    dir
+}
+
+/// Moves the calling process (`pid`) into the cgroup directory `dir`.
+pub(crate) fn enter_cgroup(arena: &mut Arena, dir: &[u8], pid: &[u8]) {
     let fd = open(arena.join(&[dir, b"/cgroup.procs"]), O_WRONLY);
     if fd < 0 {
         fail(b"cgroup", 125);
@@ -52,7 +58,6 @@ pub(crate) fn join_cgroup(
     if written != pid.len() as isize {
         fail(b"cgroup", 125);
     }
-    dir
 }
 
 /// Drops to `uid`/`gid` with the supplementary `groups` (comma-separated numbers).
@@ -82,22 +87,28 @@ pub(crate) fn drop_to(arena: &mut Arena, uid: &[u8], gid: &[u8], groups: &[u8]) 
     }
 }
 
+/// `wait4(child, &status, flags)`: `child` with its wait status once it ended, `0`
+/// (with `WNOHANG`) while it runs, or `-errno`.
+pub(crate) fn wait_for(child: isize, flags: usize, status: &mut i32) -> isize {
+    // SAFETY: `status` is a valid out-pointer.
+    unsafe {
+        sys(
+            SYS_WAIT4,
+            child as usize,
+            status as *mut i32 as usize,
+            flags,
+            0,
+            0,
+            0,
+        )
+    }
+}
+
 /// The parent of a forced fork: waits for `child` and ends as it did.
 pub(crate) fn wait_and_mirror(child: isize) -> ! {
     let mut status: i32 = 0;
     loop {
-        // SAFETY: `status` is a valid out-pointer.
-        let r = unsafe {
-            sys(
-                SYS_WAIT4,
-                child as usize,
-                &mut status as *mut i32 as usize,
-                0,
-                0,
-                0,
-                0,
-            )
-        };
+        let r = wait_for(child, 0, &mut status);
         if r == child {
             break;
         }
@@ -105,6 +116,12 @@ pub(crate) fn wait_and_mirror(child: isize) -> ! {
             exit(125);
         }
     }
+    mirror(status)
+}
+
+/// Ends this process as the wait status `status` says its child ended: the same exit
+/// code, or death by the same signal (without a core file).
+pub(crate) fn mirror(status: i32) -> ! {
     let sig = status & 0x7f;
     if sig == 0 {
         exit((status >> 8) & 0xff);

@@ -10,6 +10,9 @@
 //!   `NAME`), drops to `UID`/`GID` with the supplementary `GROUPS` (comma-separated; `UID`
 //!   empty: stays root), then the user part.
 //! - `spawn --user USERARGS…` (run as the acting user): new session, then the user part.
+//! - `spawn --kill-after SECS --root|--user …`: as above, but the helper forks first and
+//!   stays as the watching parent that kills the program's tree after SECS seconds
+//!   (`backstop.rs`); the program runs in the child.
 //!
 //! The user part checks that its process group and session are its own pid, builds the
 //! environment (`USERARGS`: `MODE TERM HOME SHELL USER PATH FAST NENV K=V… PROGRAM ARGS…`,
@@ -24,6 +27,7 @@
 
 use core::arch::global_asm;
 
+mod backstop;
 mod env;
 mod mem;
 mod process;
@@ -31,7 +35,8 @@ mod sys;
 
 use env::{name_of, scrubbed};
 use mem::{Arena, CList, cstr, decimal, parse_num, strip_prefix};
-use process::{drop_to, join_cgroup, wait_and_mirror};
+use backstop::watch;
+use process::{cgroup_dir, drop_to, enter_cgroup, wait_and_mirror};
 use sys::*;
 
 global_asm!(
@@ -79,15 +84,48 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
     // program name, the fixed variables) and both pointer lists.
     let mut arena = Arena::new(bytes * 4 + (argc + envc + 32) * 16);
 
-    let first = if argc >= 2 { Some(arg(1)) } else { None };
-    let (root, user_at) = match (argc, first) {
-        (n, Some(b"--root")) if n >= 7 => (true, 7),
-        (n, Some(b"--user")) if n >= 2 => (false, 2),
+    // `--kill-after SECS` first: the backstop.
+    let (kill_after, at) = match (argc, (argc >= 2).then(|| arg(1))) {
+        (n, Some(b"--kill-after")) if n >= 3 => match parse_num(arg(2)) {
+            Some(secs) => (Some(secs), 3),
+            None => fail(b"usage", 125),
+        },
+        _ => (None, 1),
+    };
+    let first = if argc > at { Some(arg(at)) } else { None };
+    let (root, user_at) = match (argc - at, first) {
+        (n, Some(b"--root")) if n >= 6 => (true, at + 6),
+        (n, Some(b"--user")) if n >= 1 => (false, at + 1),
         _ => fail(b"usage", 125),
     };
 
-    // A session of its own; envd made us a group leader: fork, as `setsid -w` does.
-    if sys_plain(SYS_SETSID, 0, 0, 0) == -EPERM {
+    // The cgroup is made before any fork, so that the backstop's parent knows it.
+    let mut cgroup: &[u8] = b"";
+    if root {
+        let own = sys_plain(SYS_GETPID, 0, 0, 0);
+        let own_text = arena.join(&[decimal(own as u64, &mut [0u8; 20])]);
+        cgroup = cgroup_dir(&mut arena, arg(at + 1), arg(at + 2), own_text);
+    }
+
+    // A session of its own. The backstop forks and stays as the watching parent; else,
+    // when envd made us a group leader (`setsid` refused), fork as `setsid -w` does.
+    if let Some(secs) = kill_after {
+        let cgroup_kill: &[u8] = if cgroup.is_empty() {
+            b""
+        } else {
+            arena.join(&[cgroup, b"/cgroup.kill"])
+        };
+        let child = sys_plain(SYS_FORK, 0, 0, 0);
+        if child < 0 {
+            fail(b"fork", 125);
+        }
+        if child > 0 {
+            watch(child, secs, cgroup_kill);
+        }
+        if sys_plain(SYS_SETSID, 0, 0, 0) < 0 {
+            fail(b"setsid", 125);
+        }
+    } else if sys_plain(SYS_SETSID, 0, 0, 0) == -EPERM {
         let child = sys_plain(SYS_FORK, 0, 0, 0);
         if child < 0 {
             fail(b"fork", 125);
@@ -102,11 +140,10 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
     let pid = sys_plain(SYS_GETPID, 0, 0, 0);
     let pid_text = arena.join(&[decimal(pid as u64, &mut [0u8; 20])]);
 
-    let mut cgroup: &[u8] = b"";
     if root {
-        cgroup = join_cgroup(&mut arena, arg(2), arg(3), pid_text);
-        if !arg(4).is_empty() {
-            drop_to(&mut arena, arg(4), arg(5), arg(6));
+        enter_cgroup(&mut arena, cgroup, pid_text);
+        if !arg(at + 3).is_empty() {
+            drop_to(&mut arena, arg(at + 3), arg(at + 4), arg(at + 5));
         }
     }
     if sys_plain(SYS_GETPGID, 0, 0, 0) != pid || sys_plain(SYS_GETSID, 0, 0, 0) != pid {

@@ -1,7 +1,7 @@
 //! `exec_world::Subprocess` and `Terminal` over an E2B sandbox: [`E2bSubprocess`] takes
 //! an `Arc<dyn e2b_core::EnvdApi>` and [`E2bSubprocessOptions`] and runs every program
-//! through envd. Its builder methods (`user`, `output_buffer`, `process_timeout`) keep the
-//! cached user lookups.
+//! through envd. Its builder methods (`user`, `output_buffer`, `process_timeout`,
+//! `kill_after`) keep the cached user lookups.
 //!
 //! # How a spawn runs
 //!
@@ -27,6 +27,15 @@
 //! [`E2bSubprocessOptions::native_helper`] turns it off; terminals always use the `sh`
 //! helper (their spec file, below). What follows describes the `sh` helper; the native
 //! one keeps every guarantee it gives.
+//!
+//! A backstop ([`E2bSubprocessOptions::kill_after`]) is enforced in the sandbox, so it
+//! holds when this host is gone: the native helper, started with `--kill-after SECS`,
+//! forks first and stays as the program's watching parent (root in contained mode,
+//! outside the spawn's cgroup, session and group); when the time is up it writes
+//! `cgroup.kill` (plain mode: SIGKILL to the process group) and ends as the program did,
+//! as `timeout -s KILL` would, without that program's exec. The pid envd knows is then
+//! the watcher's, so `signal` goes through the trusted shell. The `sh` helper puts
+//! `timeout -s KILL SECS` in front of the program instead (the process group only).
 //!
 //! `spawn` returns at once; a task does the remote start. With a cgroup per spawn
 //! (contained mode) envd starts, as root,

@@ -48,9 +48,23 @@ mod tests {
     /// `helper --user MODE 0 /home/u /bin/sh u /usr/bin:/bin 1 N VARS… PROGRAM ARGS…`
     /// with exactly `inherited` as its own environment.
     fn run(mode: &str, vars: &[&str], program: &[&str], inherited: &[(&str, &str)]) -> Output {
-        let (_dir, helper) = placed();
+        let (_dir, mut cmd) = helper_command(&[], mode, vars, program, inherited);
+        cmd.output().expect("helper runs")
+    }
+
+    /// The command of [`run`], with `leading` arguments before `--user`, and the
+    /// directory holding the helper (keep it while the command runs).
+    fn helper_command(
+        leading: &[&str],
+        mode: &str,
+        vars: &[&str],
+        program: &[&str],
+        inherited: &[(&str, &str)],
+    ) -> (tempfile::TempDir, Command) {
+        let (dir, helper) = placed();
         let n = (vars.len() + 1).to_string();
-        Command::new(&helper)
+        let mut cmd = Command::new(&helper);
+        cmd.args(leading)
             .args([
                 "--user",
                 mode,
@@ -66,9 +80,8 @@ mod tests {
             .arg("EXEC_WORLD_SPAWN=m")
             .args(program)
             .env_clear()
-            .envs(inherited.iter().copied())
-            .output()
-            .expect("helper runs")
+            .envs(inherited.iter().copied());
+        (dir, cmd)
     }
 
     /// The header and the rest of stdout.
@@ -102,6 +115,67 @@ mod tests {
             [pid, pid, pid],
             "pid, group and session are the program's"
         );
+    }
+
+    /// `--kill-after`: the helper stays as the watching parent, the program leads a
+    /// session of its own, and once the seconds pass its process group (no cgroup in
+    /// `--user` mode) is killed and the helper ends killed; a program that ends first
+    /// is mirrored (an exit code, a signal), not waited out.
+    #[test]
+    fn kill_after_kills_the_group_and_mirrors_an_earlier_end() {
+        use std::os::unix::process::ExitStatusExt;
+        let script = "sleep 1000 & echo $!; ps -o pid=,pgid=,sid= -p $$; wait";
+        let (_dir, mut cmd) = helper_command(
+            &["--kill-after", "1"],
+            "clean",
+            &["PATH=/usr/bin:/bin"],
+            &["/bin/sh", "-c", script],
+            &[],
+        );
+        let child = cmd
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("helper runs");
+        let helper = child.id();
+        let out = child.wait_with_output().expect("helper ends");
+        assert_eq!(out.status.signal(), Some(9), "{out:?}");
+        let (Header::Pgid(pid, _), rest) = split(&out) else {
+            panic!("{out:?}")
+        };
+        assert_ne!(pid, helper, "the program runs in the helper's child");
+        let nums: Vec<u32> = rest
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert_eq!(nums.get(1..), Some(&[pid, pid, pid][..]), "{rest}");
+        let sleeper = nums[0];
+        // Killed with its group; reparented, it may linger as a zombie for a moment.
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{sleeper}/stat")).is_ok_and(|st| {
+                !st.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            })
+        };
+        for _ in 0..200 {
+            if !alive() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!alive(), "the group's background sleep was killed");
+
+        let ended = |leading: &[&str], script: &str| {
+            let (_dir, mut cmd) =
+                helper_command(leading, "clean", &[], &["/bin/sh", "-c", script], &[]);
+            cmd.output().expect("helper runs")
+        };
+        let later = ["--kill-after", "600"];
+        assert_eq!(ended(&later, "exit 7").status.code(), Some(7));
+        assert_eq!(ended(&later, "kill -TERM $$").status.signal(), Some(15));
+        let bad = ended(&["--kill-after", "soon"], "true");
+        assert_eq!(bad.status.code(), Some(125));
+        assert_eq!(bad.stdout, b"EXEC-WORLD-FAIL usage\n");
     }
 
     #[test]

@@ -15,7 +15,8 @@ pub const DEFAULT_OUTPUT_BUFFER: usize = 1 << 20;
 /// use std::time::Duration;
 /// let opts = subprocess_e2b::E2bSubprocessOptions::new("/home/user")
 ///     .user("user")
-///     .process_timeout(Some(Duration::from_secs(600)));
+///     .process_timeout(Some(Duration::from_secs(600)))
+///     .kill_after(Some(Duration::from_secs(605)));
 /// # drop(opts);
 /// ```
 #[derive(Clone, Debug)]
@@ -34,6 +35,13 @@ pub struct E2bSubprocessOptions {
     pub output_buffer: usize,
     /// A lifetime envd enforces on every process (SIGKILL at expiry). Default none.
     pub process_timeout: Option<Duration>,
+    /// An in-sandbox backstop: every process is SIGKILLed with its whole tree (its
+    /// cgroup, or without one its process group) this long after its start, by the
+    /// sandbox itself, so it ends even when this host is gone or lost its connection.
+    /// Unlike [`process_timeout`](E2bSubprocessOptions::process_timeout), which envd
+    /// enforces on its own child only, it reaches every descendant. Whole seconds
+    /// (rounded up), at most 100 years (`Duration::MAX` is that). Default none.
+    pub kill_after: Option<Duration>,
     /// Start piped spawns through the native spawn helper (one small static program,
     /// placed once per adapter) where this build has it and the sandbox runs it; `false`
     /// keeps the `sh` helper for every spawn. Default `true`. Same guarantees either way.
@@ -49,6 +57,7 @@ impl E2bSubprocessOptions {
             known_user: None,
             output_buffer: DEFAULT_OUTPUT_BUFFER,
             process_timeout: None,
+            kill_after: None,
             native_helper: true,
         }
     }
@@ -75,6 +84,12 @@ impl E2bSubprocessOptions {
     /// Sets [`E2bSubprocessOptions::native_helper`].
     pub fn native_helper(mut self, on: bool) -> Self {
         self.native_helper = on;
+        self
+    }
+
+    /// Sets [`E2bSubprocessOptions::kill_after`].
+    pub fn kill_after(mut self, after: Option<Duration>) -> Self {
+        self.kill_after = after;
         self
     }
 

@@ -81,6 +81,8 @@ pub(crate) struct Launch {
     pub(crate) stdin: bool,
     /// Terminal size (cols, rows) for a PTY start.
     pub(crate) pty: Option<(u32, u32)>,
+    /// The in-sandbox backstop, if any.
+    pub(crate) kill_after: Option<Duration>,
 }
 
 impl Session {
@@ -360,6 +362,10 @@ impl Session {
     }
 }
 
+/// Longest backstop (100 years): a longer `kill_after` (`Duration::MAX` included) is
+/// this one, which the helper's 10-digit numbers and `timeout` both take.
+const MAX_KILL_AFTER_SECS: u64 = 100 * 365 * 24 * 3600;
+
 /// The envd `Start` of the spawn helper (after the user lookup and the helper's
 /// placement; terminals upload their spec file first). Contained mode starts it as root
 /// with the spawn's cgroup name; plain mode as the acting user.
@@ -394,6 +400,21 @@ async fn start(
     // Piped spawns start the native helper when it was placed: it is the whole chain
     // (session, cgroup, drop, exec). Terminals and the rest use the `sh` helper.
     let native = setup.native.as_ref().filter(|_| launch.pty.is_none());
+    // The backstop, in whole seconds: the native helper's `--kill-after`, else `timeout
+    // -s KILL` in front of the program (it kills its process group).
+    let kill_after = launch.kill_after.map(|d| {
+        d.as_secs()
+            .saturating_add(u64::from(d.subsec_nanos() > 0))
+            .min(MAX_KILL_AFTER_SECS)
+            .to_string()
+    });
+    if let (Some(secs), None) = (&kill_after, native) {
+        let program = std::mem::replace(&mut launch.wrap.program, "timeout".to_owned());
+        launch.wrap.args.splice(
+            0..0,
+            ["-s".to_owned(), "KILL".to_owned(), secs.clone(), program],
+        );
+    }
     let mut argv: Vec<String> = match (&cgroup, native) {
         (Some((cg, name)), Some(_)) => vec![
             "--root".to_owned(),
@@ -422,6 +443,9 @@ async fn start(
     };
     let mut spec = match (launch.pty, native) {
         (None, Some(native)) => {
+            if let Some(secs) = kill_after {
+                argv.splice(0..0, ["--kill-after".to_owned(), secs]);
+            }
             argv.extend(launch.wrap.positional());
             StartProcess::new(native.clone())
                 .args(argv)

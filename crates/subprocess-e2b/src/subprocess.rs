@@ -31,6 +31,7 @@ pub struct E2bSubprocess {
     user: Option<String>,
     output_buffer: usize,
     process_timeout: Option<Duration>,
+    kill_after: Option<Duration>,
 }
 
 impl E2bSubprocess {
@@ -63,6 +64,7 @@ impl E2bSubprocess {
             user: opts.user,
             output_buffer,
             process_timeout: opts.process_timeout,
+            kill_after: opts.kill_after,
         })
     }
 
@@ -122,6 +124,22 @@ impl E2bSubprocess {
     pub fn process_timeout(mut self, timeout: Option<Duration>) -> E2bSubprocess {
         self.process_timeout = timeout;
         self.apply_settings()
+    }
+
+    /// The in-sandbox backstop of this handle's spawns (see
+    /// [`E2bSubprocessOptions::kill_after`]); the cached lookups are shared.
+    ///
+    /// ```no_run
+    /// # async fn f(proc: subprocess_e2b::E2bSubprocess) {
+    /// use std::time::Duration;
+    /// // Whatever happens to this host, the command's tree is gone after 35 s.
+    /// let bounded = proc.clone().kill_after(Some(Duration::from_secs(35)));
+    /// # drop(bounded);
+    /// # }
+    /// ```
+    pub fn kill_after(mut self, after: Option<Duration>) -> E2bSubprocess {
+        self.kill_after = after;
+        self
     }
 
     /// Another handle with default cwd `cwd` (relative: against the current one),
@@ -219,6 +237,7 @@ impl Subprocess for E2bSubprocess {
             cwd: self.resolve_cwd(spec.cwd.as_ref()),
             stdin: spec.stdin == StdinMode::Piped,
             pty: None,
+            kill_after: self.kill_after,
         };
         let piped = launch.stdin;
         let session = Session::launch(self.world.clone(), launch)?;
@@ -249,6 +268,7 @@ impl Subprocess for E2bSubprocess {
             cwd: self.resolve_cwd(spec.cwd.as_ref()),
             stdin: false,
             pty: Some((u32::from(spec.size.cols), u32::from(spec.size.rows))),
+            kill_after: self.kill_after,
         };
         let session = Session::launch(self.world.clone(), launch)?;
         Ok(Terminal::new(Box::new(E2bTerminal::new(session))))

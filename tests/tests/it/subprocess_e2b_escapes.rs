@@ -186,6 +186,80 @@ async fn a_cut_stream_kills_env_cleared_double_forks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_backstop_kills_env_cleared_double_forks_after_the_host_let_go() {
+    let env = env().await;
+    let Some((p, _root)) = contained(&env).await else {
+        return;
+    };
+    let file = format!("{}/pids-backstop", p.cwd());
+    let bounded = p.clone().kill_after(Some(Duration::from_secs(3)));
+    let mut child = bounded
+        .spawn(
+            SpawnSpec::new("sh")
+                .arg("-c")
+                .arg(ESCAPES)
+                .arg("sh")
+                .arg(&file),
+        )
+        .expect("spawn");
+    let mut out = child.take_stdout().expect("stdout");
+    until_ready(&mut out).await;
+    // The host lets go: nothing on this side kills the tree from now on.
+    child.detach();
+    drop(out);
+    let mut left = survivors(&p, &file).await;
+    for _ in 0..600 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = survivors(&p, &file).await;
+    }
+    assert_eq!(
+        left,
+        Vec::<u32>::new(),
+        "the backstop killed the whole cgroup"
+    );
+}
+
+/// Without the native helper the backstop is `timeout -s KILL` in front of the program:
+/// its process group dies (not what left it) and `wait` sees the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sh_helpers_backstop_kills_the_process_group() {
+    let env = env().await;
+    let home = proc_of(&env).await.cwd().clone();
+    let sh = E2bSubprocess::new(
+        env.api.clone(),
+        subprocess_e2b::E2bSubprocessOptions::new(home.as_str())
+            .native_helper(false)
+            .kill_after(Some(Duration::from_secs(2))),
+    )
+    .expect("adapter");
+    let mut child = sh
+        .spawn(
+            SpawnSpec::new("sh")
+                .arg("-c")
+                .arg("sleep 1000 & echo $!; wait"),
+        )
+        .expect("spawn");
+    let mut out = child.take_stdout().expect("stdout");
+    let mut text = Vec::new();
+    while let Some(c) = within("output", 60, out.next()).await {
+        text.extend_from_slice(&c.expect("chunk"));
+    }
+    let st = within("wait", 60, child.wait()).await.expect("wait");
+    assert_eq!(st.signal, Some(9), "{st:?}");
+    let sleeper = String::from_utf8_lossy(&text).trim().to_owned();
+    let alive = stdout_of(
+        &sh,
+        r#"st=$(cat "/proc/$1/stat" 2>/dev/null) || exit 0; case ${st##*) } in Z*|X*) ;; *) echo alive ;; esac"#,
+        &[&sleeper],
+    )
+    .await;
+    assert_eq!(alive, "", "the group's sleep {sleeper} died with it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_process_deadline_kills_env_cleared_double_forks() {
     let env = env().await;
     let Some((p, _root)) = contained(&env).await else {

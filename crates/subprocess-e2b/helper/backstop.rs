@@ -1,0 +1,116 @@
+//! The backstop (`--kill-after SECS`): the helper stays behind as the watching parent of
+//! the user's program and, once SECS have passed, SIGKILLs the program's whole tree: its
+//! cgroup when it has one (what left the process group included), else its process
+//! group. Then, or when the program ends first, it ends as the program did. This is what
+//! `timeout -s KILL SECS PROGRAM` in front of the program gave, without that extra exec,
+//! and it holds when the host that started the program is gone.
+//!
+//! The watcher is not in the program's cgroup, session or process group, and when it
+//! started as root it stays root: the program's user can neither signal it nor move it.
+
+use crate::process::{mirror, wait_and_mirror, wait_for};
+use crate::sys::*;
+
+/// `[seconds, nanoseconds]`, the kernel's `struct timespec`.
+type Timespec = [i64; 2];
+
+fn now() -> Timespec {
+    let mut ts: Timespec = [0, 0];
+    // SAFETY: `ts` is a valid out-pointer for a timespec.
+    unsafe {
+        sys(
+            SYS_CLOCK_GETTIME,
+            CLOCK_MONOTONIC,
+            ts.as_mut_ptr() as usize,
+            0,
+            0,
+            0,
+            0,
+        );
+    }
+    ts
+}
+
+/// `deadline - now`, or `None` once the deadline passed.
+fn left(deadline: Timespec) -> Option<Timespec> {
+    let t = now();
+    let mut s = deadline[0] - t[0];
+    let mut ns = deadline[1] - t[1];
+    if ns < 0 {
+        s -= 1;
+        ns += 1_000_000_000;
+    }
+    (s >= 0 && (s > 0 || ns > 0)).then_some([s, ns])
+}
+
+/// The parent's part: waits for `child` at most `secs` seconds, then kills its tree by
+/// writing `1` to `cgroup_kill` (a NUL-terminated `…/cgroup.kill`; empty: no cgroup) or,
+/// failing that, SIGKILLs its process group; ends as `child` did.
+pub(crate) fn watch(child: isize, secs: u64, cgroup_kill: &[u8]) -> ! {
+    // SIGCHLD with its default action (an inherited "ignore" would reap the child
+    // behind our back) and blocked, so that it stays pending for the timed wait below.
+    let default_action = [0u64; 4];
+    let chld: u64 = 1 << (SIGCHLD - 1);
+    // SAFETY: valid pointers to a SIG_DFL sigaction and a signal set.
+    unsafe {
+        sys(
+            SYS_RT_SIGACTION,
+            SIGCHLD,
+            default_action.as_ptr() as usize,
+            0,
+            8,
+            0,
+            0,
+        );
+        sys(
+            SYS_RT_SIGPROCMASK,
+            SIG_BLOCK,
+            &chld as *const u64 as usize,
+            0,
+            8,
+            0,
+            0,
+        );
+    }
+    let start = now();
+    let deadline: Timespec = [start[0].saturating_add(secs as i64), start[1]];
+    let mut status: i32 = 0;
+    loop {
+        // Checked after SIGCHLD was blocked: an end before that is seen here.
+        let r = wait_for(child, WNOHANG, &mut status);
+        if r == child {
+            mirror(status);
+        }
+        if r < 0 && r != -EINTR {
+            exit(125);
+        }
+        let Some(wait) = left(deadline) else {
+            break;
+        };
+        // SAFETY: valid pointers to a signal set and a timespec; no siginfo wanted.
+        unsafe {
+            sys(
+                SYS_RT_SIGTIMEDWAIT,
+                &chld as *const u64 as usize,
+                0,
+                wait.as_ptr() as usize,
+                8,
+                0,
+                0,
+            );
+        }
+    }
+    let killed = !cgroup_kill.is_empty() && {
+        let fd = open(cgroup_kill, O_WRONLY);
+        fd >= 0 && {
+            let n = write(fd, b"1");
+            close(fd);
+            n == 1
+        }
+    };
+    if !killed {
+        sys_plain(SYS_KILL, (-child) as usize, SIGKILL, 0);
+        sys_plain(SYS_KILL, child as usize, SIGKILL, 0);
+    }
+    wait_and_mirror(child)
+}
