@@ -2,9 +2,10 @@
 //! spawn helper: own session and group, cgroup, spawn marker, bounded output queues,
 //! tree kill), with exec-world's shared loop ([`run_capped`]) for the cap, the timeout
 //! and cancel. subprocess-e2b's in-sandbox backstop (`kill_after`, 5 s past the
-//! command's timeout) kills the command's whole tree when the host that started it is gone. When the tree kill fails or
-//! the output does not end within the stop wait, the sandbox is rebooted. A command that
-//! ended by itself gives its spawn cgroup back for reuse ([`ReleaseOnExit`]).
+//! command's timeout) kills the command's whole tree when the host that started it is
+//! gone. When the tree kill fails or the output does not end within the stop wait, the
+//! sandbox is rebooted. A command that ended by itself gives its spawn cgroup back for
+//! reuse ([`ReleaseOnExit`]).
 
 use std::time::Duration;
 
