@@ -52,6 +52,18 @@ done"#,
     .collect()
 }
 
+/// [`ESCAPES`] through `p`, its pids listed in `file`.
+fn spawn_escapes(p: &E2bSubprocess, file: &str) -> exec_world::Child {
+    p.spawn(
+        SpawnSpec::new("sh")
+            .arg("-c")
+            .arg(ESCAPES)
+            .arg("sh")
+            .arg(file),
+    )
+    .expect("spawn")
+}
+
 /// Waits for `ready` on `out`.
 async fn until_ready(out: &mut exec_world::OutputStream) {
     let mut seen = Vec::new();
@@ -140,15 +152,7 @@ async fn terminate_kills_env_cleared_double_forks() {
         return;
     };
     let file = format!("{}/pids-terminate", p.cwd());
-    let mut child = p
-        .spawn(
-            SpawnSpec::new("sh")
-                .arg("-c")
-                .arg(ESCAPES)
-                .arg("sh")
-                .arg(&file),
-        )
-        .expect("spawn");
+    let mut child = spawn_escapes(&p, &file);
     let mut out = child.take_stdout().expect("stdout");
     until_ready(&mut out).await;
     within("terminate", 120, child.terminate(Duration::ZERO))
@@ -171,15 +175,7 @@ async fn a_cut_stream_kills_env_cleared_double_forks() {
             .path_prefix("/process.Process/Start")
             .times(1),
     );
-    let child = p
-        .spawn(
-            SpawnSpec::new("sh")
-                .arg("-c")
-                .arg(ESCAPES)
-                .arg("sh")
-                .arg(&file),
-        )
-        .expect("spawn");
+    let child = spawn_escapes(&p, &file);
     let r = within("wait after a cut", 120, child.wait()).await;
     assert!(r.is_err(), "a cut stream is an error: {r:?}");
     assert_eq!(survivors(&p, &file).await, Vec::<u32>::new());
@@ -193,15 +189,7 @@ async fn the_backstop_kills_env_cleared_double_forks_after_the_host_let_go() {
     };
     let file = format!("{}/pids-backstop", p.cwd());
     let bounded = p.clone().kill_after(Some(Duration::from_secs(3)));
-    let mut child = bounded
-        .spawn(
-            SpawnSpec::new("sh")
-                .arg("-c")
-                .arg(ESCAPES)
-                .arg("sh")
-                .arg(&file),
-        )
-        .expect("spawn");
+    let mut child = spawn_escapes(&bounded, &file);
     let mut out = child.take_stdout().expect("stdout");
     until_ready(&mut out).await;
     // The host lets go: nothing on this side kills the tree from now on.
@@ -267,15 +255,7 @@ async fn a_process_deadline_kills_env_cleared_double_forks() {
     };
     let file = format!("{}/pids-deadline", p.cwd());
     let timed = p.clone().process_timeout(Some(Duration::from_secs(3)));
-    let mut child = timed
-        .spawn(
-            SpawnSpec::new("sh")
-                .arg("-c")
-                .arg(ESCAPES)
-                .arg("sh")
-                .arg(&file),
-        )
-        .expect("spawn");
+    let mut child = spawn_escapes(&timed, &file);
     let mut out = child.take_stdout().expect("stdout");
     until_ready(&mut out).await;
     let r = within("wait past the deadline", 120, child.wait()).await;
