@@ -49,29 +49,9 @@ fn left(deadline: Timespec) -> Option<Timespec> {
 pub(crate) fn watch(child: isize, secs: u64, cgroup_kill: &[u8]) -> ! {
     // SIGCHLD with its default action (an inherited "ignore" would reap the child
     // behind our back) and blocked, so that it stays pending for the timed wait below.
-    let default_action = [0u64; 4];
+    default_action(SIGCHLD);
+    mask(SIG_BLOCK, SIGCHLD);
     let chld: u64 = 1 << (SIGCHLD - 1);
-    // SAFETY: valid pointers to a SIG_DFL sigaction and a signal set.
-    unsafe {
-        sys(
-            SYS_RT_SIGACTION,
-            SIGCHLD,
-            default_action.as_ptr() as usize,
-            0,
-            8,
-            0,
-            0,
-        );
-        sys(
-            SYS_RT_SIGPROCMASK,
-            SIG_BLOCK,
-            &chld as *const u64 as usize,
-            0,
-            8,
-            0,
-            0,
-        );
-    }
     let start = now();
     let deadline: Timespec = [start[0].saturating_add(secs as i64), start[1]];
     let mut status: i32 = 0;

@@ -128,30 +128,10 @@ pub(crate) fn mirror(status: i32) -> ! {
     }
     // Die of the same signal, without a core file.
     let no_core = [0u64; 2];
-    let default_action = [0u64; 4];
-    let set: u64 = 1 << (sig - 1);
-    // SAFETY: valid pointers to a zero rlimit, a SIG_DFL sigaction and a signal set.
-    unsafe {
-        sys(SYS_SETRLIMIT, 4, no_core.as_ptr() as usize, 0, 0, 0, 0);
-        sys(
-            SYS_RT_SIGACTION,
-            sig as usize,
-            default_action.as_ptr() as usize,
-            0,
-            8,
-            0,
-            0,
-        );
-        sys(
-            SYS_RT_SIGPROCMASK,
-            1,
-            &set as *const u64 as usize,
-            0,
-            8,
-            0,
-            0,
-        );
-    }
+    // SAFETY: a valid pointer to a zero rlimit.
+    unsafe { sys(SYS_SETRLIMIT, 4, no_core.as_ptr() as usize, 0, 0, 0, 0) };
+    default_action(sig as usize);
+    mask(SIG_UNBLOCK, sig as usize);
     sys_plain(
         SYS_KILL,
         sys_plain(SYS_GETPID, 0, 0, 0) as usize,

@@ -40,6 +40,7 @@ pub(crate) const EEXIST: isize = 17;
 pub(crate) const SIGKILL: usize = 9;
 pub(crate) const SIGCHLD: usize = 17;
 pub(crate) const SIG_BLOCK: usize = 0;
+pub(crate) const SIG_UNBLOCK: usize = 1;
 pub(crate) const WNOHANG: usize = 1;
 pub(crate) const CLOCK_MONOTONIC: usize = 1;
 pub(crate) const S_IFMT: u32 = 0o170000;
@@ -161,6 +162,30 @@ extern "C" fn rust_eh_personality() {}
 #[panic_handler]
 pub(crate) fn on_panic(_: &core::panic::PanicInfo) -> ! {
     fail(b"internal", 125)
+}
+
+/// Resets signal `sig` to its default action (`SIG_DFL`).
+pub(crate) fn default_action(sig: usize) {
+    let action = [0u64; 4];
+    // SAFETY: a valid pointer to a zeroed (SIG_DFL) kernel sigaction.
+    unsafe { sys(SYS_RT_SIGACTION, sig, action.as_ptr() as usize, 0, 8, 0, 0) };
+}
+
+/// `rt_sigprocmask(how, {sig})`: blocks (`SIG_BLOCK`) or unblocks (`SIG_UNBLOCK`) `sig`.
+pub(crate) fn mask(how: usize, sig: usize) {
+    let set: u64 = 1 << (sig - 1);
+    // SAFETY: a valid pointer to a signal set.
+    unsafe {
+        sys(
+            SYS_RT_SIGPROCMASK,
+            how,
+            &set as *const u64 as usize,
+            0,
+            8,
+            0,
+            0,
+        )
+    };
 }
 
 pub(crate) fn exit(code: i32) -> ! {
