@@ -14,7 +14,7 @@ use std::time::Duration;
 use exec_world::{SpawnSpec, Subprocess, TerminalSpec};
 use futures::StreamExt;
 use subprocess_e2b::E2bSubprocess;
-use subprocess_e2b_support::{Env, env, proc_of, stdout_of, within};
+use subprocess_e2b_support::{Env, env, output_of, proc_of, stdout_of, within};
 use testing_fake::{FaultAction, FaultRule, Plane};
 
 /// The shell and three escapes that carry no marker: `env -i setsid` direct, double
@@ -223,21 +223,15 @@ async fn the_sh_helpers_backstop_kills_the_process_group() {
             .kill_after(Some(Duration::from_secs(2))),
     )
     .expect("adapter");
-    let mut child = sh
-        .spawn(
-            SpawnSpec::new("sh")
-                .arg("-c")
-                .arg("sleep 1000 & echo $!; wait"),
-        )
-        .expect("spawn");
-    let mut out = child.take_stdout().expect("stdout");
-    let mut text = Vec::new();
-    while let Some(c) = within("output", 60, out.next()).await {
-        text.extend_from_slice(&c.expect("chunk"));
-    }
-    let st = within("wait", 60, child.wait()).await.expect("wait");
+    let (text, st) = output_of(
+        &sh,
+        SpawnSpec::new("sh")
+            .arg("-c")
+            .arg("sleep 1000 & echo $!; wait"),
+    )
+    .await;
     assert_eq!(st.signal, Some(9), "{st:?}");
-    let sleeper = String::from_utf8_lossy(&text).trim().to_owned();
+    let sleeper = text.trim().to_owned();
     let alive = stdout_of(
         &sh,
         r#"st=$(cat "/proc/$1/stat" 2>/dev/null) || exit 0; case ${st##*) } in Z*|X*) ;; *) echo alive ;; esac"#,

@@ -14,24 +14,13 @@ use fs_e2b::{E2bFs, E2bFsOptions};
 use futures::StreamExt;
 use subprocess_e2b::spill::{SpillTarget, tee};
 use subprocess_e2b::{E2bSubprocess, E2bSubprocessOptions};
-use subprocess_e2b_support::{env, proc_of};
+use subprocess_e2b_support::{env, output_of, proc_of};
 use testing_fake::{FaultAction, FaultRule, Plane};
 
 async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(60), fut)
         .await
         .unwrap_or_else(|_| panic!("{what} did not finish"))
-}
-
-async fn output(p: &E2bSubprocess, spec: SpawnSpec) -> (String, exec_world::ExitStatus) {
-    let mut child = p.spawn(spec).expect("spawn");
-    let mut out = child.take_stdout().expect("stdout");
-    let mut buf = Vec::new();
-    while let Some(c) = within("output", out.next()).await {
-        buf.extend_from_slice(&c.expect("chunk"));
-    }
-    let st = within("wait", child.wait()).await.expect("wait");
-    (String::from_utf8_lossy(&buf).into_owned(), st)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -71,7 +60,7 @@ async fn pid_is_none_until_the_wrapper_verified_the_group() {
     // The header comes just before the wrapper's exec: give the exec a moment.
     let mut ids = String::new();
     for _ in 0..100 {
-        ids = output(
+        ids = output_of(
             &p,
             SpawnSpec::new("sh")
                 .arg("-c")
@@ -126,7 +115,7 @@ async fn credential_shaped_variables_are_scrubbed() {
             .env_base(base)
             .env("EXPLICIT_TOKEN", "caller-choice")
     };
-    let (inherit, st) = output(&p, spec(EnvBase::Inherit)).await;
+    let (inherit, st) = output_of(&p, spec(EnvBase::Inherit)).await;
     assert!(st.success(), "{inherit}");
     for gone in [
         "MY_API_KEY",
@@ -155,7 +144,7 @@ async fn credential_shaped_variables_are_scrubbed() {
     }
     assert_eq!(inherit.matches("EXEC_WORLD_SPAWN=").count(), 1);
 
-    let (base, _) = output(&p, spec(EnvBase::Base)).await;
+    let (base, _) = output_of(&p, spec(EnvBase::Base)).await;
     let mut names: Vec<&str> = base.lines().filter_map(|l| l.split('=').next()).collect();
     names.sort_unstable();
     assert_eq!(
@@ -220,7 +209,7 @@ async fn terminal_argv_and_env_are_not_on_envd_command_lines() {
     } else {
         "/tmp/.exec-world-proc-*"
     };
-    let (left, _) = output(
+    let (left, _) = output_of(
         &p,
         SpawnSpec::new("sh")
             .arg("-c")
@@ -228,7 +217,7 @@ async fn terminal_argv_and_env_are_not_on_envd_command_lines() {
     )
     .await;
     assert_eq!(left.trim(), "0", "spec file left behind");
-    let (mode, _) = output(
+    let (mode, _) = output_of(
         &p,
         SpawnSpec::new("sh")
             .arg("-c")
@@ -274,7 +263,7 @@ async fn a_chatty_command_keeps_host_memory_bounded() {
     let before = rss_kib();
     // Nobody reads for a while: the command must be held back, not buffered on the host.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (done, _) = output(&p, SpawnSpec::new("cat").arg(progress.as_str())).await;
+    let (done, _) = output_of(&p, SpawnSpec::new("cat").arg(progress.as_str())).await;
     let done: u64 = done.trim().parse().unwrap_or(0);
     assert!(
         done < 32,
@@ -364,7 +353,7 @@ async fn request_cost_of_one_spawn() {
     eprintln!("first use (user lookup, helper placement): {snap:?}");
     assert_eq!(snap.get("POST /process.Process/Start"), 3, "{snap:?}");
     env.emu.counters().reset();
-    let (out, st) = output(&p, SpawnSpec::new("echo").arg("hi")).await;
+    let (out, st) = output_of(&p, SpawnSpec::new("echo").arg("hi")).await;
     assert_eq!((out.as_str(), st.success()), ("hi\n", true));
     tokio::time::sleep(Duration::from_millis(200)).await; // a drop-kill would land here
     let snap = env.emu.counters().snapshot();
@@ -405,7 +394,7 @@ async fn builder_methods_keep_the_cached_lookups() {
         .output_buffer(64 << 10)
         .process_timeout(Some(Duration::from_secs(60)));
     let before = starts();
-    let (out, st) = output(&q, SpawnSpec::new("echo").arg("hi")).await;
+    let (out, st) = output_of(&q, SpawnSpec::new("echo").arg("hi")).await;
     assert_eq!((out.as_str(), st.success()), ("hi\n", true));
     // One Start: the spawn (before, a builder call dropped the lookup: 3).
     assert_eq!(starts() - before, 1, "settings changed, lookup kept");
@@ -415,15 +404,15 @@ async fn builder_methods_keep_the_cached_lookups() {
         E2bSubprocessOptions::new("/tmp").user("user"),
     )
     .expect("adapter");
-    output(&u, SpawnSpec::new("true")).await;
+    output_of(&u, SpawnSpec::new("true")).await;
     let r = u.clone().user("root");
     let before = starts();
-    let (out, _) = output(&r, SpawnSpec::new("id").arg("-un")).await;
+    let (out, _) = output_of(&r, SpawnSpec::new("id").arg("-un")).await;
     assert_eq!(out, "root\n");
     assert_eq!(starts() - before, 2, "root: its lookup, then the spawn");
     let back = r.user("user").process_timeout(None);
     let before = starts();
-    let (out, _) = output(&back, SpawnSpec::new("id").arg("-un")).await;
+    let (out, _) = output_of(&back, SpawnSpec::new("id").arg("-un")).await;
     assert_eq!(out, "user\n");
     assert_eq!(starts() - before, 1, "user's lookup kept across the switch");
 }
@@ -507,7 +496,7 @@ async fn piped_spawns_start_the_native_helper_from_a_root_owned_file() {
 mv \"$1\" \"$HOME/x\" 2>/dev/null && echo MOVED
 rm -f \"$1\" 2>/dev/null && echo REMOVED
 true";
-    let (out, st) = output(
+    let (out, st) = output_of(
         &p,
         SpawnSpec::new("sh")
             .arg("-c")

@@ -91,12 +91,17 @@ pub async fn stdout_of(p: &E2bSubprocess, script: &str, args: &[&str]) -> String
     for a in args {
         spec = spec.arg(*a);
     }
+    output_of(p, spec).await.0
+}
+
+/// stdout (lossy UTF-8) and exit status of `spec` run through `p`.
+pub async fn output_of(p: &E2bSubprocess, spec: SpawnSpec) -> (String, exec_world::ExitStatus) {
     let mut child = p.spawn(spec).expect("spawn");
     let mut out = child.take_stdout().expect("stdout");
     let mut buf = Vec::new();
     while let Some(c) = within("output", 60, out.next()).await {
         buf.extend_from_slice(&c.expect("chunk"));
     }
-    within("wait", 60, child.wait()).await.expect("wait");
-    String::from_utf8_lossy(&buf).into_owned()
+    let st = within("wait", 60, child.wait()).await.expect("wait");
+    (String::from_utf8_lossy(&buf).into_owned(), st)
 }
