@@ -1,6 +1,8 @@
 //! Cross-crate integration tests live in `tests/tests/`; this library holds what they share:
 //! an emulator with a client configured for it and a fresh sandbox (127.0.0.1 only).
 
+pub mod sdk_install;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
-//! The official E2B SDKs (npm `e2b`, PyPI `e2b`, newest) against the emulator.
+//! The official E2B SDKs (npm `e2b`, PyPI `e2b`, at the versions pinned in
+//! `tests/sdk/versions.txt`; `E2B_SDK_LATEST=1` for the newest) against the emulator.
 //!
 //! Each test installs its SDK into a cache under the target directory's `sdk-cache/`
-//! (`CARGO_TARGET_DIR` when set, else the workspace `target/`; once; set
-//! `E2B_SDK_REFRESH=1` to reinstall the newest), starts the emulator in-process, and runs a
+//! (`CARGO_TARGET_DIR` when set, else the workspace `target/`; once), starts the emulator in-process, and runs a
 //! script from `tests/sdk/` in a child `node` / `python3` with `E2B_API_URL`,
 //! `E2B_SANDBOX_URL` and `E2B_API_KEY` set. The script creates a sandbox, runs commands
 //! (stdout, stderr, a non-zero exit surfaced as the SDK's exit error), writes, reads and lists

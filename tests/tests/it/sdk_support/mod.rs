@@ -1,15 +1,15 @@
 //! Shared by the tests that drive the official E2B SDKs: install the npm / PyPI `e2b`
-//! package into a cache under the target directory's `sdk-cache/` (`CARGO_TARGET_DIR` when
-//! set, else the workspace `target/`; once, under a file lock, since several test
-//! processes may ask at the same time; `E2B_SDK_REFRESH=1` reinstalls the newest) and run a
-//! script from `tests/sdk/` against a fresh in-process emulator (the script prints its
-//! marker, e.g. `SMOKE OK`, when every check holds).
+//! package at the version pinned in `tests/sdk/versions.txt` (`integration_tests::sdk_install`;
+//! `E2B_SDK_LATEST=1` for the newest) under the target directory (`CARGO_TARGET_DIR` when
+//! set, else the workspace `target/`) and run a script from `tests/sdk/` against a fresh
+//! in-process emulator (the script prints its marker, e.g. `SMOKE OK`, when every check holds).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use integration_tests::sdk_install::{self, Registry};
 use testing_fake::{Emulator, EmulatorConfig};
 use tokio::process::Command;
 
@@ -20,8 +20,8 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-fn cache(sub: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+fn target() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .map(|t| {
             if t.is_absolute() {
@@ -30,96 +30,24 @@ fn cache(sub: &str) -> PathBuf {
                 workspace().join(t)
             }
         })
-        .unwrap_or_else(|| workspace().join("target"));
-    target.join("sdk-cache").join(sub)
+        .unwrap_or_else(|| workspace().join("target"))
 }
 
-fn refresh() -> bool {
-    std::env::var("E2B_SDK_REFRESH").is_ok_and(|v| v == "1")
-}
-
-async fn run_install(cmd: &mut Command, what: &str) {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
+async fn install(registry: Registry, name: &'static str) -> PathBuf {
+    tokio::task::spawn_blocking(move || sdk_install::install(&target(), registry, name))
         .await
-        .unwrap_or_else(|e| panic!("cannot run the {what} installer: {e}"));
-    assert!(
-        out.status.success(),
-        "installing {what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .expect("install task")
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Holds an exclusive `flock` on `<cache>/.install.lock` while alive, so concurrent test
-/// processes (and tests of one process) install into the cache one at a time; the second
-/// finds the package installed.
-struct InstallLock(#[allow(dead_code)] std::fs::File);
-
-async fn install_lock() -> InstallLock {
-    let path = cache(".install.lock");
-    tokio::task::spawn_blocking(move || {
-        std::fs::create_dir_all(path.parent().expect("cache dir")).expect("cache dir");
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .expect("lock file");
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).expect("flock");
-        InstallLock(f)
-    })
-    .await
-    .expect("lock task")
-}
-
+/// The npm `e2b` package at its pinned version; returns the directory for `NODE_PATH`.
 pub async fn install_js() -> PathBuf {
-    let _lock = install_lock().await;
-    let dir = cache("node");
-    let marker = dir.join("node_modules").join("e2b").join("package.json");
-    if refresh() || !marker.exists() {
-        std::fs::create_dir_all(&dir).unwrap();
-        run_install(
-            Command::new("npm")
-                .arg("install")
-                .arg("--prefix")
-                .arg(&dir)
-                .args(["e2b@latest", "--no-audit", "--no-fund", "--no-save"]),
-            "the npm package e2b",
-        )
-        .await;
-    }
-    assert!(
-        marker.exists(),
-        "npm did not install e2b into {}",
-        dir.display()
-    );
-    dir.join("node_modules")
+    install(Registry::Npm, "e2b").await
 }
 
+/// The PyPI `e2b` package at its pinned version; returns the directory for `PYTHONPATH`.
 pub async fn install_py() -> PathBuf {
-    let _lock = install_lock().await;
-    let dir = cache("py");
-    let marker = dir.join("e2b").join("__init__.py");
-    if refresh() || !marker.exists() {
-        std::fs::create_dir_all(&dir).unwrap();
-        run_install(
-            Command::new("python3")
-                .args(["-m", "pip", "install", "--quiet", "--upgrade", "--target"])
-                .arg(&dir)
-                .arg("e2b"),
-            "the PyPI package e2b",
-        )
-        .await;
-    }
-    assert!(
-        marker.exists(),
-        "pip did not install e2b into {}",
-        dir.display()
-    );
-    dir
+    install(Registry::PyPi, "e2b").await
 }
 
 /// Run one SDK script against a fresh emulator; it must exit 0 and print `marker`.
