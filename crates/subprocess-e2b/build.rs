@@ -9,7 +9,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo::rerun-if-changed=helper");
-    println!("cargo::rerun-if-changed=../exec-world/src/env_scrub_list.rs");
+    println!("cargo::rerun-if-changed=../exec-world-sys/src/env_scrub_list.rs");
     println!("cargo::rerun-if-env-changed=EXEC_WORLD_NO_NATIVE_HELPER");
     println!("cargo::rustc-check-cfg=cfg(native_spawn_helper)");
     if std::env::var_os("EXEC_WORLD_NO_NATIVE_HELPER").is_some_and(|v| v != "0") {

@@ -1,5 +1,5 @@
-//! File-system conformance tests (`fs_*`), for any [`Fs`](crate::Fs) with a
-//! [`Subprocess`](crate::Subprocess) on the same world.
+//! File-system conformance tests (`fs_*`), for any [`Fs`](exec_world::Fs) with a
+//! [`Subprocess`](exec_world::Subprocess) on the same world.
 
 use std::sync::Arc;
 
@@ -8,7 +8,9 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
 use super::{World, put, skip, symlink, within, wp};
-use crate::{ByteStream, Created, Error, ErrorKind, FileKind, Target, WriteOptions, bytes_stream};
+use exec_world::{
+    ByteStream, Created, Error, ErrorKind, FileKind, Target, WriteOptions, bytes_stream,
+};
 
 /// stat and lstat of a file and a directory; NotFound; NotADirectory through a file.
 pub async fn fs_stat_lstat_files_and_dirs(w: &World) {

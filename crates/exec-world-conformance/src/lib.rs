@@ -7,10 +7,10 @@
 //!
 //! ```ignore
 //! // crates/fs-e2b/tests/conformance.rs (needs tokio as a dev-dependency)
-//! async fn world() -> exec_world::conformance::World { /* sandbox + scratch dir */ }
-//! exec_world::fs_conformance_tests!(world);
-//! exec_world::proc_conformance_tests!(world);
-//! exec_world::terminal_conformance_tests!(world);
+//! async fn world() -> exec_world_conformance::World { /* sandbox + scratch dir */ }
+//! exec_world_conformance::fs_conformance_tests!(world);
+//! exec_world_conformance::proc_conformance_tests!(world);
+//! exec_world_conformance::terminal_conformance_tests!(world);
 //! ```
 //!
 //! Symlinks are made with the backend's own `Subprocess` (`ln -s`), and liveness is checked
@@ -33,7 +33,7 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 
-use crate::{
+use exec_world::{
     ExitStatus, Fs, OutputStream, SpawnSpec, StdinMode, Subprocess, WorldPath, bytes_stream,
 };
 
@@ -46,7 +46,7 @@ pub struct World {
     pub proc: Arc<dyn Subprocess>,
     /// An existing, empty, absolute directory for this test only.
     pub scratch: WorldPath,
-    /// Where `fs`'s `/` is in `proc`'s view, when they differ (a [`crate::Rooted`] view
+    /// Where `fs`'s `/` is in `proc`'s view, when they differ (a [`exec_world::Rooted`] view
     /// over a world whose processes see the real tree); `None`: the same tree.
     pub proc_root: Option<WorldPath>,
     _guard: Option<Box<dyn Any + Send + Sync>>,
@@ -105,7 +105,7 @@ macro_rules! __conformance_tests {
             #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $name() {
                 let world = $make().await;
-                $crate::conformance::$module::$name(&world).await;
+                $crate::$module::$name(&world).await;
             }
         )*
     };
@@ -117,11 +117,11 @@ macro_rules! __conformance_tests {
 macro_rules! __conformance_list {
     ($module:ident, [$($name:ident),* $(,)?]) => {{
         $(
-            fn $name(w: &$crate::conformance::World) -> ::futures::future::BoxFuture<'_, ()> {
-                Box::pin($crate::conformance::$module::$name(w))
+            fn $name(w: &$crate::World) -> ::futures::future::BoxFuture<'_, ()> {
+                Box::pin($crate::$module::$name(w))
             }
         )*
-        vec![$((stringify!($name), $name as $crate::conformance::TestFn)),*]
+        vec![$((stringify!($name), $name as $crate::TestFn)),*]
     }};
 }
 

@@ -1,4 +1,4 @@
-//! Process conformance tests (`proc_*`), for any [`Subprocess`](crate::Subprocess).
+//! Process conformance tests (`proc_*`), for any [`Subprocess`](exec_world::Subprocess).
 
 use std::time::Duration;
 
@@ -9,8 +9,8 @@ use super::{
     Output, World, collect, pids_in, read_until, run, sh, skip, survivors, survivors_eventually,
     within,
 };
-use crate::output::{CaptureLimit, Spill, capture};
-use crate::{EnvBase, ErrorKind, Signal, SpawnSpec, WriteOptions};
+use exec_world::output::{CaptureLimit, Spill, capture};
+use exec_world::{EnvBase, ErrorKind, Signal, SpawnSpec, WriteOptions};
 
 /// argv is passed without a shell (spaces, quotes, empty args), env and cwd apply.
 pub async fn proc_spawn_args_env_cwd(w: &World) {
@@ -492,7 +492,7 @@ pub async fn proc_runs_script_written_through_fs(w: &World) {
     w.fs.mkdir(&dir, false).await.expect("mkdir");
     w.fs.write(
         &w.path("bin/run.sh"),
-        crate::bytes_stream(&b"#!/bin/sh\necho \"ran in $(pwd) with $1\"\n"[..]),
+        exec_world::bytes_stream(&b"#!/bin/sh\necho \"ran in $(pwd) with $1\"\n"[..]),
         WriteOptions::default().mode(0o755),
     )
     .await

@@ -8,8 +8,8 @@
 //! Liveness of a pid is `/proc/<pid>` present and not a zombie. No wall-clock asserts.
 //!
 //! ```ignore
-//! async fn world() -> exec_world::conformance::sandbox::SandboxWorld { /* two instances */ }
-//! exec_world::sandbox_conformance_tests!(world);
+//! async fn world() -> exec_world_conformance::sandbox::SandboxWorld { /* two instances */ }
+//! exec_world_conformance::sandbox_conformance_tests!(world);
 //! ```
 
 use std::any::Any;
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::sandbox::{
+use exec_world::sandbox::{
     CreateSpec, Egress, ExecOutput, ExecSpec, ResumeOutcome, SandboxError, SandboxHandle,
     SandboxLimits, SandboxProvider,
 };
@@ -546,7 +546,7 @@ macro_rules! __sandbox_tests {
             #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $name() {
                 let world = $make().await;
-                $crate::conformance::sandbox::$name(&world).await;
+                $crate::sandbox::$name(&world).await;
             }
         )*
     };
@@ -570,11 +570,11 @@ pub type SandboxTestFn = for<'a> fn(&'a SandboxWorld) -> futures::future::BoxFut
 macro_rules! __sandbox_list {
     ([$($name:ident),* $(,)?]) => {{
         $(
-            fn $name(w: &$crate::conformance::sandbox::SandboxWorld) -> ::futures::future::BoxFuture<'_, ()> {
-                Box::pin($crate::conformance::sandbox::$name(w))
+            fn $name(w: &$crate::sandbox::SandboxWorld) -> ::futures::future::BoxFuture<'_, ()> {
+                Box::pin($crate::sandbox::$name(w))
             }
         )*
-        vec![$((stringify!($name), $name as $crate::conformance::sandbox::SandboxTestFn)),*]
+        vec![$((stringify!($name), $name as $crate::sandbox::SandboxTestFn)),*]
     }};
 }
 

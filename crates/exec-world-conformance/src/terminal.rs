@@ -1,12 +1,12 @@
 //! Terminal conformance tests (`term_*`), for backends with
-//! [`ProcCapabilities::terminals`](crate::ProcCapabilities::terminals).
+//! [`ProcCapabilities::terminals`](exec_world::ProcCapabilities::terminals).
 
 use std::time::Duration;
 
 use super::{World, pids_in, read_until, skip, survivors, within};
-use crate::{Signal, TermSize, Terminal, TerminalSpec};
+use exec_world::{Signal, TermSize, Terminal, TerminalSpec};
 
-fn start(w: &World, size: TermSize) -> Option<(Terminal, crate::OutputStream)> {
+fn start(w: &World, size: TermSize) -> Option<(Terminal, exec_world::OutputStream)> {
     if !w.proc.capabilities().terminals {
         skip("terminal tests", "terminals");
         return None;

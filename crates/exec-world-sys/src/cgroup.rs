@@ -21,7 +21,7 @@ use std::sync::{Mutex, OnceLock};
 use rustix::fs::{Mode, OFlags};
 
 /// At most this many empty spawn cgroups are kept for reuse.
-pub(crate) const SPARE_MAX: usize = 64;
+pub const SPARE_MAX: usize = 64;
 
 /// Empty spawn cgroups ready for the next spawns.
 static SPARES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
@@ -72,25 +72,25 @@ fn sweep_stale(own: &Path) {
 }
 
 /// True when spawns get a cgroup of their own here.
-pub(crate) fn available() -> bool {
+pub fn available() -> bool {
     parent().is_some()
 }
 
 /// One spawn's cgroup, before and after its process joined.
 #[derive(Debug)]
-pub(crate) struct SpawnCgroup {
+pub struct SpawnCgroup {
     /// The cgroup directory.
-    pub(crate) dir: PathBuf,
+    pub dir: PathBuf,
     /// The directory, open: `clone3` starts the child in it (`CLONE_INTO_CGROUP`).
     fd: OwnedFd,
     /// A spare (used by an earlier spawn), not made for this one.
-    pub(crate) reused: bool,
+    pub reused: bool,
 }
 
 impl SpawnCgroup {
     /// A fresh cgroup for the spawn `marker`, or `None` where cgroups are unavailable.
     /// A spare one is reused when there is one.
-    pub(crate) fn create(marker: &str) -> Option<SpawnCgroup> {
+    pub fn create(marker: &str) -> Option<SpawnCgroup> {
         match take_spare() {
             Some(d) => SpawnCgroup::open(d, true),
             None => SpawnCgroup::create_new(marker),
@@ -98,7 +98,7 @@ impl SpawnCgroup {
     }
 
     /// A new cgroup for the spawn `marker` (never a spare), or `None`.
-    pub(crate) fn create_new(marker: &str) -> Option<SpawnCgroup> {
+    pub fn create_new(marker: &str) -> Option<SpawnCgroup> {
         let d = parent()?.join(marker);
         std::fs::create_dir(&d).ok()?;
         SpawnCgroup::open(d, false)
@@ -120,13 +120,13 @@ impl SpawnCgroup {
     }
 
     /// The open cgroup directory.
-    pub(crate) fn dir_fd(&self) -> BorrowedFd<'_> {
+    pub fn dir_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 
     /// Its `cgroup.procs`, open for a forked child to write `0` (itself) before it execs
     /// (`join_self`), for spawns that cannot be born in the cgroup.
-    pub(crate) fn open_procs(&self) -> Option<OwnedFd> {
+    pub fn open_procs(&self) -> Option<OwnedFd> {
         rustix::fs::openat(
             &self.fd,
             "cgroup.procs",
@@ -143,7 +143,7 @@ impl SpawnCgroup {
 ///
 /// # Safety
 /// `first` runs in the forked child: it must be async-signal-safe (raw system calls).
-pub(crate) unsafe fn spawn_joined(
+pub unsafe fn spawn_joined(
     cmd: &mut tokio::process::Command,
     cg: Option<SpawnCgroup>,
     first: fn() -> std::io::Result<()>,
@@ -187,7 +187,7 @@ fn join_self(fd: i32) {
 /// its `cgroup.procs` (one short file), or else (a zombie is not listed) its
 /// `/proc/<pid>/cgroup` v2 line ends with the last two components of `dir`
 /// (`exec-world-<our pid>/<marker>`, unique to the spawn).
-pub(crate) fn holds(dir: &Path, pid: u32) -> bool {
+pub fn holds(dir: &Path, pid: u32) -> bool {
     if members(dir).contains(&pid) {
         return true;
     }
@@ -210,7 +210,7 @@ pub(crate) fn holds(dir: &Path, pid: u32) -> bool {
 }
 
 /// The pids in the cgroup `dir` (empty when it is gone).
-pub(crate) fn members(dir: &Path) -> Vec<u32> {
+pub fn members(dir: &Path) -> Vec<u32> {
     std::fs::read_to_string(dir.join("cgroup.procs"))
         .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
         .unwrap_or_default()
@@ -218,7 +218,7 @@ pub(crate) fn members(dir: &Path) -> Vec<u32> {
 
 /// SIGKILLs every process in the cgroup `dir` at once (`cgroup.kill`), including those
 /// forked while the kill runs.
-pub(crate) fn kill(dir: &Path) {
+pub fn kill(dir: &Path) {
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .write(true)
         .open(dir.join("cgroup.kill"))
@@ -229,13 +229,13 @@ pub(crate) fn kill(dir: &Path) {
 
 /// Done with the cgroup `dir` for good: removed, never kept as a spare (a killed one, or
 /// one that refused a child).
-pub(crate) fn discard(dir: &Path) {
+pub fn discard(dir: &Path) {
     let _ = std::fs::remove_dir(dir);
 }
 
 /// Done with the cgroup `dir`: kept as a spare when it is empty and there is room, else
 /// removed (an error while members remain is ignored).
-pub(crate) fn remove(dir: &Path) {
+pub fn remove(dir: &Path) {
     if members(dir).is_empty()
         && let Ok(mut spares) = SPARES.lock()
         && spares.len() < SPARE_MAX

@@ -14,7 +14,7 @@
 //! test runs both forms on the same names and values).
 //!
 //! ```
-//! use exec_world::env_scrub::is_scrubbed;
+//! use exec_world_sys::env_scrub::is_scrubbed;
 //! assert!(is_scrubbed("E2B_API_KEY", "e2b_123"));
 //! assert!(is_scrubbed("GITHUB_PAT", "ghp_x"));
 //! assert!(is_scrubbed("DATABASE_URL", "postgres://app:hunter2@db/app"));

@@ -28,37 +28,37 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 /// What to start.
-pub(crate) struct Launch<'a> {
+pub struct Launch<'a> {
     /// The program: a path with a `/`, or a name searched along the child's `PATH`.
-    pub(crate) program: &'a str,
+    pub program: &'a str,
     /// Arguments after `argv[0]` (which is `program`).
-    pub(crate) args: &'a [String],
+    pub args: &'a [String],
     /// The whole environment of the child.
-    pub(crate) env: &'a BTreeMap<String, String>,
+    pub env: &'a BTreeMap<String, String>,
     /// The child's working directory (absolute).
-    pub(crate) cwd: &'a str,
+    pub cwd: &'a str,
     /// Give the child a pipe for stdin (else `/dev/null`).
-    pub(crate) stdin_piped: bool,
+    pub stdin_piped: bool,
     /// The cgroup directory the child is born in, if any.
-    pub(crate) cgroup: Option<BorrowedFd<'a>>,
+    pub cgroup: Option<BorrowedFd<'a>>,
 }
 
 /// A started child: its pid, a pidfd for it, our ends of its pipes.
-pub(crate) struct Launched {
+pub struct Launched {
     /// The child's pid (it leads its own session and process group).
-    pub(crate) pid: u32,
+    pub pid: u32,
     /// A pidfd of the child: readable once it exited.
-    pub(crate) pidfd: OwnedFd,
+    pub pidfd: OwnedFd,
     /// The write end of its stdin pipe (non-blocking), when piped.
-    pub(crate) stdin: Option<OwnedFd>,
+    pub stdin: Option<OwnedFd>,
     /// The read end of its stdout pipe (non-blocking).
-    pub(crate) stdout: OwnedFd,
+    pub stdout: OwnedFd,
     /// The read end of its stderr pipe (non-blocking).
-    pub(crate) stderr: OwnedFd,
+    pub stderr: OwnedFd,
 }
 
 /// What became of a launch.
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// The child runs the program.
     Started(Launched),
     /// `clone3` cannot be used here (platform, kernel, seccomp, these flags): nothing was
@@ -87,7 +87,7 @@ const UNBORN_MAX: u32 = 2;
 /// Notes an [`Outcome::Unborn`] in a cgroup made for that spawn (not a spare that may
 /// have been killed behind our back): new cgroups are poisoned for this process, as when
 /// its own cgroup was once killed.
-pub(crate) fn unborn_in_new_cgroup() {
+pub fn unborn_in_new_cgroup() {
     UNBORN.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -96,14 +96,14 @@ const RAN: i32 = -1;
 
 /// Starts `l` with `clone3`. Errors: NUL bytes (`InvalidInput`), and the child's own
 /// failure before `exec` (`setsid`, `chdir`, `execve`: `NotFound`, `PermissionDenied`, ...).
-pub(crate) fn launch(l: &Launch<'_>) -> io::Result<Outcome> {
+pub fn launch(l: &Launch<'_>) -> io::Result<Outcome> {
     if !cfg!(all(target_os = "linux", target_arch = "x86_64"))
         || REFUSED.load(Ordering::Relaxed)
         || (l.cgroup.is_some() && UNBORN.load(Ordering::Relaxed) >= UNBORN_MAX)
     {
         return Ok(Outcome::Unsupported);
     }
-    super::reap::reap_orphans();
+    crate::reap::reap_orphans();
     let prepared = Prepared::new(l)?;
     let stdio = Stdio::new(l.stdin_piped)?;
     run(&prepared, stdio, l.cgroup)

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// `\012`, `\134`) decoded.
 ///
 /// ```
-/// assert_eq!(exec_world::mounts::unescape_mountinfo(r"/mnt/a\040b"), "/mnt/a b");
+/// assert_eq!(exec_world_sys::mounts::unescape_mountinfo(r"/mnt/a\040b"), "/mnt/a b");
 /// ```
 pub fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
@@ -35,7 +35,7 @@ pub fn unescape_mountinfo(s: &str) -> String {
 /// the `0::` line of `/proc/self/cgroup`. `None` without a cgroup2 mount.
 ///
 /// ```no_run
-/// if let Some(dir) = exec_world::mounts::own_cgroup_dir() {
+/// if let Some(dir) = exec_world_sys::mounts::own_cgroup_dir() {
 ///     println!("{}", dir.join("cgroup.procs").display());
 /// }
 /// ```
@@ -60,7 +60,7 @@ pub fn own_cgroup_dir() -> Option<PathBuf> {
 ///
 /// ```no_run
 /// # let own = std::path::Path::new("/sys/fs/cgroup");
-/// for dir in exec_world::mounts::orphaned_dirs(own, "exec-world-") {
+/// for dir in exec_world_sys::mounts::orphaned_dirs(own, "exec-world-") {
 ///     let _ = std::fs::remove_dir(dir);
 /// }
 /// ```

@@ -4,9 +4,8 @@
 //! drive a command line in a real terminal.
 //!
 //! ```no_run
-//! use exec_world::TermSize;
-//! let pty = exec_world::pty::open(TermSize { cols: 100, rows: 30 })?;
-//! exec_world::pty::set_size(&pty.master, TermSize { cols: 120, rows: 40 })?;
+//! let pty = exec_world_sys::pty::open(100, 30)?; // columns, rows
+//! exec_world_sys::pty::set_size(&pty.master, 120, 40)?;
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
@@ -15,8 +14,6 @@ use std::os::fd::{AsFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
 use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 use rustix::termios::{Winsize, tcsetwinsize};
-
-use crate::TermSize;
 
 /// The two ends of a pseudo-terminal, both close-on-exec.
 #[derive(Debug)]
@@ -27,9 +24,9 @@ pub struct Pty {
     pub slave: OwnedFd,
 }
 
-/// Opens a pseudo-terminal pair of `size`. Neither end becomes this process's controlling
-/// terminal.
-pub fn open(size: TermSize) -> std::io::Result<Pty> {
+/// Opens a pseudo-terminal pair of `cols` x `rows`. Neither end becomes this process's
+/// controlling terminal.
+pub fn open(cols: u16, rows: u16) -> std::io::Result<Pty> {
     let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
     grantpt(&master)?;
     unlockpt(&master)?;
@@ -39,16 +36,16 @@ pub fn open(size: TermSize) -> std::io::Result<Pty> {
         OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    set_size(&master, size)?;
+    set_size(&master, cols, rows)?;
     Ok(Pty { master, slave })
 }
 
-/// Sets the size of the terminal `fd` belongs to (either end); the foreground process
-/// group gets `SIGWINCH`.
-pub fn set_size(fd: impl AsFd, size: TermSize) -> std::io::Result<()> {
+/// Sets the size of the terminal `fd` belongs to (either end) to `cols` x `rows`; the
+/// foreground process group gets `SIGWINCH`.
+pub fn set_size(fd: impl AsFd, cols: u16, rows: u16) -> std::io::Result<()> {
     let ws = Winsize {
-        ws_row: size.rows,
-        ws_col: size.cols,
+        ws_row: rows,
+        ws_col: cols,
         ws_xpixel: 0,
         ws_ypixel: 0,
     };
@@ -71,21 +68,10 @@ mod tests {
 
     #[test]
     fn opens_a_pair_of_the_size_and_resizes_it() {
-        let pty = open(TermSize {
-            cols: 100,
-            rows: 30,
-        })
-        .expect("open pty");
+        let pty = open(100, 30).expect("open pty");
         let ws = tcgetwinsize(&pty.slave).expect("slave size");
         assert_eq!((ws.ws_col, ws.ws_row), (100, 30));
-        set_size(
-            &pty.master,
-            TermSize {
-                cols: 123,
-                rows: 41,
-            },
-        )
-        .expect("resize");
+        set_size(&pty.master, 123, 41).expect("resize");
         let ws = tcgetwinsize(&pty.slave).expect("slave size");
         assert_eq!((ws.ws_col, ws.ws_row), (123, 41));
         // Bytes written on the slave come out of the master.

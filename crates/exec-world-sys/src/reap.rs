@@ -8,8 +8,8 @@ use std::os::fd::OwnedFd;
 /// without blocking by later launches, so none stays a zombie for long.
 static ORPHANS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
 
-/// Reaps the children of [`ORPHANS`] that have exited.
-pub(crate) fn reap_orphans() {
+/// Reaps the orphaned children (see `ORPHANS`) that have exited.
+pub fn reap_orphans() {
     let Ok(mut orphans) = ORPHANS.try_lock() else {
         return;
     };
@@ -22,7 +22,7 @@ pub(crate) fn reap_orphans() {
 }
 
 /// Waits for the child behind `pidfd` (pid `pid`) to exit and reaps it.
-pub(crate) async fn wait(pid: u32, pidfd: OwnedFd) -> io::Result<std::process::ExitStatus> {
+pub async fn wait(pid: u32, pidfd: OwnedFd) -> io::Result<std::process::ExitStatus> {
     use std::os::unix::process::ExitStatusExt;
     /// Hands the pid to [`ORPHANS`] when the wait ends before the reaping.
     struct Guard(Option<u32>);

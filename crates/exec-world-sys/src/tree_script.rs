@@ -8,13 +8,14 @@
 //! survives, exit 1 lists survivors on stderr.
 //!
 //! ```
-//! let argv = exec_world::tree_script::kill_tree_argv(1234, "m-1", std::time::Duration::from_secs(2), false);
+//! let argv = exec_world_sys::tree_script::kill_tree_argv(1234, "m-1", std::time::Duration::from_secs(2), false);
 //! assert_eq!(argv[0], "sh");
 //! ```
 
 use std::time::Duration;
 
-pub use crate::local::MARKER_VAR;
+/// The name of the marker variable given to every local spawn.
+pub const MARKER_VAR: &str = "EXEC_WORLD_SPAWN";
 
 /// The script. Arguments: leader pid, marker value, grace in milliseconds, hang-up (0/1),
 /// and optionally the spawn's cgroup v2 directory (empty: none).
@@ -98,5 +99,16 @@ pub fn kill_tree_argv(leader: u32, marker: &str, grace: Duration, hangup: bool) 
 
 /// A marker value unique to one spawn (process id, counter and time of this process).
 pub fn new_marker() -> String {
-    crate::local::new_marker()
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}-{}-{:x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        nanos
+    )
 }

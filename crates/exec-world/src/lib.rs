@@ -1,6 +1,8 @@
 //! The execution world as seams: the [`Fs`], [`Subprocess`] and [`Terminal`] traits and
-//! types, local implementations ([`LocalFs`], [`LocalSubprocess`]), and the conformance
-//! suite every backend runs (feature `conformance`).
+//! types, local implementations ([`LocalFs`], [`LocalSubprocess`]), [`Rooted`] and the
+//! `sandbox@1` contract. The conformance suites every backend runs are the crate
+//! `exec-world-conformance` (a dev-dependency of each backend); the Linux plumbing the local
+//! backends share with the emulator (PTYs, cgroups, spawn, reaping) is `exec-world-sys`.
 //!
 //! A consumer written against `&dyn Fs` / `&dyn Subprocess` runs unchanged on this
 //! machine or in a remote sandbox: only the adapter changes.
@@ -17,7 +19,7 @@
 //!   unless [`Child::detach`]ed; [`Child::terminate`] is TERM, grace, KILL, and returns
 //!   only when nothing survives; [`Child::wait_or_cancel`] takes a `CancellationToken`.
 //! - **capabilities**: [`FsCapabilities`] / [`ProcCapabilities`] say what a backend
-//!   claims; the conformance suite (feature `conformance`) holds it to exactly that.
+//!   claims; the conformance suite (`exec-world-conformance`) holds it to exactly that.
 //!
 //! ```no_run
 //! use exec_world::{Fs, LocalFs, LocalSubprocess, SpawnSpec, Subprocess, WorldPath};
@@ -30,22 +32,15 @@
 //! # let _ = (text, status); Ok(()) }
 //! ```
 
-pub mod env_scrub;
 mod error;
 mod fs;
 pub mod local;
-pub mod mounts;
 pub mod output;
 mod path;
 mod proc;
-pub mod pty;
 pub mod rooted;
 pub mod sandbox;
 mod terminal;
-pub mod tree_script;
-
-#[cfg(feature = "conformance")]
-pub mod conformance;
 
 pub use error::{BoxError, Error, ErrorKind, SharedError};
 pub use fs::{

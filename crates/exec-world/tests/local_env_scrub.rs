@@ -1,5 +1,5 @@
 //! LocalSubprocess `EnvBase::Inherit` drops the host's credentials with the one scrub
-//! list of `exec_world::env_scrub` (the E2B adapter runs the same list in the sandbox):
+//! list of `exec_world_sys::env_scrub` (the E2B adapter runs the same list in the sandbox):
 //! the host's `E2B_API_KEY` and `AWS_SECRET_ACCESS_KEY` never reach a local child.
 //! One test in its own binary: it sets variables of this process before any thread runs.
 

@@ -53,7 +53,7 @@ use exec_world::sandbox::{
     CreateSpec, Egress, ExecOutput, ExecSpec, FileContent, FileStat, ResumeOutcome,
     SIGNAL_EXECS_SH, SandboxCapabilities, SandboxError, SandboxHandle, SandboxProvider, validate,
 };
-use exec_world::tree_script::KILL_TREE_SH;
+use exec_world_sys::tree_script::KILL_TREE_SH;
 
 pub use config::{ConfigError, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, SandboxConfig};
 pub use files::UPLOAD_DIR;

@@ -1,11 +1,11 @@
 //! The environment rules: exec-world's credential scrub decision, byte for byte the same
-//! list as `exec_world::env_scrub` (the file is shared), and `NAME=VALUE` names.
+//! list as `exec_world_sys::env_scrub` (the file is shared), and `NAME=VALUE` names.
 
 use crate::mem::strip_prefix;
 
 /// The credential scrub list shared with exec-world (`env_scrub.rs` includes the same file).
 mod scrub_list {
-    include!("../../exec-world/src/env_scrub_list.rs");
+    include!("../../exec-world-sys/src/env_scrub_list.rs");
 }
 
 pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -15,7 +15,7 @@ pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
             .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
-/// exec-world's scrub decision (`exec_world::env_scrub::is_scrubbed`) for `name=value`.
+/// exec-world's scrub decision (`exec_world_sys::env_scrub::is_scrubbed`) for `name=value`.
 pub(crate) fn scrubbed(name: &[u8], value: &[u8]) -> bool {
     if scrub_list::NAME_FRAGMENTS
         .iter()

@@ -77,7 +77,7 @@
 //!   explicit variables;
 //! - `Inherit`: envd's environment for the user (its `PATH`, `HOME`, `USER`, `LOGNAME`,
 //!   the sandbox's global variables) minus what exec-world's one scrub list
-//!   ([`exec_world::env_scrub`], shared with LocalSubprocess) drops: adapter-internal
+//!   ([`exec_world_sys::env_scrub`], shared with LocalSubprocess) drops: adapter-internal
 //!   names (`EXEC_WORLD_*`), credential-shaped names (containing `KEY`,
 //!   `SECRET`, `TOKEN`, `PASSWORD`, `PASSWD`, `CREDENTIAL` or `_AUTH`, or ending in
 //!   `_PAT`, any case) and URLs with a password in their userinfo, removed with

@@ -213,7 +213,7 @@ mod tests {
         let expected_inherited: Vec<String> = {
             let mut v: Vec<String> = inherited
                 .iter()
-                .filter(|(k, v)| !exec_world::env_scrub::is_scrubbed(k, v) && *k != "HOME")
+                .filter(|(k, v)| !exec_world_sys::env_scrub::is_scrubbed(k, v) && *k != "HOME")
                 .map(|(k, v)| format!("{k}={v}"))
                 .chain(
                     [

@@ -342,7 +342,7 @@ impl Shell {
         hangup: bool,
         cgroup: &str,
     ) -> Result<bool, Error> {
-        let mut argv = exec_world::tree_script::kill_tree_argv(leader, marker, grace, hangup);
+        let mut argv = exec_world_sys::tree_script::kill_tree_argv(leader, marker, grace, hangup);
         argv.push(cgroup.to_owned());
         // argv = sh -c SCRIPT NAME ARGS…: run SCRIPT through the trusted shell with ARGS.
         let script = argv.get(2).cloned().unwrap_or_default();

@@ -230,7 +230,7 @@ impl Subprocess for E2bSubprocess {
                 user: String::new(),
                 path: String::new(),
                 env: spec.env.clone(),
-                marker: exec_world::tree_script::new_marker(),
+                marker: exec_world_sys::tree_script::new_marker(),
                 program: spec.program.clone(),
                 args: spec.args.clone(),
             },
@@ -260,7 +260,7 @@ impl Subprocess for E2bSubprocess {
                 user: String::new(),
                 path: String::new(),
                 env: spec.env.clone(),
-                marker: exec_world::tree_script::new_marker(),
+                marker: exec_world_sys::tree_script::new_marker(),
                 // empty: the user's login shell, filled in once looked up
                 program,
                 args: spec.args.clone(),

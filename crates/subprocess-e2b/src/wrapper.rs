@@ -35,10 +35,11 @@ use std::collections::BTreeMap;
 use exec_world::{EnvBase, Error};
 
 /// The helper file's text (POSIX sh): `HELPER_BODY` (below) after exec-world's credential scrub
-/// function (`exec_world::env_scrub::SH_SCRUB_FN`, the list every backend shares).
+/// function (`exec_world_sys::env_scrub::SH_SCRUB_FN`, the list every backend shares).
 pub fn helper_sh() -> &'static str {
-    static SCRIPT: std::sync::LazyLock<String> =
-        std::sync::LazyLock::new(|| format!("{}{HELPER_BODY}", exec_world::env_scrub::SH_SCRUB_FN));
+    static SCRIPT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("{}{HELPER_BODY}", exec_world_sys::env_scrub::SH_SCRUB_FN)
+    });
     SCRIPT.as_str()
 }
 
@@ -277,12 +278,12 @@ impl WrapArgs {
         let mut env: Vec<String> = self
             .env
             .iter()
-            .filter(|(k, _)| k.as_str() != exec_world::tree_script::MARKER_VAR)
+            .filter(|(k, _)| k.as_str() != exec_world_sys::tree_script::MARKER_VAR)
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         env.push(format!(
             "{}={}",
-            exec_world::tree_script::MARKER_VAR,
+            exec_world_sys::tree_script::MARKER_VAR,
             self.marker
         ));
         let mut out = vec![

@@ -5,4 +5,4 @@ use crate::fs_e2b_support;
 
 use fs_e2b_support::world;
 
-exec_world::fs_conformance_tests!(world);
+exec_world_conformance::fs_conformance_tests!(world);

@@ -8,8 +8,8 @@ use crate::fs_e2b_support;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use exec_world::conformance::World;
 use exec_world::{ErrorKind, Fs, Rooted, Subprocess, WorldPath};
+use exec_world_conformance::World;
 use fs_e2b_support::env;
 
 fn v(s: &str) -> WorldPath {
@@ -34,7 +34,7 @@ async fn world() -> World {
         .with_guard(env)
 }
 
-exec_world::fs_conformance_tests!(world);
+exec_world_conformance::fs_conformance_tests!(world);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_planted_by_the_sandbox_user_stay_in_the_workspace() {

@@ -3,4 +3,4 @@
 
 use crate::sandbox_support;
 
-exec_world::sandbox_conformance_tests!(sandbox_support::world);
+exec_world_conformance::sandbox_conformance_tests!(sandbox_support::world);

@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use exec_world::conformance::sandbox::{SandboxWorld, sandbox_tests};
+use exec_world_conformance::sandbox::{SandboxWorld, sandbox_tests};
 use sandbox_e2b::{E2bSandboxes, SandboxConfig};
 
 fn live_config() -> Option<SandboxConfig> {

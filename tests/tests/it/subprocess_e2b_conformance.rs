@@ -4,11 +4,11 @@
 
 use crate::subprocess_e2b_support;
 
-exec_world::proc_conformance_tests!(subprocess_e2b_support::world);
-exec_world::terminal_conformance_tests!(subprocess_e2b_support::world);
+exec_world_conformance::proc_conformance_tests!(subprocess_e2b_support::world);
+exec_world_conformance::terminal_conformance_tests!(subprocess_e2b_support::world);
 
 /// The proc suite again with the native spawn helper off (the `sh` helper's path).
 mod sh_helper {
     use super::subprocess_e2b_support;
-    exec_world::proc_conformance_tests!(subprocess_e2b_support::world_sh);
+    exec_world_conformance::proc_conformance_tests!(subprocess_e2b_support::world_sh);
 }

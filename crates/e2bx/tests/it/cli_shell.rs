@@ -12,16 +12,14 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use exec_world::TermSize;
-
-/// A PTY pair from exec-world's helper, the master as a `File` for plain reads and writes.
+/// A PTY pair from exec-world-sys's helper, the master as a `File` for plain reads and writes.
 struct Pty {
     master: std::fs::File,
     slave: OwnedFd,
 }
 
 fn openpty(cols: u16, rows: u16) -> Pty {
-    let pty = exec_world::pty::open(TermSize { cols, rows }).expect("openpty");
+    let pty = exec_world_sys::pty::open(cols, rows).expect("openpty");
     Pty {
         master: pty.master.into(),
         slave: pty.slave,
@@ -100,7 +98,7 @@ fn interactive_shell_in_a_pty() {
         .stderr(dup(&pty.slave));
     // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
     unsafe {
-        cmd.pre_exec(exec_world::pty::make_controlling_terminal);
+        cmd.pre_exec(exec_world_sys::pty::make_controlling_terminal);
     }
     let mut child = cmd.spawn().expect("spawn e2bx shell");
     let mut writer = pty.master.try_clone().expect("dup master");
@@ -112,14 +110,7 @@ fn interactive_shell_in_a_pty() {
     screen.wait_for("42", |s| s.contains("42"));
 
     // Resize locally: SIGWINCH reaches e2bx, which resizes the remote PTY.
-    exec_world::pty::set_size(
-        &writer,
-        TermSize {
-            cols: 123,
-            rows: 41,
-        },
-    )
-    .expect("resize");
+    exec_world_sys::pty::set_size(&writer, 123, 41).expect("resize");
     let mut resized = false;
     for _ in 0..20 {
         screen.clear();

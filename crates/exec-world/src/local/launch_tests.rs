@@ -58,7 +58,7 @@ async fn the_child_leads_its_session_in_its_cgroup_and_cwd() {
         .lines()
         .find(|l| l.starts_with("0::"))
         .expect("cgroup line");
-    if super::cgroup::available() {
+    if exec_world_sys::cgroup::available() {
         assert!(
             cgroup.contains(&format!("/exec-world-{}/", std::process::id())),
             "{cgroup}"
@@ -118,12 +118,13 @@ async fn spawns_after_a_cgroup_kill_still_run() {
 async fn a_spare_killed_behind_our_back_still_gives_a_working_spawn() {
     let (_dir, p) = scratch();
     for i in 0..3 {
-        if let Some(cg) =
-            super::cgroup::SpawnCgroup::create_new(&format!("{}-poisoned-{i}", super::new_marker()))
-        {
-            super::cgroup::kill(&cg.dir);
+        if let Some(cg) = exec_world_sys::cgroup::SpawnCgroup::create_new(&format!(
+            "{}-poisoned-{i}",
+            exec_world_sys::tree_script::new_marker()
+        )) {
+            exec_world_sys::cgroup::kill(&cg.dir);
             // Empty, so it becomes a spare: the next spawn takes it.
-            super::cgroup::remove(&cg.dir);
+            exec_world_sys::cgroup::remove(&cg.dir);
         }
         let (code, out) = run(&p, SpawnSpec::new("echo").arg("alive")).await;
         assert_eq!((code, out.as_str()), (Some(0), "alive\n"));

@@ -15,8 +15,6 @@ use futures::StreamExt;
 use tokio::net::unix::pipe::{Receiver, Sender};
 use tokio::sync::watch;
 
-use super::cgroup::{SpawnCgroup, spawn_joined};
-use super::launch::{Launch, Outcome};
 use super::tree::{MARKER_VAR, Tree, new_marker, send};
 use crate::error::Error;
 use crate::path::WorldPath;
@@ -25,6 +23,8 @@ use crate::proc::{
     SpawnSpec, StdinMode, Subprocess,
 };
 use crate::terminal::{Terminal, TerminalSpec};
+use exec_world_sys::cgroup::{SpawnCgroup, spawn_joined};
+use exec_world_sys::launch::{Launch, Outcome};
 
 /// `PATH` when this process has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -81,8 +81,8 @@ pub(crate) fn build_env(
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     match base {
         EnvBase::Clean => {}
-        // The host's environment minus credentials (crate::env_scrub, the one list).
-        EnvBase::Inherit => env.extend(crate::env_scrub::scrub(std::env::vars())),
+        // The host's environment minus credentials (exec_world_sys::env_scrub, the one list).
+        EnvBase::Inherit => env.extend(exec_world_sys::env_scrub::scrub(std::env::vars())),
         EnvBase::Base => {
             for key in ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG"] {
                 if let Ok(v) = std::env::var(key) {
@@ -160,7 +160,7 @@ impl Reaped {
         cgroup: Option<std::path::PathBuf>,
     ) -> Reaped {
         let tree = Tree::born_in(pid, marker, cgroup);
-        Reaped::watch(pid, tree, super::reap::wait(pid, pidfd))
+        Reaped::watch(pid, tree, exec_world_sys::reap::wait(pid, pidfd))
     }
 
     /// Publishes what `wait` yields.
@@ -376,7 +376,7 @@ impl Subprocess for LocalSubprocess {
             process_groups: true,
             escaped_descendants: true,
             // A cgroup per spawn where this process may create them.
-            contained_escapes: super::cgroup::available(),
+            contained_escapes: exec_world_sys::cgroup::available(),
             clean_env: true,
             terminals: true,
             terminal_resize: true,
@@ -403,7 +403,7 @@ impl Subprocess for LocalSubprocess {
         let env = build_env(spec.env_base, &spec.env, &marker, false);
         let program = absolute_program(&spec.program, &cwd);
         let cg = SpawnCgroup::create(&marker);
-        let launched = super::launch::launch(&Launch {
+        let launched = exec_world_sys::launch::launch(&Launch {
             program: &program,
             args: &spec.args,
             env: &env,
@@ -446,16 +446,16 @@ impl Subprocess for LocalSubprocess {
                 // Killed at birth by its cgroup: that one is spoiled; a new one, std's way.
                 if let Some(c) = cg {
                     if !c.reused {
-                        super::launch::unborn_in_new_cgroup();
+                        exec_world_sys::launch::unborn_in_new_cgroup();
                     }
-                    super::cgroup::discard(&c.dir);
+                    exec_world_sys::cgroup::discard(&c.dir);
                 }
                 let cg = SpawnCgroup::create_new(&marker);
                 return spawn_std(&spec, &program, &cwd, &env, marker, cg);
             }
             Err(e) => {
                 if let Some(c) = &cg {
-                    super::cgroup::remove(&c.dir);
+                    exec_world_sys::cgroup::remove(&c.dir);
                 }
                 return Err(spawn_error(&spec.program, e));
             }

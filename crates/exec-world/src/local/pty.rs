@@ -14,7 +14,6 @@ use bytes::Bytes;
 use rustix::termios::tcgetpgrp;
 use tokio::sync::mpsc;
 
-use super::cgroup::{SpawnCgroup, spawn_joined};
 use super::proc::{
     LocalSubprocess, Reaped, absolute_program, build_env, ensure_runtime, spawn_error,
 };
@@ -22,6 +21,7 @@ use super::tree::{new_marker, send};
 use crate::error::Error;
 use crate::proc::{ExitStatus, OutputStream, Signal};
 use crate::terminal::{TermSize, Terminal, TerminalBackend, TerminalSpec};
+use exec_world_sys::cgroup::{SpawnCgroup, spawn_joined};
 
 struct LocalTerminal {
     reaped: Reaped,
@@ -47,7 +47,8 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
             .unwrap_or_else(|| "/bin/sh".into()),
     };
 
-    let pty = crate::pty::open(spec.size).map_err(|e| Error::io("open pty", e))?;
+    let pty = exec_world_sys::pty::open(spec.size.cols, spec.size.rows)
+        .map_err(|e| Error::io("open pty", e))?;
     let master = pty.master;
     let slave = File::from(pty.slave);
     let stdio = |f: &File| -> Result<Stdio, Error> {
@@ -67,8 +68,9 @@ pub(crate) fn spawn(sub: &LocalSubprocess, spec: TerminalSpec) -> Result<Termina
         .kill_on_drop(false);
     let cg = SpawnCgroup::create(&marker);
     // SAFETY: setsid(2) and ioctl(TIOCSCTTY) are async-signal-safe raw syscalls.
-    let (child, cg) = unsafe { spawn_joined(&mut cmd, cg, crate::pty::make_controlling_terminal) }
-        .map_err(|e| spawn_error(&program, e))?;
+    let (child, cg) =
+        unsafe { spawn_joined(&mut cmd, cg, exec_world_sys::pty::make_controlling_terminal) }
+            .map_err(|e| spawn_error(&program, e))?;
     drop(cmd); // closes the parent's copies of the slave, so EOF (EIO) comes at the end
     drop(slave);
     let reaped = Reaped::start(child, marker, cg)?;
@@ -162,7 +164,8 @@ impl TerminalBackend for LocalTerminal {
     }
 
     async fn resize(&self, size: TermSize) -> Result<(), Error> {
-        crate::pty::set_size(self.master.as_fd(), size).map_err(|e| Error::io("resize pty", e))
+        exec_world_sys::pty::set_size(self.master.as_fd(), size.cols, size.rows)
+            .map_err(|e| Error::io("resize pty", e))
     }
 
     async fn signal(&self, sig: Signal) -> Result<(), Error> {

@@ -36,10 +36,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::cgroup;
+use exec_world_sys::cgroup;
 
-/// The name of the marker variable given to every local spawn.
-pub const MARKER_VAR: &str = "EXEC_WORLD_SPAWN";
+pub(crate) use exec_world_sys::tree_script::{MARKER_VAR, new_marker};
 
 #[derive(Clone, Copy, Debug)]
 struct ProcStat {
@@ -342,20 +341,4 @@ pub(crate) fn send(pid: i32, sig: i32) -> bool {
     }
     // SAFETY: kill(2) has no memory-safety preconditions.
     unsafe { libc::kill(pid, sig) == 0 }
-}
-
-/// A marker value unique to this spawn.
-pub(crate) fn new_marker() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "{}-{}-{:x}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed),
-        nanos
-    )
 }

@@ -189,7 +189,11 @@ impl SandboxProvider for LocalSandboxes {
         validate::name("create", &spec.name)?;
         validate::limits("create", &spec.limits)?;
         self.destroy_by_name(&spec.name).await?;
-        let h = SandboxHandle::new(format!("{}@{}", spec.name, crate::local::new_marker()));
+        let h = SandboxHandle::new(format!(
+            "{}@{}",
+            spec.name,
+            exec_world_sys::tree_script::new_marker()
+        ));
         let dir = self.dir_of(&h);
         for sub in ["workspace", "skills", "tmp"] {
             std::fs::create_dir_all(dir.join(sub))

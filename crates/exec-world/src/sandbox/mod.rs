@@ -10,7 +10,7 @@
 //!   limits, allowlist hosts).
 //! * [`run_capped`]: the exec loop both implementations share (bounded output, timeout,
 //!   cancel, whole-tree kill).
-//! * The conformance suite (feature `conformance`): `conformance::sandbox`.
+//! * The conformance suite: `exec_world_conformance::sandbox` (crate `exec-world-conformance`).
 //!
 //! Paths are the sandbox's view: absolute POSIX paths, the workspace at
 //! [`WORKSPACE`] (`/workspace`), which is also `HOME` and the default cwd of `exec`.

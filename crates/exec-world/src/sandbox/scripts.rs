@@ -19,7 +19,7 @@ pub const SANDBOX_ID_VAR: &str = "SANDBOX_EXEC_ID";
 /// A process matches when its environment has [`TAG_VAR`] (and, with a non-empty
 /// SANDBOX_ID, `SANDBOX_EXEC_ID=SANDBOX_ID`) and, unless ALL is `1`, its tag is one of
 /// TAG…. MODE `kill`: for each distinct spawn marker (`EXEC_WORLD_SPAWN`) among the
-/// matches, run exec-world's tree kill (`TREE_SCRIPT`, [`crate::tree_script`]) with that
+/// matches, run exec-world's tree kill (`TREE_SCRIPT`, [`exec_world_sys::tree_script`]) with that
 /// process as the leader: its group, session, descendants and every marker holder die.
 /// MODE `stop` / `cont`: SIGSTOP / SIGCONT every match. Exit 0 when done, 1 when a tree
 /// kill reported survivors.
@@ -60,7 +60,7 @@ pub fn signal_execs_args(mode: &str, sandbox_id: &str, tags: Option<&[String]>) 
         SIGNAL_EXECS_SH.to_owned(),
         "sandbox-signal-execs".to_owned(),
         mode.to_owned(),
-        crate::tree_script::KILL_TREE_SH.to_owned(),
+        exec_world_sys::tree_script::KILL_TREE_SH.to_owned(),
         sandbox_id.to_owned(),
         if tags.is_none() { "1" } else { "0" }.to_owned(),
     ];

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use exec_world::tree_script::{MARKER_VAR, kill_tree_argv};
 use exec_world::{LocalSubprocess, SpawnSpec, Subprocess};
+use exec_world_sys::tree_script::{MARKER_VAR, kill_tree_argv};
 use futures::StreamExt;
 
 async fn output(proc: &LocalSubprocess, argv: &[String]) -> (i32, String, String) {

@@ -1,11 +1,9 @@
 //! The conformance suite run against LocalFs and LocalSubprocess.
 
-#![cfg(feature = "conformance")]
-
 use std::sync::Arc;
 
-use exec_world::conformance::World;
 use exec_world::{LocalFs, LocalSubprocess, WorldPath};
+use exec_world_conformance::World;
 
 /// Removes the scratch directory when the test ends.
 struct Scratch(std::path::PathBuf);
@@ -31,19 +29,25 @@ async fn world() -> World {
     World::new(Arc::new(fs), Arc::new(proc), scratch).with_guard(Scratch(dir))
 }
 
-exec_world::fs_conformance_tests!(world);
-exec_world::proc_conformance_tests!(world);
-exec_world::terminal_conformance_tests!(world);
+exec_world_conformance::fs_conformance_tests!(world);
+exec_world_conformance::proc_conformance_tests!(world);
+exec_world_conformance::terminal_conformance_tests!(world);
 
 /// Every `pub async fn` of the suite is in the lists the macros and `*_tests()` use.
 #[test]
 fn lists_cover_every_suite_function() {
-    use exec_world::conformance::{fs_tests, proc_tests, terminal_tests};
+    use exec_world_conformance::{fs_tests, proc_tests, terminal_tests};
     let sources = [
-        (include_str!("../../src/conformance/fs.rs"), fs_tests()),
-        (include_str!("../../src/conformance/proc.rs"), proc_tests()),
         (
-            include_str!("../../src/conformance/terminal.rs"),
+            include_str!("../../../exec-world-conformance/src/fs.rs"),
+            fs_tests(),
+        ),
+        (
+            include_str!("../../../exec-world-conformance/src/proc.rs"),
+            proc_tests(),
+        ),
+        (
+            include_str!("../../../exec-world-conformance/src/terminal.rs"),
             terminal_tests(),
         ),
     ];
@@ -65,7 +69,7 @@ fn lists_cover_every_suite_function() {
 #[tokio::test]
 async fn lists_run_on_a_shared_world() {
     let world = world().await;
-    for (name, test) in exec_world::conformance::fs_tests() {
+    for (name, test) in exec_world_conformance::fs_tests() {
         if name == "fs_large_file_streaming" {
             continue; // covered by its own test; keeps this one quick
         }

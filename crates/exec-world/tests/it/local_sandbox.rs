@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use exec_world::conformance::sandbox::SandboxWorld;
 use exec_world::sandbox::LocalSandboxes;
+use exec_world_conformance::sandbox::SandboxWorld;
 
 async fn world() -> SandboxWorld {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -13,7 +13,7 @@ async fn world() -> SandboxWorld {
     SandboxWorld::new(Arc::new(a), Arc::new(b), "local").with_guard(dir)
 }
 
-exec_world::sandbox_conformance_tests!(world);
+exec_world_conformance::sandbox_conformance_tests!(world);
 
 /// Local-only: file operations refuse links that lead out of the sandbox directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

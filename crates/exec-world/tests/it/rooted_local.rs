@@ -2,13 +2,11 @@
 //! the escapes a hostile agent would try (`..`, absolute paths, absolute and relative
 //! symlinks, a symlinked parent, link loops), each reaching nothing outside the root.
 
-#![cfg(feature = "conformance")]
-
 use std::sync::Arc;
 
 use bytes::Bytes;
-use exec_world::conformance::World;
 use exec_world::{ErrorKind, Fs, LocalFs, LocalSubprocess, Rooted, WorldPath, bytes_stream};
+use exec_world_conformance::World;
 
 /// A real directory holding `root/` (the anchor) and `outside/secret.txt`; removed at
 /// the end.
@@ -58,7 +56,7 @@ async fn world() -> World {
         .with_guard(guard)
 }
 
-exec_world::fs_conformance_tests!(world);
+exec_world_conformance::fs_conformance_tests!(world);
 
 #[tokio::test]
 async fn dot_dot_and_absolute_paths_stay_inside() {

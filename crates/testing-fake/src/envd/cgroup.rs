@@ -17,7 +17,7 @@ const PREFIX: &str = "e2b-local-";
 
 /// Removes the subtrees of emulators that are gone (their sandboxes died with them).
 fn sweep_stale(own: &Path) {
-    for dir in exec_world::mounts::orphaned_dirs(own, PREFIX) {
+    for dir in exec_world_sys::mounts::orphaned_dirs(own, PREFIX) {
         remove(&dir);
     }
 }
@@ -36,7 +36,7 @@ impl SandboxCgroup {
     pub(crate) fn create() -> Option<SandboxCgroup> {
         static N: AtomicU64 = AtomicU64::new(0);
         static SWEPT: std::sync::Once = std::sync::Once::new();
-        let own = exec_world::mounts::own_cgroup_dir()?;
+        let own = exec_world_sys::mounts::own_cgroup_dir()?;
         SWEPT.call_once(|| sweep_stale(&own));
         let n = N.fetch_add(1, Ordering::Relaxed);
         let dir = own.join(format!("{PREFIX}{}-{n}", std::process::id()));

@@ -1,9 +1,8 @@
 //! Pseudo-terminals for PTY processes: the pair and the controlling terminal come from
-//! exec-world's one PTY helper; this adds a non-blocking async master and resize.
+//! exec-world-sys's one PTY helper; this adds a non-blocking async master and resize.
 
 use std::os::fd::OwnedFd;
 
-use exec_world::TermSize;
 use rustix::fs::OFlags;
 use tokio::io::unix::AsyncFd;
 
@@ -15,14 +14,14 @@ pub(crate) struct Master {
 
 /// Open a PTY pair of the given size: (master, slave), both close-on-exec.
 pub(crate) fn open(cols: u16, rows: u16) -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let pty = exec_world::pty::open(TermSize { cols, rows })?;
+    let pty = exec_world_sys::pty::open(cols, rows)?;
     Ok((pty.master, pty.slave))
 }
 
 /// Make the calling child process a session leader with `fd 0` as controlling terminal
 /// (called in `pre_exec`).
 pub(crate) fn make_controlling() -> std::io::Result<()> {
-    exec_world::pty::make_controlling_terminal()
+    exec_world_sys::pty::make_controlling_terminal()
 }
 
 impl Master {
@@ -64,6 +63,6 @@ impl Master {
 
     /// Set the terminal size.
     pub(crate) fn resize(&self, cols: u16, rows: u16) -> std::io::Result<()> {
-        exec_world::pty::set_size(self.fd.get_ref(), TermSize { cols, rows })
+        exec_world_sys::pty::set_size(self.fd.get_ref(), cols, rows)
     }
 }

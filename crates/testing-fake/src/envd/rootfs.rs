@@ -86,7 +86,7 @@ fn host_mounts() -> Vec<HostMount> {
             let fields: Vec<&str> = l.split(' ').collect();
             let id = fields.first()?.parse().ok()?;
             let parent = fields.get(1)?.parse().ok()?;
-            let path = exec_world::mounts::unescape_mountinfo(fields.get(4)?);
+            let path = exec_world_sys::mounts::unescape_mountinfo(fields.get(4)?);
             let opts = fields.get(5)?;
             let mut flags = 0;
             for o in opts.split(',') {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use e2b_core::Client;
-use exec_world::conformance::sandbox::SandboxWorld;
+use exec_world_conformance::sandbox::SandboxWorld;
 use sandbox_e2b::{E2bSandboxes, SandboxConfig};
 use testing_fake::{Emulator, EmulatorConfig};
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use e2b_core::{Client, EnvdApi, Sandbox};
-use exec_world::conformance::World;
 use exec_world::{Fs, SpawnSpec, Subprocess, WorldPath};
+use exec_world_conformance::World;
 use fs_e2b::{E2bFs, E2bFsOptions};
 use futures::StreamExt;
 use subprocess_e2b::E2bSubprocess;
