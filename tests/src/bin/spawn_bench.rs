@@ -87,7 +87,7 @@ async fn main() -> Result<(), AnyError> {
     let mut argv = std::env::args().skip(1);
     let rounds: usize = argv.next().and_then(|a| a.parse().ok()).unwrap_or(10);
     let per_round: usize = argv.next().and_then(|a| a.parse().ok()).unwrap_or(20);
-    let sb = integration_tests::EmulatedSandbox::start(Duration::from_secs(60)).await;
+    let sb = emulator_fixture::EmulatedSandbox::start(Duration::from_secs(60)).await;
     let api = sb.api.clone();
 
     // The helper, placed as the adapter places it (root-owned, 0755).

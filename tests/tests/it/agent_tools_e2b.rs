@@ -27,8 +27,8 @@ async fn host_lsp_cache() -> WorldPath {
 
 /// A fresh emulator, a fresh `base` sandbox, and both adapters over its one handle.
 async fn e2b_world() -> ToolWorld {
-    let integration_tests::EmulatedSandbox { api, emu, .. } =
-        integration_tests::EmulatedSandbox::start(Duration::from_secs(60)).await;
+    let emulator_fixture::EmulatedSandbox { api, emu, .. } =
+        emulator_fixture::EmulatedSandbox::start(Duration::from_secs(60)).await;
     let scratch = WorldPath::new("/home/user/agent-tools-scratch").expect("path");
     let fs =
         fs_e2b::E2bFs::new(api.clone(), fs_e2b::E2bFsOptions::new("/home/user")).expect("E2bFs");

@@ -3,11 +3,9 @@
 //! activity through the keep-alive decorator, and a fresh lease costs no control-plane
 //! request.
 
-use crate::e2b_core_support;
-
 use bytes::Bytes;
 use e2b_core::lifecycle::{KeepAliveConfig, OwnerOptions, SandboxOwner};
-use e2b_core_support::{client, emulator};
+use emulator_fixture::{client, emulator};
 use exec_world::{Fs as _, SpawnSpec, Subprocess as _, WorldPath};
 use fs_e2b::{E2bFs, E2bFsOptions};
 use subprocess_e2b::{E2bSubprocess, E2bSubprocessOptions};

@@ -17,7 +17,7 @@ use testing_fake::{FaultAction, FaultRule, Plane};
 async fn lifecycle_create_get_timeout_refresh_pause_connect_kill() {
     let emu = emulator().await;
     // Without retries: each injected fault below maps to one error (retries are proven
-    // in tests/tests/it/e2b_core_retry.rs).
+    // in crates/e2b-core/tests/it/e2b_core_retry.rs).
     let c = client(&emu).with_retry_policy(e2b_core::retry::RetryPolicy::none());
     let sb = c
         .create(
@@ -381,7 +381,7 @@ async fn wrong_key_is_401_and_never_printed() {
 async fn rate_limit_conflict_server_error_reset_and_timeout() {
     let emu = emulator().await;
     // Single faults and how each maps: without retries (they are proven in
-    // tests/tests/it/e2b_core_retry.rs).
+    // crates/e2b-core/tests/it/e2b_core_retry.rs).
     let c = client(&emu).with_retry_policy(e2b_core::retry::RetryPolicy::none());
     let sb = sandbox(&c).await;
     let on_get = |action: FaultAction| {

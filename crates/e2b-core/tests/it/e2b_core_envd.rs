@@ -646,7 +646,7 @@ fn envd_rule(action: FaultAction, path: &str) -> FaultRule {
 async fn envd_faults_map_to_typed_errors() {
     let emu = emulator().await;
     // Without retries: each injected fault maps to one error (retries are proven in
-    // tests/tests/it/e2b_core_retry.rs).
+    // crates/e2b-core/tests/it/e2b_core_retry.rs).
     let c = client(&emu).with_retry_policy(e2b_core::retry::RetryPolicy::none());
     let sb = sandbox(&c).await;
     let token = sb.access_token().expect("secured").expose().to_owned();

@@ -31,7 +31,7 @@ async fn emulator() -> Emulator {
 }
 
 fn client_for(emu: &Emulator, api_url: &str) -> Client {
-    let cfg = integration_tests::emulator_config(emu, Duration::from_secs(20)).api_url(api_url);
+    let cfg = emulator_fixture::emulator_config(emu, Duration::from_secs(20)).api_url(api_url);
     Client::new(cfg).expect("client").with_retry_policy(quick())
 }
 
@@ -97,7 +97,7 @@ async fn idempotent_control_calls_retry_refusals_and_resets_a_capped_number_of_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envd_unary_reads_and_the_download_handshake_retry() {
-    let env = integration_tests::EmulatedSandbox::start(Duration::from_secs(20)).await;
+    let env = emulator_fixture::EmulatedSandbox::start(Duration::from_secs(20)).await;
     let count = |k: &str| env.emu.counters().get_on(Plane::Envd, k);
     env.emu.faults().add(
         FaultRule::new(FaultAction::Reset)
@@ -318,7 +318,7 @@ async fn a_dropped_pooled_connection_does_not_fail_the_next_call() {
 async fn a_goaway_never_fails_the_next_call() {
     let emu = emulator().await;
     for http2 in [true, false] {
-        let cfg = integration_tests::emulator_config(&emu, Duration::from_secs(20)).http2(http2);
+        let cfg = emulator_fixture::emulator_config(&emu, Duration::from_secs(20)).http2(http2);
         // No retries: the next call must succeed on its own, not by being sent again.
         let c = Client::new(cfg)
             .expect("client")
@@ -354,7 +354,7 @@ async fn a_read_on_a_dropped_pooled_connection_is_sent_again_without_retries() {
     let emu = emulator().await;
     let proxy = Proxy::start(emu.addr()).await;
     for http2 in [false, true] {
-        let cfg = integration_tests::emulator_config(&emu, Duration::from_secs(20))
+        let cfg = emulator_fixture::emulator_config(&emu, Duration::from_secs(20))
             .api_url(&proxy.url)
             .sandbox_url(&proxy.url)
             .http2(http2);

@@ -841,7 +841,7 @@ async fn envd_failures_have_one_kind_and_name_operation_path_and_cause_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_writes_work_over_http2() {
     let env = env().await;
-    let cfg = integration_tests::emulator_config(&env.emu, Duration::from_secs(20)).http2(true);
+    let cfg = emulator_fixture::emulator_config(&env.emu, Duration::from_secs(20)).http2(true);
     let client = e2b_core::Client::new(cfg).expect("client");
     let sb = client
         .connect(env.sandbox.id(), e2b_core::ConnectOptions::default())

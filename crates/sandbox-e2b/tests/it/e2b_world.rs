@@ -15,7 +15,7 @@ async fn emulator() -> (Emulator, e2b_core::Client) {
     let emu = Emulator::start(EmulatorConfig::default())
         .await
         .expect("emulator");
-    let client = e2b_core::Client::new(integration_tests::emulator_config(
+    let client = e2b_core::Client::new(emulator_fixture::emulator_config(
         &emu,
         Duration::from_secs(30),
     ))

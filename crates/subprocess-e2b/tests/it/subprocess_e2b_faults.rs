@@ -215,7 +215,7 @@ async fn a_frozen_envd_ends_wait_with_an_error_and_drop_still_kills() {
     let env = env().await;
     let direct = proc_of(&env).await;
     let proxy = FreezingProxy::start(env.emu.addr()).await;
-    let cfg = integration_tests::emulator_config(&env.emu, Duration::from_secs(3))
+    let cfg = emulator_fixture::emulator_config(&env.emu, Duration::from_secs(3))
         .sandbox_url(proxy.url.clone())
         .stream_idle_timeout(Some(Duration::from_secs(2)));
     let client = Client::new(cfg).expect("client");

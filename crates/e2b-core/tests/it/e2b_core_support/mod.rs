@@ -6,23 +6,12 @@
 use std::time::Duration;
 
 use e2b_core::{Client, Config, CreateOptions, Sandbox};
-use testing_fake::{Emulator, EmulatorConfig};
-
-/// Start a fresh emulator.
-pub async fn emulator() -> Emulator {
-    Emulator::start(EmulatorConfig::default())
-        .await
-        .expect("emulator starts")
-}
+pub use emulator_fixture::{client, emulator};
+use testing_fake::Emulator;
 
 /// A client configuration pointed at the emulator.
 pub fn config(emu: &Emulator) -> Config {
-    integration_tests::emulator_config(emu, Duration::from_secs(30))
-}
-
-/// A control-plane client for the emulator.
-pub fn client(emu: &Emulator) -> Client {
-    Client::new(config(emu)).expect("client")
+    emulator_fixture::emulator_config(emu, Duration::from_secs(30))
 }
 
 /// A fresh secured sandbox of the `base` template.

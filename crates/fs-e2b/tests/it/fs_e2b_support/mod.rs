@@ -29,12 +29,12 @@ pub struct Env {
 
 /// Start an emulator and create a `base` sandbox on it.
 pub async fn env() -> Env {
-    let integration_tests::EmulatedSandbox {
+    let emulator_fixture::EmulatedSandbox {
         api,
         sandbox,
         client,
         emu,
-    } = integration_tests::EmulatedSandbox::start(Duration::from_secs(60)).await;
+    } = emulator_fixture::EmulatedSandbox::start(Duration::from_secs(60)).await;
     let fs = E2bFs::new(api.clone(), E2bFsOptions::new("/home/user")).expect("E2bFs");
     Env {
         emu,
@@ -59,14 +59,21 @@ pub async fn scratch(fs: &E2bFs) -> WorldPath {
 /// A conformance world: its own emulator and sandbox (kept alive by the world).
 pub async fn world() -> World {
     let env = env().await;
-    let scratch = scratch(&env.fs).await;
-    let fs: Arc<dyn Fs> = Arc::new(env.fs.clone());
+    world_on(env.api.clone(), env).await
+}
+
+/// A conformance world on any envd (the emulator's, or one given by URL): `E2bFs` and
+/// `E2bSubprocess` at `/home/user` (the `base` template's user), a fresh scratch
+/// directory, `guard` kept alive with the world.
+pub async fn world_on(api: Arc<dyn EnvdApi>, guard: impl std::any::Any + Send + Sync) -> World {
+    let fs = E2bFs::new(api.clone(), E2bFsOptions::new("/home/user")).expect("E2bFs");
+    let scratch = scratch(&fs).await;
     let proc: Arc<dyn Subprocess> = Arc::new(
         subprocess_e2b::E2bSubprocess::new(
-            env.api.clone(),
+            api,
             subprocess_e2b::E2bSubprocessOptions::new("/home/user"),
         )
         .expect("E2bSubprocess"),
     );
-    World::new(fs, proc, scratch).with_guard(env)
+    World::new(Arc::new(fs), proc, scratch).with_guard(guard)
 }

@@ -21,7 +21,7 @@ pub async fn env() -> Env {
     let emu = Emulator::start(EmulatorConfig::default())
         .await
         .expect("emulator starts");
-    let client = Client::new(integration_tests::emulator_config(
+    let client = Client::new(emulator_fixture::emulator_config(
         &emu,
         Duration::from_secs(30),
     ))

@@ -23,12 +23,12 @@ pub struct Env {
 }
 
 pub async fn env() -> Env {
-    let integration_tests::EmulatedSandbox {
+    let emulator_fixture::EmulatedSandbox {
         api,
         sandbox,
         client,
         emu,
-    } = integration_tests::EmulatedSandbox::start(Duration::from_secs(30)).await;
+    } = emulator_fixture::EmulatedSandbox::start(Duration::from_secs(30)).await;
     Env {
         emu,
         client,
@@ -65,17 +65,38 @@ pub async fn world_sh() -> World {
 }
 
 async fn world_of(env: Env, proc: E2bSubprocess) -> World {
-    let scratch: WorldPath = format!("{}/scratch-{}", proc.cwd(), std::process::id())
-        .parse()
-        .expect("scratch path");
-    env.api
-        .make_dir(scratch.as_str(), None)
+    let api = env.api.clone();
+    world_with(api, proc, env).await
+}
+
+/// A conformance world on any envd (the emulator's, or one given by URL): the adapter at
+/// the user's home, `fs_e2b::E2bFs` beside it, a fresh scratch directory, `guard` kept
+/// alive with the world.
+pub async fn world_on(api: Arc<dyn EnvdApi>, guard: impl std::any::Any + Send + Sync) -> World {
+    let proc = E2bSubprocess::at_home(api.clone(), None)
+        .await
+        .expect("adapter");
+    world_with(api, proc, guard).await
+}
+
+async fn world_with(
+    api: Arc<dyn EnvdApi>,
+    proc: E2bSubprocess,
+    guard: impl std::any::Any + Send + Sync,
+) -> World {
+    let scratch: WorldPath = format!(
+        "{}/scratch-{}",
+        proc.cwd(),
+        e2b_core::trusted_shell::random_suffix()
+    )
+    .parse()
+    .expect("scratch path");
+    api.make_dir(scratch.as_str(), None)
         .await
         .expect("scratch dir");
-    let fs: Arc<dyn Fs> = Arc::new(
-        E2bFs::new(env.api.clone(), E2bFsOptions::new(proc.cwd().as_str())).expect("E2bFs"),
-    );
-    World::new(fs, Arc::new(proc), scratch).with_guard(env)
+    let fs: Arc<dyn Fs> =
+        Arc::new(E2bFs::new(api.clone(), E2bFsOptions::new(proc.cwd().as_str())).expect("E2bFs"));
+    World::new(fs, Arc::new(proc), scratch).with_guard(guard)
 }
 
 /// `fut`, or a panic naming `what` after `secs` seconds (a hang is a failure, not a wait).
