@@ -68,7 +68,7 @@
 //!
 //! # Environment
 //!
-//! The trusted trusted shell (root, random root-level `HOME`, no profile) looks the user
+//! The trusted shell (root, random root-level `HOME`, no profile) looks the user
 //! up with `getent passwd` (home, shell) and reads envd's `PATH`, once per adapter.
 //! Every process gets `EXEC_WORLD_SPAWN=<marker>` and:
 //! - [`EnvBase::Clean`](exec_world::EnvBase): `env -i` + exactly the explicit variables;

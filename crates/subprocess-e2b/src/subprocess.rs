@@ -159,7 +159,7 @@ impl E2bSubprocess {
         self.world.spawn_setup(&info).await.map(|_| ())
     }
 
-    /// The sandbox user as the trusted trusted shell found it (`getent passwd`).
+    /// The sandbox user as the trusted shell found it (`getent passwd`).
     pub async fn user_info(&self) -> Result<UserInfo, Error> {
         self.world.user_info().await
     }

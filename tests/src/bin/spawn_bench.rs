@@ -1,5 +1,5 @@
 //! `spawn_bench`: what each way of starting a program through envd costs, on one emulator
-//! in one run (issue 11's exec target: subprocess-e2b `true` p50 <= 1.5x a raw `Start`).
+//! in one run (the exec target: subprocess-e2b `true` p50 <= 1.5x a raw `Start`).
 //!
 //! Run: `cargo run --release -p integration-tests --bin spawn_bench [-- ROUNDS PER_ROUND]`
 //! (default 10 rounds of 20). Every round runs each option `PER_ROUND` times in turn, so

@@ -1,7 +1,7 @@
-//! The official Python SDK against the emulator's sandbox boundary (issue 12 causes 4 and
-//! 5): `tests/sdk/isolation.py` writes as root outside the template's paths, uses `sudo`
-//! as `user`, and checks that the boot id and uptime belong to the sandbox and that a
-//! reboot renews them while files stay. Needs root (namespaces) and `sudo` on the host.
+//! The official Python SDK against the emulator's sandbox boundary (a root filesystem the
+//! sandbox may write, and boots of its own): `tests/sdk/isolation.py` writes as root
+//! outside the template's paths, uses `sudo` as `user`, and checks that the boot id and
+//! uptime belong to the sandbox and that a reboot renews them while files stay. Needs root (namespaces) and `sudo` on the host.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::sdk_support;

@@ -1,5 +1,5 @@
-//! `world-bench`: the figures of issue 11, every contender side by side, against one
-//! emulator, in one run.
+//! `world-bench`: the speed and memory figures with their targets, every contender side
+//! by side, against one emulator, in one run.
 //!
 //! Run: `cargo run --release -p integration-tests --bin world-bench -- [--quick | --tiny]
 //! [--json PATH]` (`--help` lists the options).

@@ -1,4 +1,4 @@
-//! What one run measures: the figures of issue 11 and the contenders of each.
+//! What one run measures: the speed and memory figures and the contenders of each.
 
 /// One figure: an id (JSON key), a title, and its concurrency (exec rounds only).
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! The results of a run: one table per figure with ratios against the issue's baselines,
-//! the issue's targets (which hold), and the JSON for comparisons across commits.
+//! the targets (which hold), and the JSON for comparisons across commits.
 
 use serde_json::{Value, json};
 
@@ -117,7 +117,7 @@ pub fn print(results: &[FigureResult]) {
     }
 }
 
-/// One of the issue's targets, evaluated.
+/// One of the targets, evaluated.
 pub struct Target {
     /// What it says.
     pub name: String,
@@ -165,7 +165,7 @@ fn check(
     })
 }
 
-/// The targets of issue 11 that this run's figures decide.
+/// The speed and memory targets that this run's figures decide.
 pub fn targets(results: &[FigureResult]) -> Vec<Target> {
     let mut t = Vec::new();
     // "<= 1.5x a raw envd Start of the same program": subprocess-e2b runs `true`, the
@@ -232,7 +232,7 @@ pub fn targets(results: &[FigureResult]) -> Vec<Target> {
 
 /// Prints the targets.
 pub fn print_targets(targets: &[Target]) {
-    println!("\n== targets (issue 11)");
+    println!("\n== targets");
     for t in targets {
         let mark = match t.holds {
             Some(true) => "holds",
