@@ -188,14 +188,7 @@ impl Error {
     /// gone one answers 404) before treating it as gone; a retry layer must not retry it
     /// as a plain 502.
     pub fn is_unroutable(&self) -> bool {
-        matches!(
-            self,
-            Error::SandboxNotFound {
-                surface: Surface::Envd,
-                status: 502,
-                ..
-            }
-        )
+        self.disposition() == crate::Disposition::Unroutable
     }
 
     /// True when the connection to envd broke mid-request or mid-stream (transport
@@ -241,17 +234,10 @@ impl Error {
         matches!(self, Error::Timeout { .. }) || self.connect_code() == Some(Code::DeadlineExceeded)
     }
 
-    /// True when retrying later may help (429, 502/503/504, transport, timeout).
+    /// True when retrying later may help: [`Disposition::Temporary`](crate::Disposition)
+    /// in the one table ([`Error::disposition`]).
     pub fn is_retryable(&self) -> bool {
-        match self {
-            Error::RateLimited { .. } | Error::Transport { .. } | Error::Timeout { .. } => true,
-            Error::Server { status, .. } => matches!(status, 502..=504),
-            // The proxy's 502 for a sandbox it cannot route: gone or paused, never a
-            // transient failure (see `is_unroutable`).
-            Error::SandboxNotFound { .. } => false,
-            Error::Envd { code, .. } => matches!(code, Code::Unavailable),
-            _ => false,
-        }
+        matches!(self.disposition(), crate::Disposition::Temporary { .. })
     }
 
     /// The Connect code of an envd error.
@@ -322,8 +308,12 @@ impl Error {
                     status: Some(status),
                 };
             }
-            // The edge proxy's JSON for a sandbox that is gone (killed, expired, unknown).
-            if status == 502 && text.contains("sandbox was not found") {
+            // The edge proxy's JSON for a sandbox it cannot route to (gone, or paused: 502;
+            // older deployments answer a paused one with 409): a numeric `code` equal to
+            // the status and the `sandboxId` it was asked for, a shape envd never sends.
+            let proxy = obj.is_some_and(|o| o.contains_key("sandboxId"))
+                && num_code == Some(i64::from(status));
+            if proxy && matches!(status, 502 | 409) {
                 return Error::SandboxNotFound {
                     surface,
                     status,

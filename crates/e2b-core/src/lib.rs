@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod config;
+pub mod disposition;
 pub mod envd;
 pub mod error;
 mod http;
@@ -33,6 +34,7 @@ pub use envd::{
     ByteStream, Download, FileOp, MessageStream, ProcessOutput, ProcessStream, StartProcess,
     StreamOptions, WatchOptions, WatchStream, bytes_stream, file_signature, reader_stream,
 };
+pub use disposition::Disposition;
 pub use error::{Error, Surface};
 pub use sandbox::{EnvdApi, Sandbox, SandboxParts};
 

@@ -13,7 +13,7 @@
 //! | `RateLimited` (429) | `Transport` | yes |
 //! | `Server` 502/503/504, `Transport` (reset, refused, cut body), envd `unavailable` | `Transport` | yes |
 //! | `Protocol` | `Transport` | only a stream cut short ([`Error::is_connection_lost`]) |
-//! | `Timeout`, envd `deadline_exceeded` | `Timeout` | ours yes, envd's no |
+//! | `Timeout`, envd `deadline_exceeded` | `Timeout` | no |
 //! | envd `canceled` | `Cancelled` | no |
 //! | envd `not_found` / `already_exists` | `NotFound` / `AlreadyExists` | no |
 //! | envd `invalid_argument` saying "is a directory" / "not a directory" | `IsADirectory` / `NotADirectory` | no |
@@ -21,8 +21,8 @@
 //! | envd `unimplemented` | `Unsupported` | no |
 //! | other 5xx, other envd codes, `EndpointNotFound`, `Conflict`, `Http`, `Source`, `ControlCommand` | `Other` | no |
 //!
-//! "Temporary" is [`Error::is_retryable`] or [`Error::is_connection_lost`]: this table
-//! does not classify retries a second time.
+//! "Temporary" is [`Error::disposition`] (the one table, via [`Error::is_retryable`]) or
+//! [`Error::is_connection_lost`]: this table does not classify retries a second time.
 
 use exec_world::ErrorKind;
 
@@ -33,6 +33,8 @@ impl Error {
     /// The exec-world kind of this error (the table in the [module docs](self)).
     pub fn world_kind(&self) -> ErrorKind {
         match self {
+            // Gone, or unroutable behind the proxy (paused or gone): the caller without a
+            // lease to renew cannot reach it either way.
             Error::SandboxNotFound { .. } => ErrorKind::Gone,
             Error::TemplateNotFound { .. } => ErrorKind::NotFound,
             Error::Unauthorized { .. } | Error::Forbidden { .. } => ErrorKind::PermissionDenied,

@@ -53,6 +53,7 @@ async fn open(
     let held = match holder::start(
         sh,
         scripts::READ_HOLDER,
+        "",
         &[abs.as_str(), &limit_arg],
         lifetime,
         abs,
@@ -114,6 +115,47 @@ pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Resu
     let (released, body) = tokio::join!(release(&mut h, abs, "read"), body);
     released?;
     body
+}
+
+/// At most `max` bytes from the start of `abs`, in one request: a cat holder of the
+/// acting user opens the file (a FIFO, socket or device is refused, never opened for
+/// reading) and copies its head to its stdout; root never touches a path or a
+/// descriptor of the user. A holder the user stops or kills is `Interrupted`.
+pub(crate) async fn read_head(sh: &Shared, abs: &WorldPath, max: u64) -> Result<Bytes, Error> {
+    const WHAT: &str = "read";
+    let [uid, gid, groups] = holder::who(sh).await?;
+    let max_arg = max.to_string();
+    let argv = [
+        scripts::CAT_HOLDER,
+        "split",
+        &uid,
+        &gid,
+        &groups,
+        "",
+        abs.as_str(),
+        &max_arg,
+    ];
+    let room = usize::try_from(max)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1)
+        .max(64 << 10);
+    let out = e2b_core::trusted_shell::TrustedShell::new(sh.api.clone())
+        .acting_user(Some("root".to_owned()))
+        .env("LC_ALL", "C")
+        .timeout(Some(sh.command_timeout))
+        .max_output(room)
+        .run(scripts::HOLDER_WRAPPER, &argv)
+        .await
+        .map_err(|e| e.into_world(WHAT).with_path(abs))?;
+    if out.exit_code != 0 {
+        return Err(holder::failure(out.exit_code, &out.stderr, abs, None, WHAT));
+    }
+    if out.truncated {
+        return Err(Error::other("the holder printed more than it was asked for")
+            .with_op(WHAT)
+            .with_path(abs));
+    }
+    Ok(Bytes::from(out.stdout))
 }
 
 /// Splits `b` into pieces of at most [`CHUNK`] bytes.

@@ -58,41 +58,99 @@ pub(crate) const EXIT_UNPROTECTED: i32 = 71;
 /// Exit code of a write holder told anything but `commit` (it removed its staging dir).
 pub(crate) const EXIT_ABORTED: i32 = 75;
 
-/// As root: runs a holder, `$1` ([`READ_HOLDER`] or [`WRITE_HOLDER`]) with the rest as
-/// its arguments, in `perl` with an empty environment (no `PERL5LIB` or `PERL5OPT`
-/// reaches root's interpreter), stderr on stdout.
-pub(crate) const HOLDER_WRAPPER: &str = r#"command -v perl >/dev/null || { echo "perl: not found"; echo e71; exit 71; }
-s=$1; shift
+/// As root: runs a holder, `$1` ([`READ_HOLDER`], [`WRITE_HOLDER`] or [`CAT_HOLDER`])
+/// with the rest after `$2` as its arguments, in `perl` with an empty environment (no
+/// `PERL5LIB` or `PERL5OPT` reaches root's interpreter). `$2` = `merge`: stderr on
+/// stdout (the status protocol of [`crate::holder`]); `split`: stdout carries the data
+/// of a [`CAT_HOLDER`], stderr its status.
+pub(crate) const HOLDER_WRAPPER: &str = r#"command -v perl >/dev/null || { echo "perl: not found" >&2; echo e71 >&2; exit 71; }
+s=$1; m=$2; shift 2
+[ "$m" = split ] && exec env -i LC_ALL=C perl -e "$s" -- "$@"
 exec env -i LC_ALL=C perl -e "$s" -- "$@" 2>&1"#;
 
-/// The start shared by both holders (perl; the first arguments are uid, gid, groups).
-/// The root process forks; the child takes the acting user's gid, groups and uid (real,
+/// Exit code of a holder that was stopped or killed (by the user) before it was done:
+/// the operation was interrupted.
+pub(crate) const EXIT_INTERRUPTED: i32 = 76;
+
+/// Exit codes from `ERRNO_BASE + 1` name the `errno` of the failed call (`101` EPERM,
+/// `102` ENOENT, `113` EACCES, …): kinds come from numbers, never from text.
+pub(crate) const ERRNO_BASE: i32 = 100;
+
+/// The start shared by the holders (perl; the first arguments are the acting user (a
+/// name, or uid, gid and groups) and a root staging file or empty). The root process
+/// resolves a user name itself (no extra request), opens and unlinks the root staging
+/// file when one is given (a path under a root-only directory: the user never controls
+/// it), then forks; the child takes the acting user's gid, groups and uid (real,
 /// effective and saved) without exec'ing anything, so the kernel keeps it non-dumpable:
 /// no process of the user can ptrace it or open its `/proc` entries, hence none can
 /// change what its descriptors are (it checks that its `/proc/PID/fd` is root's). The
 /// root parent reaps the child only once the child said so on a private pipe (`done`),
 /// which it does only when root no longer opens its descriptors: a child the user kills
-/// stays a zombie, its pid is not reused and `/proc/PID/fd` is empty. The parent then
-/// exits with the child's status. `fail` prints the cause, then `eCODE`.
+/// stays a zombie, its pid is not reused and `/proc/PID/fd` is empty. The parent watches
+/// the child: one the user stopped is killed, and a child that was stopped or killed
+/// makes the parent print `e76` (interrupted) at once; before `done` it then waits for
+/// a line or EOF on stdin (the caller let go of the descriptor) before reaping. `fail`
+/// prints the cause, then `eCODE`, on stderr; `failno` makes the code from `errno`.
 macro_rules! holder_start {
     () => {
         r#"use Fcntl qw(O_RDONLY O_WRONLY O_CREAT O_EXCL O_NOFOLLOW O_NONBLOCK O_NOCTTY F_GETFD F_SETFD FD_CLOEXEC);
-my ($uid, $gid, $groups) = splice(@ARGV, 0, 3);
+use POSIX qw(WUNTRACED);
+my ($uid, $gid, $groups, $src_path) = splice(@ARGV, 0, 4);
 $| = 1;
-pipe(my $pr, my $pw) or do { print "pipe: $!\ne1\n"; exit 1 };
+sub early { print STDERR "$_[1]\ne$_[0]\n"; exit $_[0] }
+if ($uid !~ /^[0-9]+$/) {
+  my $name = $uid;
+  my @pw = getpwnam($name) or early(1, "unknown user $name");
+  ($uid, $gid) = ($pw[2], $pw[3]);
+  my @g = ($gid);
+  setgrent();
+  while (my @gr = getgrent()) { push @g, $gr[2] if grep { $_ eq $name } split / /, $gr[3] }
+  endgrent();
+  $groups = join ' ', @g;
+}
+my $SRC;
+if (length $src_path) {
+  sysopen($SRC, $src_path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK) or early(1, "staged data: $!");
+  unlink $src_path;
+  my @sst = stat($SRC);
+  early(1, "staged data: not a root file") unless @sst && -f _ && $sst[4] == 0;
+}
+pipe(my $pr, my $pw) or early(1, "pipe: $!");
 my $pid = fork();
-do { print "fork: $!\ne1\n"; exit 1 } unless defined $pid;
+early(1, "fork: $!") unless defined $pid;
 if ($pid) {
-  close $pw; close STDIN;
+  close $pw; close $SRC if $SRC;
+  my $hit = 0;
+  my $stopped = sub {
+    open(my $st, '<', "/proc/$pid/stat") or return 0;
+    my $l = <$st> // '';
+    return $l =~ /\) [Tt] / ? 1 : 0;
+  };
+  my $rin = ''; vec($rin, fileno($pr), 1) = 1;
+  until (select(my $r = $rin, undef, undef, 0.1) > 0) {
+    if ($stopped->()) { kill 'KILL', $pid; $hit = 1 }
+  }
   my $word = <$pr>;
-  sleep 3600 while !defined $word;
-  waitpid($pid, 0);
-  exit($? & 127 ? 1 : $? >> 8);
+  if (!defined $word) {
+    print STDERR "the holder was stopped or killed before it was done: interrupted\ne76\n";
+    my $x = <STDIN>;
+    waitpid($pid, 0);
+    exit 76;
+  }
+  close STDIN;
+  while (1) {
+    my $w = waitpid($pid, WUNTRACED);
+    last if $w != $pid || ($? & 0xff) != 0x7f;
+    kill 'KILL', $pid; $hit = 1;
+  }
+  if ($hit || ($? & 127)) { print STDERR "the holder was stopped or killed: interrupted\ne76\n"; exit 76 }
+  exit($? >> 8);
 }
 close $pr;
 my $said = 0;
 sub done { return if $said; $said = 1; print $pw "r\n"; close $pw }
-sub fail { my ($code, $msg) = @_; done(); print "$msg\n" if defined $msg; print "e$code\n"; exit $code }
+sub fail { my ($code, $msg) = @_; done(); print STDERR "$msg\n" if defined $msg; print STDERR "e$code\n"; exit $code }
+sub failno { my ($msg) = @_; my $n = $! + 0; my $t = "$!"; fail($n > 0 && $n < 156 ? 100 + $n : 1, "$msg: $t") }
 $) = "$gid $groups"; $( = $gid; $> = $uid; $< = $uid;
 fail(71, "cannot act as $uid:$gid") unless $< == $uid && $> == $uid && $( == $gid && $) == $gid;
 my @pfd = stat("/proc/$$/fd");
@@ -109,8 +167,13 @@ fail(71, "the holder is reachable by the user (fs.suid_dumpable?)") unless @pfd 
 pub(crate) const READ_HOLDER: &str = concat!(
     holder_start!(),
     r#"my ($path, $limit) = @ARGV;
-sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or fail(2, "$path: $!");
-my @st = stat($fh) or fail(1, "$path: $!");
+sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or do {
+  my ($n, $t) = ($! + 0, "$!");
+  fail(64) unless -e $path;
+  fail(69) unless -f _;
+  $! = $n; failno($path);
+};
+my @st = stat($fh) or failno($path);
 fail(67) if -d _;
 fail(69) unless -f _;
 fail(68) if length($limit) && $st[7] > $limit;
@@ -120,19 +183,36 @@ done();
 exit 0;"#
 );
 
-/// The write holder (arguments after the ids: target, parent, staging dir, create
-/// parents `1`/`0`, mode (octal, empty: the existing file's, else 644), `create`
-/// (`1`: `create_if_absent`), the `find -printf` record format). As the user: 65 when
-/// creating and anything is at the target; parent checks (made 0755 when asked);
-/// target not a directory; the staging dir made 0700 and `data` in it created
-/// (`O_EXCL`, no link followed); prints `ok PID FD` and waits for a line on stdin while
-/// envd's root `POST /files` writes `/proc/PID/fd/FD`, the file this user created.
-/// `commit`: a write gets the mode and is renamed over the target, then its record is
-/// printed (through the held descriptor); a create gets 0644 and is hard-linked to the
-/// target (65 when anything is there). Anything else: the staging dir is removed, 75.
+/// The write holder (arguments after the ids and the root staging file: target,
+/// parent, staging dir, create parents `1`/`0`, mode (octal, empty: the existing
+/// file's, else 644), `create` (`1`: `create_if_absent`), the `find -printf` record
+/// format, follow (`1`: a final link is followed, with the user's rights, and the
+/// staging dir goes next to what it names)). As the user: 65 when creating and anything
+/// is at the target; parent checks (made 0755 when asked); target not a directory; the
+/// staging dir made 0700 and `data` in it created (`O_EXCL`, no link followed); prints
+/// `ok PID FD`. With a root staging file, its bytes are copied in and the holder goes
+/// on at once (no `/proc` path is ever used by root). Without, it waits for a line on
+/// stdin while envd's root `POST /files` writes `/proc/PID/fd/FD`, the file this user
+/// created. `commit`: a write gets the mode and is renamed over the target, then its
+/// record is printed (through the held descriptor); a create gets 0644 and is
+/// hard-linked to the target (65 when anything is there). Anything else: the staging
+/// dir is removed, 75. Failed calls exit with `100 + errno`.
 pub(crate) const WRITE_HOLDER: &str = concat!(
     holder_start!(),
-    r#"my ($t, $p, $s, $mkp, $mode, $create, $fmt) = @ARGV;
+    r#"my ($t, $p, $s, $mkp, $mode, $create, $fmt, $follow) = @ARGV;
+if ($follow) {
+  my $n = 0;
+  while (-l $t) {
+    $! = 40; failno($t) if ++$n > 40;
+    my $l = readlink($t);
+    defined $l or failno("readlink $t");
+    if ($l =~ m{^/}) { $t = $l } else { (my $d = $t) =~ s{[^/]*$}{}; $t = $d . $l }
+  }
+  ($p = $t) =~ s{/+[^/]*$}{};
+  $p = '/' if $p eq '';
+  (my $b = $s) =~ s{.*/}{};
+  $s = ($p eq '/' ? '' : $p) . "/$b";
+}
 my $f = "$s/data";
 sub clean {
   for (1 .. 3) {
@@ -149,36 +229,90 @@ unless (-d $p) {
   for my $c (grep { length } split m{/}, $p) {
     $acc .= "/$c";
     next if -d $acc;
-    mkdir($acc, 0755) or -d $acc or fail(1, "mkdir $acc: $!");
+    mkdir($acc, 0755) or -d $acc or failno("mkdir $acc");
   }
 }
 fail(67) if !$create && -d $t && !-l $t;
 my $m = $create ? '644' : $mode;
 if ($m eq '') {
   $m = '644';
-  if (-f $t && !-l $t) { my @st = stat($t) or fail(1, "$t: $!"); $m = sprintf('%o', $st[2] & 07777) }
+  if (-f $t && !-l $t) { my @st = stat($t) or failno($t); $m = sprintf('%o', $st[2] & 07777) }
 }
-mkdir($s, 0700) or fail(1, "mkdir $s: $!");
-sysopen(my $fh, $f, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600) or do { my $e = $!; clean(); fail(1, "$f: $e") };
+mkdir($s, 0700) or failno("mkdir $s");
+sysopen(my $fh, $f, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600) or do { my $e = $! + 0; clean(); $! = $e; failno($f) };
 print "ok $$ ", fileno($fh), "\n";
-my $go = <STDIN>;
+my $go;
+if ($SRC) {
+  while (1) {
+    my $n = sysread($SRC, my $buf, 1 << 16);
+    if (!defined $n) { my $e = $! + 0; clean(); $! = $e; failno("read staged data") }
+    last if $n == 0;
+    my $off = 0;
+    while ($off < $n) {
+      my $w = syswrite($fh, $buf, $n - $off, $off);
+      if (!defined $w) { my $e = $! + 0; clean(); $! = $e; failno($t) }
+      $off += $w;
+    }
+  }
+  close $SRC;
+  $go = 'commit';
+} else {
+  $go = <STDIN>;
+}
 done();
 $go = '' unless defined $go;
 chomp $go;
 if ($go ne 'commit') { clean(); exit 75 }
-chmod(oct($m), $fh) or do { my $e = $!; clean(); fail(1, "chmod $t: $e") };
+chmod(oct($m), $fh) or do { my $e = $! + 0; clean(); $! = $e; failno("chmod $t") };
 if ($create) {
   if (link($f, $t)) { clean(); exit 0 }
-  my $e = $!;
+  my $e = $! + 0;
   clean();
   fail(65) if -e $t || -l $t;
-  fail(1, "link $t: $e");
+  $! = $e; failno("link $t");
 }
-rename($f, $t) or do { my $e = $!; clean(); fail(1, "rename $t: $e") };
+rename($f, $t) or do { my $e = $! + 0; clean(); $! = $e; failno("rename $t") };
 clean();
 my $fl = fcntl($fh, F_GETFD, 0);
 fcntl($fh, F_SETFD, $fl & ~FD_CLOEXEC) if defined $fl;
-exec('find', '-L', "/proc/$$/fd/" . fileno($fh), '-maxdepth', '0', '-printf', $fmt) or fail(1, "find: $!");"#
+exec('find', '-L', "/proc/$$/fd/" . fileno($fh), '-maxdepth', '0', '-printf', $fmt) or failno("find");"#
+);
+
+/// The cat holder (arguments after the ids and an empty staging argument: path, the
+/// most bytes to copy). It opens the path once (`O_NONBLOCK`: a FIFO never blocks it;
+/// nothing at the path, or a path the user cannot see, is 64), refuses a directory (67)
+/// or anything not a regular file (69), says `done` (root never touches its
+/// descriptors) and copies at most that many bytes of the open file to stdout; its
+/// status goes to stderr. One request reads a file's head as the user: the
+/// provider's `read_file`.
+pub(crate) const CAT_HOLDER: &str = concat!(
+    holder_start!(),
+    r#"my ($path, $max) = @ARGV;
+sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or do {
+  my $n = $! + 0;
+  fail(64) unless -e $path;
+  fail(69) unless -f _;
+  $! = $n; failno($path);
+};
+stat($fh) or failno($path);
+fail(67) if -d _;
+fail(69) unless -f _;
+done();
+binmode STDOUT;
+my $left = $max;
+while ($left > 0) {
+  my $n = sysread($fh, my $buf, $left < 65536 ? $left : 65536);
+  failno($path) unless defined $n;
+  last if $n == 0;
+  my $off = 0;
+  while ($off < $n) {
+    my $w = syswrite(STDOUT, $buf, $n - $off, $off);
+    exit 1 unless defined $w;
+    $off += $w;
+  }
+  $left -= $n;
+}
+exit 0;"#
 );
 
 /// The `find -printf` record format as one argument (no shell quoting).

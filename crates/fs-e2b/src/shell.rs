@@ -9,6 +9,8 @@ use e2b_core::envd::ProcessStream;
 use e2b_core::trusted_shell::TrustedShell;
 use exec_world::{Error, ErrorKind, WorldPath};
 
+use crate::scripts;
+
 /// Most bytes kept of each of a command's stdout and stderr (a listing of a very large
 /// directory fails rather than growing without bound).
 const MAX_OUTPUT: usize = 64 << 20;
@@ -136,7 +138,19 @@ fn classify_kind(out: &ShellOutput, path: &WorldPath) -> Error {
         EXIT_EXISTS => return Error::already_exists(path),
         EXIT_NOT_DIR => return Error::not_a_directory(path),
         EXIT_IS_DIR => return Error::is_a_directory(path),
-        EXIT_NOT_REGULAR => return Error::other("not a regular file").with_path(path),
+        EXIT_NOT_REGULAR => {
+            return Error::other("not a regular file (a FIFO, socket or device is never opened)")
+                .with_path(path);
+        }
+        scripts::EXIT_INTERRUPTED => {
+            return Error::interrupted("")
+                .with_path(path)
+                .with_detail(cause_line(&out.stderr));
+        }
+        c if c > scripts::ERRNO_BASE && c <= 255 => {
+            let os = std::io::Error::from_raw_os_error(c - scripts::ERRNO_BASE);
+            return Error::from_io(path, "", os);
+        }
         _ => {}
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -176,6 +190,23 @@ fn classify_kind(out: &ShellOutput, path: &WorldPath) -> Error {
     } else {
         Error::other(format!("exit code {}: {last}", out.exit_code)).with_path(path)
     }
+}
+
+/// The last non-empty line of a holder's stderr before its `eCODE` line: the cause in
+/// words, for the detail only (never for the kind).
+fn cause_line(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !is_code_line(l))
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// `eNN`.
+fn is_code_line(l: &str) -> bool {
+    l.len() > 1 && l.starts_with('e') && l[1..].bytes().all(|c| c.is_ascii_digit())
 }
 
 #[cfg(test)]

@@ -10,12 +10,12 @@
 use std::time::Duration;
 
 use exec_world::sandbox::{
-    ExecOutput, ExecSpec, SANDBOX_ID_VAR, SandboxError, TAG_VAR, UNTAGGED, WORKSPACE, run_capped,
-    validate,
+    ExecOutput, ExecSpec, SANDBOX_ID_VAR, SandboxError, TAG_VAR, UNTAGGED, WORKSPACE, failed_by,
+    gone, invalid, run_capped, validate,
 };
 use exec_world::{Child, EnvBase, SpawnSpec, Subprocess as _, WorldPath};
 
-use crate::lease::{Attached, Leases, is_stale_proc};
+use crate::lease::{Attached, Leases, is_stale_world};
 use crate::release_on_exit::ReleaseOnExit;
 
 /// Extra life the sandbox gets beyond a command's timeout.
@@ -46,7 +46,7 @@ fn spawn(a: &Attached, id: &str, spec: &ExecSpec, cwd: &WorldPath) -> Result<Chi
         .kill_after(Some(backstop))
         .spawn(s)
         .map(ReleaseOnExit::wrap)
-        .map_err(|e| SandboxError::from_source(OP, None, e))
+        .map_err(|e| failed_by(OP, None, e))
 }
 
 pub(crate) async fn exec(
@@ -58,12 +58,12 @@ pub(crate) async fn exec(
     validate::exec_spec(OP, &spec)?;
     let cwd = spec.cwd.as_deref().unwrap_or(WORKSPACE);
     validate::path(OP, cwd)?;
-    let cwd = WorldPath::new(cwd).map_err(|e| SandboxError::invalid(OP, "cwd", e.to_string()))?;
+    let cwd = WorldPath::new(cwd).map_err(|e| invalid(OP, "cwd", e.to_string()))?;
     let need = spec.timeout.saturating_add(TIMEOUT_MARGIN);
     let a = leases.attach(OP, id, need).await?;
     let mut child = spawn(&a, id, &spec, &cwd)?;
     if let Err(e) = child.started().await {
-        if !is_stale_proc(&e) {
+        if !is_stale_world(&e) {
             return Err(start_error(id, e));
         }
         // Paused or deleted behind our lease (another replica): connect once, retry.
@@ -79,7 +79,7 @@ pub(crate) async fn exec(
         stop_wait,
     )
     .await
-    .map_err(|e| SandboxError::from_source(OP, None, e))?;
+    .map_err(|e| failed_by(OP, None, e))?;
     if r.stuck {
         leases.reboot(id).await;
     }
@@ -87,11 +87,8 @@ pub(crate) async fn exec(
 }
 
 fn start_error(id: &str, e: exec_world::Error) -> SandboxError {
-    if e.kind() == exec_world::ErrorKind::Gone {
-        return SandboxError::Gone {
-            op: OP,
-            id: id.to_owned(),
-        };
+    if e.is_gone() {
+        return gone(OP, id);
     }
-    SandboxError::from_source(OP, None, e)
+    failed_by(OP, None, e)
 }

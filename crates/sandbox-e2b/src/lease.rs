@@ -1,20 +1,23 @@
-//! The lease: per sandbox, the envd handle and the end of life the last connect (or
+//! The lease: per sandbox, the envd handle, the world on it (fs-e2b as the sandbox user
+//! and as root for `/skills`, subprocess-e2b) and the end of life the last connect (or
 //! create) granted. An operation connects only when the lease is missing or shorter
-//! than it needs; when envd says the sandbox is paused or missing (another replica
-//! suspended it), the lease is dropped and the operation connects once and retries.
+//! than it needs; when e2b-core classifies envd's answer as unroutable (the proxy
+//! cannot reach the sandbox: another replica paused it, or it is gone), the lease is
+//! dropped and the operation connects once and retries.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use e2b_core::{Client, ConnectOptions, EnvdApi, Error, Sandbox, Surface};
-use exec_world::ErrorKind;
-use exec_world::sandbox::SandboxError;
+use e2b_core::{Client, ConnectOptions, Disposition, EnvdApi, Error, Sandbox};
+use exec_world::sandbox::{SandboxError, failed_by, gone};
+use fs_e2b::{E2bFs, E2bFsOptions};
 use subprocess_e2b::{E2bSubprocess, E2bSubprocessOptions, UserInfo};
 
 use crate::config::{MAX_TIMEOUT_SECONDS, SandboxConfig};
 use crate::errors::{map_core, op_failed};
+use crate::io::UPLOAD_DIR;
 
 /// The template's sandbox user.
 pub(crate) const SANDBOX_USER: &str = "sandbox";
@@ -25,11 +28,15 @@ const CONFLICT_WAIT: Duration = Duration::from_millis(500);
 /// is dropped as it arrives).
 const OUTPUT_BUFFER: usize = 64 * 1024;
 
-/// A usable sandbox: its envd API and the exec adapter on it.
+/// A usable sandbox: its envd API and the world's adapters on it.
 #[derive(Clone, Debug)]
 pub(crate) struct Attached {
     pub(crate) api: Arc<dyn EnvdApi>,
     pub(crate) proc: E2bSubprocess,
+    /// Files as the sandbox user.
+    pub(crate) fs: E2bFs,
+    /// Files as root, for `/skills` only (root-owned all the way down).
+    pub(crate) root_fs: E2bFs,
 }
 
 #[derive(Debug)]
@@ -64,7 +71,7 @@ pub(crate) fn check_id(op: &'static str, id: &str) -> Result<(), SandboxError> {
     if ok {
         Ok(())
     } else {
-        Err(SandboxError::invalid(
+        Err(exec_world::sandbox::invalid(
             op,
             format!("sandbox id {:?}", id.chars().take(140).collect::<String>()),
             "it must match ^[a-zA-Z0-9-]{1,128}$",
@@ -72,34 +79,16 @@ pub(crate) fn check_id(op: &'static str, id: &str) -> Result<(), SandboxError> {
     }
 }
 
-/// The edge proxy's text for a paused sandbox (HTTP 409 in front of envd).
-const PAUSED_TEXT: &str = "sandbox is paused";
-
-/// envd's answer for a sandbox that is paused (the proxy's 409 `The sandbox is paused`,
-/// which e2b-core reports as an envd 409) or missing (the proxy's 502).
+/// envd's answer for a sandbox the proxy cannot route to (paused or missing), as
+/// e2b-core's one table says.
 pub(crate) fn is_stale(e: &Error) -> bool {
-    match e {
-        Error::SandboxNotFound {
-            surface: Surface::Envd,
-            ..
-        }
-        | Error::Conflict {
-            surface: Surface::Envd,
-            ..
-        } => true,
-        Error::Envd {
-            status: Some(409),
-            message,
-            ..
-        } => message.contains(PAUSED_TEXT),
-        _ => false,
-    }
+    e.disposition() == Disposition::Unroutable
 }
 
-/// The same for an exec start that failed: `Gone`, or an e2b-core source that
+/// The same for an error of an adapter: `Gone`, or an e2b-core source that
 /// [`is_stale`].
-pub(crate) fn is_stale_proc(e: &exec_world::Error) -> bool {
-    e.kind() == ErrorKind::Gone
+pub(crate) fn is_stale_world(e: &exec_world::Error) -> bool {
+    e.is_gone()
         || std::error::Error::source(e)
             .and_then(|s| s.downcast_ref::<Error>())
             .is_some_and(is_stale)
@@ -139,19 +128,27 @@ impl Leases {
                 sandbox = sb.id(),
                 "E2B returned no envd access token; treating the sandbox as gone"
             );
-            return Err(SandboxError::Gone {
-                op,
-                id: sb.id().to_owned(),
-            });
+            return Err(gone(op, sb.id()));
         }
         let id = sb.id().to_owned();
         let api = sb.into_api();
         let opts = E2bSubprocessOptions::new("/")
             .output_buffer(OUTPUT_BUFFER)
             .known_user(sandbox_user());
-        let proc = E2bSubprocess::new(api.clone(), opts)
-            .map_err(|e| SandboxError::from_source(op, None, e))?;
-        let attached = Attached { api, proc };
+        let proc = E2bSubprocess::new(api.clone(), opts).map_err(|e| failed_by(op, None, e))?;
+        let fs_opts = |user: &str| {
+            E2bFsOptions::new(exec_world::sandbox::WORKSPACE)
+                .user(user)
+                .root_staging(UPLOAD_DIR)
+        };
+        let fs = E2bFs::new(api.clone(), fs_opts(SANDBOX_USER)).map_err(|e| failed_by(op, None, e))?;
+        let root_fs = E2bFs::new(api.clone(), fs_opts("root")).map_err(|e| failed_by(op, None, e))?;
+        let attached = Attached {
+            api,
+            proc,
+            fs,
+            root_fs,
+        };
         self.lock().insert(
             id,
             Lease {
@@ -240,6 +237,31 @@ impl Leases {
                 f(a).await.map_err(|e| map_core(op, id, path, e))
             }
             Err(e) => Err(map_core(op, id, path, e)),
+        }
+    }
+
+    /// Runs the adapter operation `f` on the sandbox (leased for `need`); when the
+    /// answer is unroutable (paused or missing behind the proxy), connects once and runs
+    /// `f` again. The adapter's error is returned as it is (its kind kept).
+    pub(crate) async fn with_fs<T, F, Fut>(
+        &self,
+        op: &'static str,
+        id: &str,
+        need: Duration,
+        f: F,
+    ) -> Result<T, exec_world::Error>
+    where
+        F: Fn(Attached) -> Fut,
+        Fut: Future<Output = Result<T, exec_world::Error>>,
+    {
+        let a = self.attach(op, id, need).await?;
+        match f(a).await {
+            Err(e) if is_stale_world(&e) => {
+                tracing::debug!(sandbox = id, error = %e, "lease stale; connecting again");
+                let a = self.connect(op, id, need, None).await?;
+                f(a).await.map_err(|e| if e.is_gone() { gone(op, id) } else { e })
+            }
+            other => other,
         }
     }
 

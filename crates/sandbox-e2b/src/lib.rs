@@ -37,7 +37,7 @@
 mod config;
 mod errors;
 mod exec;
-mod files;
+mod io;
 mod lease;
 mod release_on_exit;
 mod world;
@@ -56,10 +56,10 @@ use exec_world::sandbox::{
 use exec_world::tree_script::KILL_TREE_SH;
 
 pub use config::{ConfigError, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, SandboxConfig};
-pub use files::UPLOAD_DIR;
+pub use io::UPLOAD_DIR;
 pub use world::E2bWorld;
 
-use crate::errors::{map_core, op_failed, script_failed};
+use crate::errors::{map_core, op_failed};
 use crate::lease::{Leases, check_id};
 
 /// The metadata key carrying a sandbox's conversation name (the same key as the
@@ -133,7 +133,7 @@ impl E2bSandboxes {
         args.extend(tags.unwrap_or_default().iter().map(String::as_str));
         let out = self
             .leases
-            .with_envd(op, &h.id, None, files::FILE_OP_NEED, |a| {
+            .with_envd(op, &h.id, None, io::FILE_OP_NEED, |a| {
                 let args = args.clone();
                 async move {
                     TrustedShell::new(a.api.clone())
@@ -145,7 +145,16 @@ impl E2bSandboxes {
             })
             .await?;
         if out.exit_code != 0 {
-            return Err(script_failed(op, "(commands)", &out.stderr));
+            let text = String::from_utf8_lossy(&out.stderr);
+            return Err(exec_world::sandbox::failed(
+                op,
+                None,
+                format!(
+                    "could not stop every command (exit {}): {}",
+                    out.exit_code,
+                    text.trim().chars().take(500).collect::<String>()
+                ),
+            ));
         }
         Ok(())
     }
@@ -160,7 +169,7 @@ impl SandboxProvider for E2bSandboxes {
         let cfg = &self.leases.cfg;
         let mut egress = spec.limits.egress.clone();
         if egress == Egress::Open && !cfg.allow_open_egress {
-            return Err(SandboxError::invalid(
+            return Err(exec_world::sandbox::invalid(
                 OP,
                 "egress \"open\"",
                 "it is refused because the sandbox-e2b setting allow_open_egress is false; \
@@ -213,7 +222,7 @@ impl SandboxProvider for E2bSandboxes {
             .await
         {
             Ok(_) => Ok(ResumeOutcome::Resumed),
-            Err(SandboxError::Gone { .. }) => Ok(ResumeOutcome::Gone),
+            Err(e) if e.is_gone() => Ok(ResumeOutcome::Gone),
             Err(e) => Err(e),
         }
     }
@@ -304,7 +313,7 @@ impl SandboxProvider for E2bSandboxes {
         path: &str,
         max_bytes: u64,
     ) -> Result<Option<FileContent>, SandboxError> {
-        files::read_file(&self.leases, &h.id, path, max_bytes).await
+        io::read_file(&self.leases, &h.id, path, max_bytes).await
     }
 
     async fn write_file(
@@ -313,11 +322,11 @@ impl SandboxProvider for E2bSandboxes {
         path: &str,
         data: &[u8],
     ) -> Result<(), SandboxError> {
-        files::write_file(&self.leases, &h.id, path, data).await
+        io::write_file(&self.leases, &h.id, path, data).await
     }
 
     async fn stat(&self, h: &SandboxHandle, path: &str) -> Result<Option<FileStat>, SandboxError> {
-        files::stat(&self.leases, &h.id, path).await
+        io::stat(&self.leases, &h.id, path).await
     }
 
     fn capabilities(&self) -> SandboxCapabilities {
