@@ -245,6 +245,118 @@ pub async fn sb_read_refuses_fifos(w: &SandboxWorld) {
     p.destroy(&h).await.expect("destroy");
 }
 
+/// Bounds every file operation on a hostile path: it must end, never block.
+async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} must not block"))
+}
+
+/// Special files (FIFO, socket, a link to a device) planted, or swapped in for a regular
+/// file while reads run, never block or slow a read or a write: a read is refused (or
+/// finds nothing), a write replaces the special file with a regular one.
+pub async fn sb_special_files_never_block(w: &SandboxWorld) {
+    let p = &*w.provider;
+    let h = w.create("special").await;
+    let out = sh(
+        p,
+        &h,
+        "mkfifo pipe && ln -s pipe lpipe && ln -s /dev/zero zero && ln -s /dev/tty tty && \
+         perl -MSocket -e 'socket(my $s, PF_UNIX, SOCK_STREAM, 0) or die; \
+           bind($s, pack_sockaddr_un(\"sock\")) or die' && echo ok",
+    )
+    .await;
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+    for name in ["pipe", "lpipe", "sock", "zero", "tty"] {
+        let path = format!("/workspace/{name}");
+        let r = bounded(&format!("read_file {path}"), p.read_file(&h, &path, 16)).await;
+        match r {
+            // A link to a device outside the provider's root resolves inside it: nothing.
+            Ok(None) => assert!(matches!(name, "zero" | "tty"), "{path}: None"),
+            Ok(Some(c)) => panic!("{path} was read: {c:?}"),
+            Err(e) => {
+                assert!(e.to_string().contains(&path), "{e}");
+                assert!(e.to_string().contains("not a regular file"), "{e}");
+            }
+        }
+        let st = bounded(&format!("stat {path}"), p.stat(&h, &path)).await;
+        assert!(st.is_ok(), "{path}: {st:?}");
+    }
+    for name in ["pipe", "sock"] {
+        let path = format!("/workspace/{name}");
+        bounded(&format!("write_file {path}"), p.write_file(&h, &path, b"data"))
+            .await
+            .unwrap_or_else(|e| panic!("write over {path}: {e}"));
+        let c = p.read_file(&h, &path, 16).await.expect("read back");
+        assert_eq!(c.map(|c| c.data), Some(b"data".to_vec()), "{path}");
+    }
+    // A file swapped between a regular file and a FIFO while reads run.
+    let tag = "swapper";
+    let swapper = p.exec(
+        &h,
+        ExecSpec::new(
+            "for i in $(seq 1 4000); do rm -f f; mkfifo f; rm -f f; echo x > f; done",
+        )
+        .tag(tag)
+        .timeout(Duration::from_secs(120)),
+    );
+    let reads = async {
+        for _ in 0..30 {
+            match bounded("read_file of a swapped file", p.read_file(&h, "/workspace/f", 16)).await
+            {
+                Ok(None) => {}
+                Ok(Some(c)) => assert!(c.data.is_empty() || c.data == b"x\n", "{c:?}"),
+                Err(e) => assert!(e.to_string().contains("/workspace/f"), "{e}"),
+            }
+        }
+        w.second
+            .kill_tagged(&h, &[tag.to_owned()])
+            .await
+            .expect("kill_tagged");
+    };
+    let (r, ()) = tokio::join!(swapper, reads);
+    r.expect("swapper exec");
+    p.destroy(&h).await.expect("destroy");
+}
+
+/// A write never leaves the sandbox through a link, dangling or not, absolute or
+/// relative, final or in a parent: not onto this machine's files, not into another
+/// sandbox. Where it lands instead is the provider's (inside the sandbox, or refused).
+pub async fn sb_writes_stay_in_the_root(w: &SandboxWorld) {
+    let p = &*w.provider;
+    let a = w.create("root-a").await;
+    let b = w.create("root-b").await;
+    let unique = format!("sandbox-escape-{}-{}", std::process::id(), b.id.len());
+    let host_etc = format!("/etc/{unique}");
+    let host_tmp = std::env::temp_dir().join(&unique);
+    let t = host_tmp.display().to_string();
+    let cmd = format!(
+        "ln -s {host_etc} dangling_abs && ln -s ../../../../../../../..{t} dangling_rel && \
+         ln -s ../../{id}/workspace/owned other && ln -s ../../{id}/workspace other_dir && \
+         ln -s /etc etc_dir && echo ok",
+        id = b.id
+    );
+    let out = sh(p, &a, &cmd).await;
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+    for path in [
+        "/workspace/dangling_abs",
+        "/workspace/dangling_rel",
+        "/workspace/other",
+        "/workspace/other_dir/owned2",
+        &format!("/workspace/etc_dir/{unique}"),
+    ] {
+        // Refused or written inside the sandbox: both are fine, leaving is not.
+        let _ = bounded(&format!("write_file {path}"), p.write_file(&a, path, b"evil")).await;
+    }
+    assert!(!std::path::Path::new(&host_etc).exists(), "{host_etc}");
+    assert!(!host_tmp.exists(), "{t}");
+    for path in ["/workspace/owned", "/workspace/owned2"] {
+        assert_eq!(p.stat(&b, path).await.expect("stat"), None, "{path} in b");
+    }
+    p.destroy(&a).await.expect("destroy");
+    p.destroy(&b).await.expect("destroy");
+}
+
 /// A timeout kills the whole tree (nohup'd and setsid'd children too) and returns the
 /// output so far with no exit code.
 pub async fn sb_timeout_kills_tree(w: &SandboxWorld) {
@@ -518,6 +630,8 @@ macro_rules! __sandbox_test_names {
             sb_exec_basics,
             sb_files,
             sb_read_refuses_fifos,
+            sb_special_files_never_block,
+            sb_writes_stay_in_the_root,
             sb_timeout_kills_tree,
             sb_cancel,
             sb_output_cap,
