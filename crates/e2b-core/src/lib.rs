@@ -30,11 +30,11 @@ pub use api::{
     SandboxStream,
 };
 pub use config::{Config, Secret};
+pub use disposition::Disposition;
 pub use envd::{
     ByteStream, Download, FileOp, MessageStream, ProcessOutput, ProcessStream, StartProcess,
     StreamOptions, WatchOptions, WatchStream, bytes_stream, file_signature, reader_stream,
 };
-pub use disposition::Disposition;
 pub use error::{Error, Surface};
 pub use sandbox::{EnvdApi, Sandbox, SandboxParts};
 

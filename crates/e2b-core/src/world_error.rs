@@ -271,7 +271,7 @@ mod tests {
                     after: Duration::from_secs(1),
                 },
                 ErrorKind::Timeout,
-                true,
+                false,
             ),
             (
                 Error::Protocol {

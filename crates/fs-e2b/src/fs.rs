@@ -145,8 +145,14 @@ impl E2bFs {
         let abs = self.resolve_file(p, "write")?;
         let mut opts = WriteOptions::default().create_parents(true);
         opts.mode = mode;
-        crate::write::write_with(&self.shared, &abs, exec_world::bytes_stream(data), opts, true)
-            .await
+        crate::write::write_with(
+            &self.shared,
+            &abs,
+            exec_world::bytes_stream(data),
+            opts,
+            true,
+        )
+        .await
     }
 
     /// `p` resolved for an operation on a file's content: a path that ends in `/` (or

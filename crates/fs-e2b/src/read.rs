@@ -151,9 +151,11 @@ pub(crate) async fn read_head(sh: &Shared, abs: &WorldPath, max: u64) -> Result<
         return Err(holder::failure(out.exit_code, &out.stderr, abs, None, WHAT));
     }
     if out.truncated {
-        return Err(Error::other("the holder printed more than it was asked for")
-            .with_op(WHAT)
-            .with_path(abs));
+        return Err(
+            Error::other("the holder printed more than it was asked for")
+                .with_op(WHAT)
+                .with_path(abs),
+        );
     }
     Ok(Bytes::from(out.stdout))
 }

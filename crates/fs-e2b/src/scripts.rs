@@ -168,9 +168,8 @@ pub(crate) const READ_HOLDER: &str = concat!(
     holder_start!(),
     r#"my ($path, $limit) = @ARGV;
 sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or do {
-  my ($n, $t) = ($! + 0, "$!");
-  fail(64) unless -e $path;
-  fail(69) unless -f _;
+  my $n = $! + 0;
+  fail(69) if -e $path && !-f _;
   $! = $n; failno($path);
 };
 my @st = stat($fh) or failno($path);
@@ -280,7 +279,9 @@ exec('find', '-L', "/proc/$$/fd/" . fileno($fh), '-maxdepth', '0', '-printf', $f
 
 /// The cat holder (arguments after the ids and an empty staging argument: path, the
 /// most bytes to copy). It opens the path once (`O_NONBLOCK`: a FIFO never blocks it;
-/// nothing at the path, or a path the user cannot see, is 64), refuses a directory (67)
+/// nothing at the path, or a path in a directory the user cannot search, is 64: what
+/// the user cannot see does not exist for it; a file it sees but may not read is
+/// EACCES), refuses a directory (67)
 /// or anything not a regular file (69), says `done` (root never touches its
 /// descriptors) and copies at most that many bytes of the open file to stdout; its
 /// status goes to stderr. One request reads a file's head as the user: the

@@ -246,7 +246,12 @@ async fn run_staged(
         let root = WorldPath::root();
         if let Err(e) = sh
             .root_ctl
-            .run_ok(r#"exec rm -f -- "$1""#, &[&staged], &root, "remove staged data")
+            .run_ok(
+                r#"exec rm -f -- "$1""#,
+                &[&staged],
+                &root,
+                "remove staged data",
+            )
             .await
         {
             tracing::warn!(error = %e, "removing staged data failed");

@@ -9,9 +9,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use exec_world::sandbox::{
-    FileContent, FileStat, SKILLS, SandboxError, failed_by, validate,
-};
+use exec_world::sandbox::{FileContent, FileStat, SKILLS, SandboxError, failed_by, validate};
 use exec_world::{Error, ErrorKind, Fs as _, WorldPath};
 use fs_e2b::E2bFs;
 
@@ -74,9 +72,7 @@ pub(crate) async fn stat(
             is_dir: m.is_dir(),
         })),
         // Missing, or in a directory the user cannot search: invisible to the user.
-        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::PermissionDenied) => {
-            Ok(None)
-        }
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::PermissionDenied) => Ok(None),
         Err(e) => Err(fail(OP, path, e)),
     }
 }

@@ -141,8 +141,10 @@ impl Leases {
                 .user(user)
                 .root_staging(UPLOAD_DIR)
         };
-        let fs = E2bFs::new(api.clone(), fs_opts(SANDBOX_USER)).map_err(|e| failed_by(op, None, e))?;
-        let root_fs = E2bFs::new(api.clone(), fs_opts("root")).map_err(|e| failed_by(op, None, e))?;
+        let fs =
+            E2bFs::new(api.clone(), fs_opts(SANDBOX_USER)).map_err(|e| failed_by(op, None, e))?;
+        let root_fs =
+            E2bFs::new(api.clone(), fs_opts("root")).map_err(|e| failed_by(op, None, e))?;
         let attached = Attached {
             api,
             proc,
@@ -259,7 +261,8 @@ impl Leases {
             Err(e) if is_stale_world(&e) => {
                 tracing::debug!(sandbox = id, error = %e, "lease stale; connecting again");
                 let a = self.connect(op, id, need, None).await?;
-                f(a).await.map_err(|e| if e.is_gone() { gone(op, id) } else { e })
+                f(a).await
+                    .map_err(|e| if e.is_gone() { gone(op, id) } else { e })
             }
             other => other,
         }

@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::ErrorKind;
 use crate::sandbox::{
     CreateSpec, Egress, ExecOutput, ExecSpec, ResumeOutcome, SandboxError, SandboxHandle,
     SandboxLimits, SandboxProvider,
 };
-use crate::ErrorKind;
 
 /// The contract's "invalid argument": kind `InvalidSpec`, for operation `op` when given.
 fn is_invalid(e: &SandboxError, op: Option<&str>) -> bool {
@@ -209,15 +209,9 @@ pub async fn sb_files(w: &SandboxWorld) {
     assert_eq!(e.map(|c| (c.data.len(), c.truncated)), Some((0, false)));
     for bad in ["rel/a", "/workspace/../etc/passwd", "/workspace/a\0b"] {
         let e = p.read_file(&h, bad, 10).await.expect_err("bad path");
-        assert!(
-            is_invalid(&e, Some("read_file")),
-            "{e}"
-        );
+        assert!(is_invalid(&e, Some("read_file")), "{e}");
         let e = p.write_file(&h, bad, b"x").await.expect_err("bad path");
-        assert!(
-            is_invalid(&e, Some("write_file")),
-            "{e}"
-        );
+        assert!(is_invalid(&e, Some("write_file")), "{e}");
         let e = p.stat(&h, bad).await.expect_err("bad path");
         assert!(is_invalid(&e, Some("stat")), "{e}");
     }
@@ -284,9 +278,12 @@ pub async fn sb_special_files_never_block(w: &SandboxWorld) {
     }
     for name in ["pipe", "sock"] {
         let path = format!("/workspace/{name}");
-        bounded(&format!("write_file {path}"), p.write_file(&h, &path, b"data"))
-            .await
-            .unwrap_or_else(|e| panic!("write over {path}: {e}"));
+        bounded(
+            &format!("write_file {path}"),
+            p.write_file(&h, &path, b"data"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("write over {path}: {e}"));
         let c = p.read_file(&h, &path, 16).await.expect("read back");
         assert_eq!(c.map(|c| c.data), Some(b"data".to_vec()), "{path}");
     }
@@ -294,15 +291,17 @@ pub async fn sb_special_files_never_block(w: &SandboxWorld) {
     let tag = "swapper";
     let swapper = p.exec(
         &h,
-        ExecSpec::new(
-            "for i in $(seq 1 4000); do rm -f f; mkfifo f; rm -f f; echo x > f; done",
-        )
-        .tag(tag)
-        .timeout(Duration::from_secs(120)),
+        ExecSpec::new("for i in $(seq 1 4000); do rm -f f; mkfifo f; rm -f f; echo x > f; done")
+            .tag(tag)
+            .timeout(Duration::from_secs(120)),
     );
     let reads = async {
         for _ in 0..30 {
-            match bounded("read_file of a swapped file", p.read_file(&h, "/workspace/f", 16)).await
+            match bounded(
+                "read_file of a swapped file",
+                p.read_file(&h, "/workspace/f", 16),
+            )
+            .await
             {
                 Ok(None) => {}
                 Ok(Some(c)) => assert!(c.data.is_empty() || c.data == b"x\n", "{c:?}"),
@@ -346,7 +345,11 @@ pub async fn sb_writes_stay_in_the_root(w: &SandboxWorld) {
         &format!("/workspace/etc_dir/{unique}"),
     ] {
         // Refused or written inside the sandbox: both are fine, leaving is not.
-        let _ = bounded(&format!("write_file {path}"), p.write_file(&a, path, b"evil")).await;
+        let _ = bounded(
+            &format!("write_file {path}"),
+            p.write_file(&a, path, b"evil"),
+        )
+        .await;
     }
     assert!(!std::path::Path::new(&host_etc).exists(), "{host_etc}");
     assert!(!host_tmp.exists(), "{t}");
@@ -596,10 +599,7 @@ pub async fn sb_invalid_create(w: &SandboxWorld) {
     let p = &*w.provider;
     for bad in ["", "-x", "a/b", &"a".repeat(102)] {
         let e = p.create(CreateSpec::new(bad)).await.expect_err("bad name");
-        assert!(
-            is_invalid(&e, Some("create")),
-            "{e}"
-        );
+        assert!(is_invalid(&e, Some("create")), "{e}");
     }
     let limits = SandboxLimits {
         memory_mb: 0,

@@ -37,8 +37,8 @@ use super::{
     WORKSPACE, failed, failed_by, gone, run_capped, signal_execs_args, validate,
 };
 use crate::{
-    Error, ErrorKind, Fs as _, LocalFs, LocalSubprocess, Rooted, SpawnSpec, Subprocess,
-    WorldPath, WriteOptions, bytes_stream,
+    Error, ErrorKind, Fs as _, LocalFs, LocalSubprocess, Rooted, SpawnSpec, Subprocess, WorldPath,
+    WriteOptions, bytes_stream,
 };
 
 const NAME_FILE: &str = ".sandbox-name";
@@ -132,7 +132,8 @@ impl LocalSandboxes {
     }
 
     fn ids_named(&self, name: &str) -> Result<Vec<String>, SandboxError> {
-        let rd = std::fs::read_dir(&self.root).map_err(|e| io_err("destroy_by_name", &self.root, e))?;
+        let rd =
+            std::fs::read_dir(&self.root).map_err(|e| io_err("destroy_by_name", &self.root, e))?;
         let mut ids = Vec::new();
         for entry in rd.flatten() {
             let n = std::fs::read_to_string(entry.path().join(NAME_FILE)).unwrap_or_default();
@@ -183,11 +184,9 @@ impl SandboxProvider for LocalSandboxes {
         let h = SandboxHandle::new(format!("{}@{}", spec.name, crate::local::new_marker()));
         let dir = self.dir_of(&h);
         for sub in ["workspace", "skills", "tmp"] {
-            std::fs::create_dir_all(dir.join(sub))
-                .map_err(|e| io_err("create", &dir, e))?;
+            std::fs::create_dir_all(dir.join(sub)).map_err(|e| io_err("create", &dir, e))?;
         }
-        std::fs::write(dir.join(NAME_FILE), &spec.name)
-            .map_err(|e| io_err("create", &dir, e))?;
+        std::fs::write(dir.join(NAME_FILE), &spec.name).map_err(|e| io_err("create", &dir, e))?;
         Ok(h)
     }
 
@@ -205,8 +204,7 @@ impl SandboxProvider for LocalSandboxes {
             Err(e) if e.is_gone() => return Ok(()),
             Err(e) => return Err(e),
         };
-        std::fs::write(dir.join(SUSPENDED_FILE), b"")
-            .map_err(|e| io_err("suspend", &dir, e))?;
+        std::fs::write(dir.join(SUSPENDED_FILE), b"").map_err(|e| io_err("suspend", &dir, e))?;
         self.signal("suspend", h, "stop", None).await
     }
 

@@ -43,7 +43,9 @@ async fn local_links_out_of_the_sandbox_are_refused() {
     p.write_file(&h, "/workspace/s", b"y")
         .await
         .expect("write via file link: inside the root");
-    let inside = p.dir_of(&h).join(outside.path().strip_prefix("/").expect("absolute"));
+    let inside = p
+        .dir_of(&h)
+        .join(outside.path().strip_prefix("/").expect("absolute"));
     assert_eq!(std::fs::read(inside.join("new")).expect("in root"), b"x");
     assert_eq!(std::fs::read(inside.join("secret")).expect("in root"), b"y");
     std::fs::remove_file(inside.join("secret")).expect("remove");
