@@ -140,7 +140,7 @@ if ($pid) {
   close STDIN;
   while (1) {
     my $w = waitpid($pid, WUNTRACED);
-    last if $w != $pid || ($? & 0xff) != 0x7f;
+    last if $w != $pid || !POSIX::WIFSTOPPED(${^CHILD_ERROR_NATIVE});
     kill 'KILL', $pid; $hit = 1;
   }
   if ($hit || ($? & 127)) { print STDERR "the holder was stopped or killed: interrupted\ne76\n"; exit 76 }

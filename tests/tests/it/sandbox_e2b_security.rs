@@ -206,3 +206,51 @@ async fn the_api_key_never_reaches_the_sandbox() {
     assert!(debug.contains(&o.h.id), "the lease is in Debug");
     assert!(!debug.contains(&key) && !debug.contains(&token), "{debug}");
 }
+
+/// A holder the sandbox user stops or kills mid-read fails that read with `Interrupted`
+/// (never NotFound for a file that exists, never a wait for the shell's whole timeout):
+/// a user loop stops and kills every perl process of the user while reads of a large
+/// file run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_holder_stopped_or_killed_by_the_user_is_interrupted() {
+    let o = one("interrupt").await;
+    let r = sh(&o, "head -c 8000000 /dev/urandom > big && echo ok").await;
+    assert_eq!(r.stdout, "ok\n", "{r:?}");
+    for sig in ["STOP", "KILL"] {
+        let tag = format!("stopper-{sig}");
+        let stopper = o.p.exec(
+            &o.h,
+            ExecSpec::new(format!(
+                "for i in $(seq 1 20000); do pkill -{sig} -u sandbox -x perl; done"
+            ))
+            .tag(tag.clone())
+            .timeout(Duration::from_secs(120)),
+        );
+        let reads = async {
+            let mut interrupted = 0;
+            for _ in 0..10 {
+                let r = tokio::time::timeout(
+                    Duration::from_secs(60),
+                    o.p.read_file(&o.h, "/workspace/big", 16 << 20),
+                )
+                .await
+                .expect("a read must end long before the shell's timeout");
+                match r {
+                    Ok(Some(c)) => assert_eq!(c.data.len(), 8_000_000),
+                    Err(e) if e.kind() == exec_world::ErrorKind::Interrupted => {
+                        assert!(e.to_string().contains("/workspace/big"), "{e}");
+                        interrupted += 1;
+                    }
+                    other => panic!("{sig}: expected the file or Interrupted, got {other:?}"),
+                }
+            }
+            o.p.kill_tagged(&o.h, &[tag.clone()])
+                .await
+                .expect("kill_tagged");
+            interrupted
+        };
+        let (r, interrupted) = tokio::join!(stopper, reads);
+        r.expect("stopper");
+        assert!(interrupted > 0, "{sig}: no read was interrupted");
+    }
+}
