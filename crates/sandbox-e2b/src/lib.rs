@@ -335,6 +335,9 @@ impl SandboxProvider for E2bSandboxes {
             suspend_keeps_processes: true,
             user_isolation: true,
             egress_control: true,
+            // The spawn helper's cgroup per spawn (templates with a writable cgroup2
+            // mount, as E2B's and the emulator's are).
+            kill_reaches_escapes: true,
         }
     }
 }

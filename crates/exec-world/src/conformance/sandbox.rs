@@ -562,6 +562,58 @@ pub async fn sb_kill_tagged(w: &SandboxWorld) {
     p.destroy(&h).await.expect("destroy");
 }
 
+/// `kill_tagged` and `kill_all` from another instance reach what a running tagged
+/// command started after clearing its environment and leaving its session (`env -i
+/// setsid`, a double fork: no parent chain, no variables), where the provider says it
+/// can ([`SandboxCapabilities::kill_reaches_escapes`](crate::sandbox::SandboxCapabilities)).
+pub async fn sb_kill_reaches_double_forks(w: &SandboxWorld) {
+    let p = &*w.provider;
+    if !p.capabilities().kill_reaches_escapes {
+        return crate::conformance::skip("sb_kill_reaches_double_forks", "kill_reaches_escapes");
+    }
+    let h = w.create("dfork").await;
+    let start = |tag: &'static str, file: &'static str| {
+        p.exec(
+            &h,
+            ExecSpec::new(format!(
+                "env -i /usr/bin/setsid /bin/sh -c '/bin/sleep 300 & echo $! > {file}' </dev/null >/dev/null 2>&1 & \
+                 /bin/sleep 300"
+            ))
+            .tag(tag)
+            .timeout(Duration::from_secs(120)),
+        )
+    };
+    let a = start("dfork-a", "a.pid");
+    let b = start("dfork-b", "b.pid");
+    let control = async {
+        wait_for(p, &h, "/workspace/a.pid").await;
+        wait_for(p, &h, "/workspace/b.pid").await;
+        let a_pid = alive(p, &h, "a.pid").await;
+        assert!(!a_pid.is_empty(), "the escapee runs");
+        w.second
+            .kill_tagged(&h, &["dfork-a".to_owned()])
+            .await
+            .expect("kill_tagged");
+        assert_eq!(
+            alive(p, &h, "a.pid").await,
+            "",
+            "kill_tagged reached the double fork"
+        );
+        let b_pid = alive(p, &h, "b.pid").await;
+        assert!(!b_pid.is_empty(), "another tag's escapee is untouched");
+        w.second.kill_all(&h).await.expect("kill_all");
+        assert_eq!(
+            alive(p, &h, "b.pid").await,
+            "",
+            "kill_all reached the double fork"
+        );
+    };
+    let (ra, rb, ()) = tokio::join!(a, b, control);
+    let (ra, rb) = (ra.expect("exec a"), rb.expect("exec b"));
+    assert!(!ra.timed_out && !rb.timed_out, "{ra:?} {rb:?}");
+    p.destroy(&h).await.expect("destroy");
+}
+
 /// Parallel execs and file operations from two instances on one sandbox.
 pub async fn sb_concurrent(w: &SandboxWorld) {
     let h = w.create("concurrent").await;
@@ -639,6 +691,7 @@ macro_rules! __sandbox_test_names {
             sb_destroy_gone,
             sb_same_name,
             sb_kill_tagged,
+            sb_kill_reaches_double_forks,
             sb_concurrent,
             sb_invalid_create,
         ] }

@@ -357,6 +357,10 @@ impl SandboxProvider for LocalSandboxes {
             suspend_keeps_processes: true,
             user_isolation: false,
             egress_control: false,
+            // A cgroup per spawn where this process may make them (root, delegation).
+            kill_reaches_escapes: LocalSubprocess::at(WorldPath::root())
+                .capabilities()
+                .contained_escapes,
         }
     }
 }

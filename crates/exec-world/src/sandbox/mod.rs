@@ -276,6 +276,11 @@ pub struct SandboxCapabilities {
     pub user_isolation: bool,
     /// Egress settings are enforced or passed to a control plane that enforces them.
     pub egress_control: bool,
+    /// `kill_tagged`, `kill_all` and a timeout reach everything a command started, also
+    /// an `env -i` + `setsid` double fork (the command's own cgroup is the ground truth);
+    /// without, they reach the command's group, session, descendants and the processes
+    /// that kept its variables.
+    pub kill_reaches_escapes: bool,
 }
 
 /// The conversation-sandbox provider.
