@@ -1,6 +1,7 @@
 //! The shell scripts of the shell commands. Each runs as `sh -c SCRIPT sh ARGS…` with
-//! paths only as positional parameters. Exit codes 64–69 name an error kind (see
-//! [`crate::shell`]); any other failure is classified from `strerror` text (`LC_ALL=C`).
+//! paths only as positional parameters. Exit codes 64–69 name an error kind, 76 an
+//! interrupted holder, `100 + errno` the `errno` of the call that failed (see
+//! [`crate::shell`]); the kind never comes from a tool's text.
 
 /// `find -printf` format of one record: kind, mode, size, device, inode, mtime, ctime,
 /// owner, group, link text, name; every field ends with NUL.
@@ -17,33 +18,76 @@ macro_rules! fmt {
     };
 }
 
+/// `find` with the arguments after the first (`$1`: the call to redo, `stat`, `lstat`
+/// or `opendir`, and then the path, `$3`… in `find`'s order): on failure the call is
+/// redone in perl and the script exits `100 + errno` (see [`ERRNO_BASE`]); when the call
+/// works by then (the path changed in between), `find` runs again, 3 times at most.
+/// The kind comes from the number, never from the tool's text.
+macro_rules! find_or_errno {
+    ($call:literal, $find:expr) => {
+        concat!(
+            "i=0\nwhile :; do\n  ",
+            $find,
+            " && exit 0\n  ",
+            r#"perl -e 'my ($o, $p) = @ARGV; my $ok = $o eq "stat" ? stat($p) : $o eq "lstat" ? lstat($p) : opendir(my $d, $p); exit 3 if $ok; my $n = $! + 0; exit($n > 0 && $n < 156 ? 100 + $n : 1)' -- "#,
+            $call,
+            r#" "$1"
+  s=$?; [ $s = 3 ] && [ $i -lt 3 ] || exit $s; i=$((i + 1))
+done"#
+        )
+    };
+}
+
 /// lstat of `$1`.
-pub(crate) const LSTAT: &str = concat!(r#"exec find "$1" -maxdepth 0 -printf "#, fmt!());
+pub(crate) const LSTAT: &str = find_or_errno!(
+    "lstat",
+    concat!(r#"find "$1" -maxdepth 0 -printf "#, fmt!())
+);
 
 /// stat of `$1`, following links (a dangling link prints kind `l`).
-pub(crate) const STAT: &str = concat!(r#"exec find -L "$1" -maxdepth 0 -printf "#, fmt!());
+pub(crate) const STAT: &str = find_or_errno!(
+    "stat",
+    concat!(r#"find -L "$1" -maxdepth 0 -printf "#, fmt!())
+);
 
 /// One level of directory `$1` (lstat of each entry; `$1` itself may be a link).
 pub(crate) const READ_DIR: &str = concat!(
     r#"if [ -e "$1" ] && [ ! -d "$1" ]; then exit 66; fi
-exec find -H "$1" -mindepth 1 -maxdepth 1 -printf "#,
-    fmt!()
+"#,
+    find_or_errno!(
+        "opendir",
+        concat!(r#"find -H "$1" -mindepth 1 -maxdepth 1 -printf "#, fmt!())
+    )
 );
 
+/// The perl of the changes below: each call that fails exits `100 + errno`.
+macro_rules! errno_perl {
+    ($body:literal) => {
+        concat!(
+            r#"exec perl -e 'sub fl { my $n = $! + 0; exit($n > 0 && $n < 156 ? 100 + $n : 1) } umask 022; "#,
+            $body,
+            r#"' -- "$@""#
+        )
+    };
+}
+
 /// `mkdir $1` (mode 0755).
-pub(crate) const MKDIR: &str = r#"umask 022; exec mkdir -- "$1""#;
+pub(crate) const MKDIR: &str = errno_perl!(r#"mkdir($ARGV[0], 0755) or fl();"#);
 
 /// `mkdir -p $1` (mode 0755); an existing directory is success.
-pub(crate) const MKDIR_P: &str = r#"umask 022; [ -d "$1" ] && exit 0; exec mkdir -p -- "$1""#;
+pub(crate) const MKDIR_P: &str = errno_perl!(
+    r#"my $p = $ARGV[0]; exit 0 if -d $p; my $acc = ""; for my $c (grep { length } split m{/}, $p) { $acc .= "/$c"; next if -d $acc; mkdir($acc, 0755) or -d $acc or fl() }"#
+);
 
 /// Removes `$1`; a directory needs `$2 = 1` unless empty; a link is removed itself.
-pub(crate) const REMOVE: &str = r#"if [ -d "$1" ] && [ ! -L "$1" ]; then
-  if [ "$2" = 1 ]; then exec rm -rf -- "$1"; else exec rmdir -- "$1"; fi
-fi
-exec rm -- "$1""#;
+pub(crate) const REMOVE: &str = errno_perl!(
+    r#"sub rm_r { my $p = shift; if (-d $p && !-l $p) { opendir(my $d, $p) or fl(); for my $e (grep { $_ ne "." && $_ ne ".." } readdir $d) { rm_r("$p/$e") } closedir $d; rmdir($p) or fl() } else { unlink($p) or fl() } } my ($p, $r) = @ARGV; lstat($p) or fl(); if (-d _) { if ($r eq "1") { rm_r($p) } else { rmdir($p) or fl() } } else { unlink($p) or fl() }"#
+);
 
-/// `rename($1, $2)`.
-pub(crate) const RENAME: &str = r#"exec mv -T -- "$1" "$2""#;
+/// `rename($1, $2)`; across file systems (`EXDEV`) `mv -T` copies.
+pub(crate) const RENAME: &str = r#"perl -e 'rename($ARGV[0], $ARGV[1]) and exit 0; my $n = $! + 0; exit 2 if $n == 18; exit($n > 0 && $n < 156 ? 100 + $n : 1)' -- "$1" "$2"
+s=$?; [ $s = 2 ] || exit $s
+exec mv -T -- "$1" "$2""#;
 
 /// As the acting user: its uid, gid and groups, one per line.
 pub(crate) const IDENTITY: &str = "id -u && id -g && exec id -G";
