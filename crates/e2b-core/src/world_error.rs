@@ -16,8 +16,7 @@
 //! | `Timeout`, envd `deadline_exceeded` | `Timeout` | no |
 //! | envd `canceled` | `Cancelled` | no |
 //! | envd `not_found` / `already_exists` | `NotFound` / `AlreadyExists` | no |
-//! | envd `invalid_argument` saying "is a directory" / "not a directory" | `IsADirectory` / `NotADirectory` | no |
-//! | envd `invalid_argument` otherwise, `BadRequest` (400), `Config` | `InvalidSpec` | no |
+//! | envd `invalid_argument` (its message is the detail, never read for the kind), `BadRequest` (400), `Config` | `InvalidSpec` | no |
 //! | envd `unimplemented` | `Unsupported` | no |
 //! | other 5xx, other envd codes, `EndpointNotFound`, `Conflict`, `Http`, `Source`, `ControlCommand` | `Other` | no |
 //!
@@ -44,7 +43,7 @@ impl Error {
             Error::Server { status, .. } if (502..=504).contains(status) => ErrorKind::Transport,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::BadRequest { .. } | Error::Config(_) => ErrorKind::InvalidSpec,
-            Error::Envd { code, message, .. } => code_kind(*code, message),
+            Error::Envd { code, .. } => code_kind(*code),
             Error::Server { .. }
             | Error::EndpointNotFound { .. }
             | Error::Conflict { .. }
@@ -78,9 +77,8 @@ impl Error {
     }
 }
 
-/// The kind of an envd Connect code; `message` tells the directory cases of
-/// `invalid_argument` apart (envd has no code of their own).
-fn code_kind(code: Code, message: &str) -> ErrorKind {
+/// The kind of an envd Connect code (the code only: envd's words are never read).
+fn code_kind(code: Code) -> ErrorKind {
     match code {
         Code::NotFound => ErrorKind::NotFound,
         Code::AlreadyExists => ErrorKind::AlreadyExists,
@@ -89,16 +87,7 @@ fn code_kind(code: Code, message: &str) -> ErrorKind {
         Code::Canceled => ErrorKind::Cancelled,
         Code::Unavailable => ErrorKind::Transport,
         Code::Unimplemented => ErrorKind::Unsupported,
-        Code::InvalidArgument => {
-            let lower = message.to_ascii_lowercase();
-            if lower.contains("not a directory") {
-                ErrorKind::NotADirectory
-            } else if lower.contains("is a directory") {
-                ErrorKind::IsADirectory
-            } else {
-                ErrorKind::InvalidSpec
-            }
-        }
+        Code::InvalidArgument => ErrorKind::InvalidSpec,
         // Unknown, ResourceExhausted, FailedPrecondition, Aborted, OutOfRange, Internal,
         // DataLoss, and any code a later Connect version adds.
         _ => ErrorKind::Other,
@@ -351,10 +340,9 @@ mod tests {
             let w = envd(code, "envd said so").into_world("op");
             assert_eq!((w.kind(), w.is_temporary()), (kind, temporary), "{code}");
         }
-        // invalid_argument naming a directory problem has the directory kinds.
+        // The message is never read for the kind.
         let k = |m: &str| envd(Code::InvalidArgument, m).world_kind();
-        assert_eq!(k("path '/x' is a directory"), ErrorKind::IsADirectory);
-        assert_eq!(k("path is not a directory: /x"), ErrorKind::NotADirectory);
+        assert_eq!(k("path '/x' is a directory"), ErrorKind::InvalidSpec);
         assert_eq!(k("cwd '/nope' does not exist"), ErrorKind::InvalidSpec);
     }
 
