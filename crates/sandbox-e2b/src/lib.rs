@@ -1,7 +1,7 @@
 //! The conversation-sandbox provider (`sandbox@1`) on E2B: [`E2bSandboxes`], one E2B
-//! sandbox per conversation, implementing exec-world's
-//! [`SandboxProvider`] by composing `e2b-core`
-//! (client, trusted shell), and `subprocess-e2b` (the exec wrapper and tree kill).
+//! sandbox per conversation, implementing exec-world's [`SandboxProvider`] by composing
+//! the world's layers: `e2b-core` (client, lease classification), `fs-e2b` (every file
+//! operation, as the sandbox user) and `subprocess-e2b` (the exec wrapper and tree kill).
 //!
 //! * [`SandboxConfig`]: the strict deployment config (JSON or built).
 //! * Lifecycle by name: `create` deletes every sandbox already carrying the name (listed
@@ -10,11 +10,11 @@
 //!   internet access; `allowlist` → `allowOut` = hosts and `denyOut` = `0.0.0.0/0`; `open`
 //!   → internet access, only with `allow_open_egress`).
 //! * A lease per sandbox (see `lease.rs`): an operation connects only when the end of
-//!   life it knows is too close, or when envd says the sandbox is paused or missing.
+//!   life it knows is too close, or when e2b-core calls envd's answer unroutable.
 //! * [`E2bWorld`]: an `Fs` + `Subprocess` world in a sandbox in one call (owner, adapters,
 //!   keep-alive, shutdown), for consumers of the exec-world seams.
-//! * exec (`exec.rs`), files (`files.rs`), and `kill_all` / `kill_tagged` through
-//!   exec-world's in-world script as the sandbox user.
+//! * exec (`exec.rs`), files through fs-e2b (`io.rs`), and `kill_all` / `kill_tagged`
+//!   through exec-world's in-world script as the sandbox user.
 //!
 //! ```no_run
 //! use exec_world::sandbox::{CreateSpec, ExecSpec, SandboxProvider};
