@@ -84,6 +84,15 @@ impl Holder {
         abs: &WorldPath,
         what: &str,
     ) -> Result<ShellOutput, Error> {
+        self.finish_ref(abs, what).await
+    }
+
+    /// [`Holder::finish`] without giving the holder up.
+    pub(crate) async fn finish_ref(
+        &mut self,
+        abs: &WorldPath,
+        what: &str,
+    ) -> Result<ShellOutput, Error> {
         loop {
             match self.events.next().await {
                 Some(Ok(ProcessEvent::Data(

@@ -22,6 +22,9 @@ use crate::fs::Shared;
 use crate::holder::{self, Holder};
 use crate::scripts;
 
+/// How long a failed read waits for its holder's status.
+const STATUS_WAIT: Duration = Duration::from_secs(10);
+
 /// Largest chunk `read_stream` yields.
 pub(crate) const CHUNK: usize = 1 << 20;
 
@@ -73,12 +76,27 @@ async fn open(
                 .with_op(what)
                 .with_path(abs)
         })?;
-    let dl = sh
-        .api
-        .download(&held.fd_path, sh.user())
-        .await
-        .map_err(|e| e.into_world(what).with_path(abs))?;
-    Ok((size, dl, held.holder))
+    let mut h = held.holder;
+    match sh.api.download(&held.fd_path, sh.user()).await {
+        Ok(dl) => Ok((size, dl, h)),
+        Err(e) => Err(why_not(&mut h, e.into_world(what).with_path(abs), abs, what).await),
+    }
+}
+
+/// The error of a download that failed: `Interrupted` when the holder says it was
+/// stopped or killed (its descriptor was gone, not the file), else `e`. The holder is
+/// let go and its status read, bounded by [`STATUS_WAIT`].
+async fn why_not(h: &mut Holder, e: Error, abs: &WorldPath, what: &str) -> Error {
+    if h.release(abs, what).await.is_err() {
+        return e;
+    }
+    match tokio::time::timeout(STATUS_WAIT, h.finish_ref(abs, what)).await {
+        Ok(Ok(out)) if out.exit_code == scripts::EXIT_INTERRUPTED => Error::interrupted(what)
+            .with_path(abs)
+            .with_detail("the holder was stopped or killed before envd read its file")
+            .with_source(e),
+        _ => e,
+    }
 }
 
 /// Lets the holder go once envd answered the download (it has the file open); fails
