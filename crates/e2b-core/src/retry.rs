@@ -172,6 +172,23 @@ impl RetryPolicy {
         &self,
         what: &str,
         idempotence: Idempotence,
+        op: F,
+    ) -> Result<T, Error>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        self.run_also(what, idempotence, |_| false, op).await
+    }
+
+    /// [`RetryPolicy::run`] that also retries the failures `also` accepts (e.g. a 409
+    /// while a resume is in flight), on the same delays and caps: the one loop for every
+    /// caller that waits on the control plane.
+    pub async fn run_also<T, F, Fut>(
+        &self,
+        what: &str,
+        idempotence: Idempotence,
+        also: impl Fn(&Error) -> bool,
         mut op: F,
     ) -> Result<T, Error>
     where
@@ -189,6 +206,7 @@ impl RetryPolicy {
             let retry_after = match (classify(&err), idempotence) {
                 (RetryClass::NotExecuted { retry_after }, _) => retry_after,
                 (RetryClass::Ambiguous, Idempotence::Idempotent) => None,
+                _ if also(&err) => None,
                 _ => return Err(err),
             };
             let Some(mut delay) = delays.next() else {

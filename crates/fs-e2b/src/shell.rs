@@ -7,7 +7,7 @@ use std::time::Duration;
 use e2b_core::EnvdApi;
 use e2b_core::envd::ProcessStream;
 use e2b_core::trusted_shell::TrustedShell;
-use exec_world::{Error, ErrorKind, WorldPath};
+use exec_world::{Error, WorldPath};
 
 use crate::scripts;
 
@@ -183,6 +183,7 @@ fn is_code_line(l: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use exec_world::ErrorKind;
 
     fn out(code: i32, stderr: &str) -> ShellOutput {
         ShellOutput {

@@ -15,7 +15,10 @@ use exec_world::sandbox::{
 };
 use exec_world::{Child, EnvBase, SpawnSpec, Subprocess as _, WorldPath};
 
-use crate::lease::{Attached, Leases, is_stale_world};
+use e2b_core::lifecycle::Leases;
+use e2b_core::lifecycle::leases::is_stale;
+
+use crate::conversation::{self, Attached, check_id, contract};
 use crate::release_on_exit::ReleaseOnExit;
 
 /// Extra life the sandbox gets beyond a command's timeout.
@@ -50,7 +53,7 @@ fn spawn(a: &Attached, id: &str, spec: &ExecSpec, cwd: &WorldPath) -> Result<Chi
 }
 
 pub(crate) async fn exec(
-    leases: &Leases,
+    leases: &Leases<Attached>,
     id: &str,
     spec: ExecSpec,
     stop_wait: Duration,
@@ -60,14 +63,21 @@ pub(crate) async fn exec(
     validate::path(OP, cwd)?;
     let cwd = WorldPath::new(cwd).map_err(|e| invalid(OP, "cwd", e.to_string()))?;
     let need = spec.timeout.saturating_add(TIMEOUT_MARGIN);
-    let a = leases.attach(OP, id, need).await?;
+    check_id(OP, id)?;
+    let a = leases
+        .attach(OP, id, need)
+        .await
+        .map_err(|e| contract(OP, id, e))?;
     let mut child = spawn(&a, id, &spec, &cwd)?;
     if let Err(e) = child.started().await {
-        if !is_stale_world(&e) {
+        if !is_stale(&e) {
             return Err(start_error(id, e));
         }
         // Paused or deleted behind our lease (another replica): connect once, retry.
-        let a = leases.connect(OP, id, need, None).await?;
+        let a = leases
+            .connect(OP, id, need, None)
+            .await
+            .map_err(|e| contract(OP, id, e))?;
         child = spawn(&a, id, &spec, &cwd)?;
         child.started().await.map_err(|e| start_error(id, e))?;
     }
@@ -81,7 +91,7 @@ pub(crate) async fn exec(
     .await
     .map_err(|e| failed_by(OP, None, e))?;
     if r.stuck {
-        leases.reboot(id).await;
+        conversation::reboot(leases, id).await;
     }
     Ok(r.output())
 }

@@ -13,7 +13,9 @@ use exec_world::sandbox::{FileContent, FileStat, SKILLS, SandboxError, failed_by
 use exec_world::{Error, ErrorKind, Fs as _, WorldPath};
 use fs_e2b::E2bFs;
 
-use crate::lease::{Attached, Leases};
+use e2b_core::lifecycle::Leases;
+
+use crate::conversation::{Attached, check_id, contract};
 
 /// Life a file operation needs left on the lease.
 pub(crate) const FILE_OP_NEED: Duration = Duration::from_secs(120);
@@ -21,7 +23,8 @@ pub(crate) const FILE_OP_NEED: Duration = Duration::from_secs(120);
 pub const UPLOAD_DIR: &str = "/opt/capybara/upload";
 
 /// The path as a world path (validated first: absolute, no `..`, no NUL).
-fn world(op: &'static str, path: &str) -> Result<WorldPath, SandboxError> {
+fn world(op: &'static str, id: &str, path: &str) -> Result<WorldPath, SandboxError> {
+    check_id(op, id)?;
     validate::path(op, path)?;
     WorldPath::new(path).map_err(|e| failed_by(op, Some(path), e))
 }
@@ -32,20 +35,21 @@ fn fail(op: &'static str, path: &str, e: Error) -> SandboxError {
 }
 
 pub(crate) async fn read_file(
-    leases: &Leases,
+    leases: &Leases<Attached>,
     id: &str,
     path: &str,
     max_bytes: u64,
 ) -> Result<Option<FileContent>, SandboxError> {
     const OP: &str = "read_file";
-    let p = world(OP, path)?;
+    let p = world(OP, id, path)?;
     let want = max_bytes.saturating_add(1);
     let r = leases
-        .with_fs(OP, id, FILE_OP_NEED, |a: Attached| {
+        .run(OP, id, FILE_OP_NEED, |a: Attached| {
             let p = p.clone();
             async move { a.fs.read_head(&p, want).await }
         })
-        .await;
+        .await
+        .map_err(|e| contract(OP, id, e));
     match r {
         Ok(b) => Ok(Some(FileContent::capped(b.to_vec(), max_bytes))),
         Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::IsADirectory) => Ok(None),
@@ -54,18 +58,19 @@ pub(crate) async fn read_file(
 }
 
 pub(crate) async fn stat(
-    leases: &Leases,
+    leases: &Leases<Attached>,
     id: &str,
     path: &str,
 ) -> Result<Option<FileStat>, SandboxError> {
     const OP: &str = "stat";
-    let p = world(OP, path)?;
+    let p = world(OP, id, path)?;
     let r = leases
-        .with_fs(OP, id, FILE_OP_NEED, |a: Attached| {
+        .run(OP, id, FILE_OP_NEED, |a: Attached| {
             let p = p.clone();
             async move { a.fs.stat(&p).await }
         })
-        .await;
+        .await
+        .map_err(|e| contract(OP, id, e));
     match r {
         Ok(m) => Ok(Some(FileStat {
             size: m.size,
@@ -78,17 +83,17 @@ pub(crate) async fn stat(
 }
 
 pub(crate) async fn write_file(
-    leases: &Leases,
+    leases: &Leases<Attached>,
     id: &str,
     path: &str,
     data: &[u8],
 ) -> Result<(), SandboxError> {
     const OP: &str = "write_file";
-    let p = world(OP, path)?;
+    let p = world(OP, id, path)?;
     let skills = path == SKILLS || path.starts_with(&format!("{SKILLS}/"));
     let body = Bytes::copy_from_slice(data);
     leases
-        .with_fs(OP, id, FILE_OP_NEED, |a: Attached| {
+        .run(OP, id, FILE_OP_NEED, |a: Attached| {
             let p = p.clone();
             let body = body.clone();
             async move {
@@ -101,5 +106,5 @@ pub(crate) async fn write_file(
             }
         })
         .await
-        .map_err(|e| fail(OP, path, e))
+        .map_err(|e| fail(OP, path, contract(OP, id, e)))
 }

@@ -35,10 +35,10 @@
 //! ```
 
 mod config;
+mod conversation;
 mod errors;
 mod exec;
 mod io;
-mod lease;
 mod release_on_exit;
 mod world;
 
@@ -59,8 +59,9 @@ pub use config::{ConfigError, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, SandboxC
 pub use io::UPLOAD_DIR;
 pub use world::E2bWorld;
 
+use crate::conversation::{Attached, check_id, contract};
 use crate::errors::{map_core, op_failed};
-use crate::lease::{Leases, check_id};
+use e2b_core::lifecycle::Leases;
 
 /// The metadata key carrying a sandbox's conversation name (the same key as the
 /// TypeScript plugin, so both find each other's sandboxes).
@@ -72,7 +73,8 @@ pub const DEFAULT_STOP_WAIT: Duration = Duration::from_secs(5);
 /// Conversation sandboxes on E2B. Cheap to clone; clones share leases.
 #[derive(Debug, Clone)]
 pub struct E2bSandboxes {
-    leases: Arc<Leases>,
+    leases: Arc<Leases<Attached>>,
+    cfg: Arc<SandboxConfig>,
     stop_wait: Duration,
 }
 
@@ -103,7 +105,8 @@ impl E2bSandboxes {
         }
         let client = Client::new(core)?;
         Ok(E2bSandboxes {
-            leases: Arc::new(Leases::new(client, cfg)),
+            leases: Arc::new(conversation::leases(client, &cfg)),
+            cfg: Arc::new(cfg),
             stop_wait: DEFAULT_STOP_WAIT,
         })
     }
@@ -117,7 +120,7 @@ impl E2bSandboxes {
 
     /// The config in use.
     pub fn config(&self) -> &SandboxConfig {
-        &self.leases.cfg
+        &self.cfg
     }
 
     async fn signal_execs(
@@ -133,17 +136,19 @@ impl E2bSandboxes {
         args.extend(tags.unwrap_or_default().iter().map(String::as_str));
         let out = self
             .leases
-            .with_envd(op, &h.id, None, io::FILE_OP_NEED, |a| {
+            .run(op, &h.id, io::FILE_OP_NEED, |a: Attached| {
                 let args = args.clone();
                 async move {
                     TrustedShell::new(a.api.clone())
-                        .user(lease::SANDBOX_USER)
+                        .user(conversation::SANDBOX_USER)
                         .max_output(64 * 1024)
                         .run(SIGNAL_EXECS_SH, &args)
                         .await
+                        .map_err(|e| e.into_world(op))
                 }
             })
-            .await?;
+            .await
+            .map_err(|e| contract(op, &h.id, e))?;
         if out.exit_code != 0 {
             let text = String::from_utf8_lossy(&out.stderr);
             return Err(exec_world::sandbox::failed(
@@ -166,7 +171,7 @@ impl SandboxProvider for E2bSandboxes {
         const OP: &str = "create";
         validate::name(OP, &spec.name)?;
         validate::limits(OP, &spec.limits)?;
-        let cfg = &self.leases.cfg;
+        let cfg = &self.cfg;
         let mut egress = spec.limits.egress.clone();
         if egress == Egress::Open && !cfg.allow_open_egress {
             return Err(exec_world::sandbox::invalid(
@@ -200,13 +205,16 @@ impl SandboxProvider for E2bSandboxes {
         let since = Instant::now();
         let sb = self
             .leases
-            .client
+            .client()
             .create(&opts)
             .await
             .map_err(|e| op_failed(OP, None, e))?;
         let id = sb.id().to_owned();
         check_id(OP, &id)?;
-        let attached = self.leases.remember(OP, sb, since, cfg.timeout())?;
+        let attached = self
+            .leases
+            .remember(OP, sb, since, cfg.timeout())
+            .map_err(|e| contract(OP, &id, e))?;
         // The spawn helper's placement and cgroup probe (one envd request) now, so the
         // first exec is one request; if it fails here the first exec retries it.
         if let Err(e) = attached.proc.prepare().await {
@@ -216,10 +224,12 @@ impl SandboxProvider for E2bSandboxes {
     }
 
     async fn resume(&self, h: &SandboxHandle) -> Result<ResumeOutcome, SandboxError> {
+        check_id("resume", &h.id)?;
         match self
             .leases
             .connect("resume", &h.id, Duration::ZERO, None)
             .await
+            .map_err(|e| contract("resume", &h.id, e))
         {
             Ok(_) => Ok(ResumeOutcome::Resumed),
             Err(e) if e.is_gone() => Ok(ResumeOutcome::Gone),
@@ -233,7 +243,7 @@ impl SandboxProvider for E2bSandboxes {
         self.leases.forget(&h.id);
         match self
             .leases
-            .client
+            .client()
             .pause(&h.id, e2b_core::PauseOptions { memory: true })
             .await
         {
@@ -248,7 +258,7 @@ impl SandboxProvider for E2bSandboxes {
         check_id(OP, &h.id)?;
         self.leases.forget(&h.id);
         self.leases
-            .client
+            .client()
             .kill(&h.id)
             .await
             .map(|_| ())
@@ -260,7 +270,7 @@ impl SandboxProvider for E2bSandboxes {
         validate::name(OP, name)?;
         let listed = self
             .leases
-            .client
+            .client()
             .list_all(
                 ListQuery::new()
                     .metadata(NAME_METADATA_KEY, name)
@@ -279,7 +289,7 @@ impl SandboxProvider for E2bSandboxes {
                 check_id(OP, &s.sandbox_id)?;
                 self.leases.forget(&s.sandbox_id);
                 self.leases
-                    .client
+                    .client()
                     .kill(&s.sandbox_id)
                     .await
                     .map_err(|e| map_core(OP, &s.sandbox_id, None, e))?;
