@@ -244,7 +244,7 @@ async fn a_holder_stopped_or_killed_by_the_user_is_interrupted() {
                     other => panic!("{sig}: expected the file or Interrupted, got {other:?}"),
                 }
             }
-            o.p.kill_tagged(&o.h, &[tag.clone()])
+            o.p.kill_tagged(&o.h, std::slice::from_ref(&tag))
                 .await
                 .expect("kill_tagged");
             interrupted
