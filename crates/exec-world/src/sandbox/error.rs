@@ -19,6 +19,7 @@
 //! assert_eq!(e.to_string(), "exec: the world is gone: sandbox sb-1 no longer exists");
 //! let e = exec_world::sandbox::invalid("stat", "path \"a\"", "it must be absolute");
 //! assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+//! assert_eq!(e.to_string(), "stat: invalid spec: path \"a\": it must be absolute");
 //! ```
 
 use crate::{Error, ErrorKind};
@@ -34,7 +35,7 @@ pub fn gone(op: &'static str, id: &str) -> Error {
 
 /// [`ErrorKind::InvalidSpec`]: an argument refused before anything ran.
 pub fn invalid(op: &'static str, what: impl Into<String>, reason: impl Into<String>) -> Error {
-    Error::invalid_spec(format!("invalid {}: {}", what.into(), reason.into())).with_op(op)
+    Error::invalid_spec(format!("{}: {}", what.into(), reason.into())).with_op(op)
 }
 
 /// [`ErrorKind::Other`] without a source.

@@ -220,7 +220,7 @@ mod tests {
         let e = path("read_file", "rel").expect_err("relative");
         assert_eq!(
             e.to_string(),
-            "read_file: invalid path \"rel\": it must be absolute"
+            "read_file: invalid spec: path \"rel\": it must be absolute"
         );
     }
 
