@@ -6,7 +6,7 @@
 //! | error | disposition |
 //! | --- | --- |
 //! | 429 (`Retry-After` kept), 503 | temporary, not executed |
-//! | 502, 504, [`Error::Transport`], envd `unavailable` | temporary, maybe executed |
+//! | 502, 504, [`Error::Transport`], [`Error::StreamCut`], envd `unavailable` | temporary, maybe executed |
 //! | [`Error::SandboxNotFound`] from the control plane (E2B-format 404) | gone |
 //! | [`Error::SandboxNotFound`] from envd's proxy (502 or 409 with a `sandboxId`: paused or missing) | unroutable |
 //! | our own [`Error::Timeout`] (the caller's budget is spent), every other status, code and variant | final |
@@ -57,7 +57,8 @@ impl Error {
             Error::Server {
                 status: 502 | 504, ..
             }
-            | Error::Transport { .. } => temporary(true),
+            | Error::Transport { .. }
+            | Error::StreamCut { .. } => temporary(true),
             Error::Envd {
                 code: Code::Unavailable,
                 ..
@@ -264,6 +265,7 @@ mod tests {
                 | Error::Transport { .. }
                 | Error::Timeout { .. }
                 | Error::Protocol { .. }
+                | Error::StreamCut { .. }
                 | Error::Source(_)
                 | Error::Config(_)
                 | Error::ControlCommand { .. } => {}
@@ -319,9 +321,8 @@ mod tests {
             if matches!(d, Disposition::Gone | Disposition::Unroutable) {
                 assert_eq!(e.world_kind(), exec_world::ErrorKind::Gone, "{shown}");
             }
-            let lost = e.is_connection_lost();
             let w = e.into_world("op");
-            assert_eq!(w.is_temporary(), temporary || lost, "{shown}");
+            assert_eq!(w.is_temporary(), temporary, "{shown}");
         }
     }
 }

@@ -160,6 +160,15 @@ pub enum Error {
         /// What was wrong.
         message: String,
     },
+    /// A stream from envd ended before its end (no end-of-stream frame, cut inside a
+    /// frame, no start event): the connection was lost midway, not a protocol breach.
+    #[error("stream cut short ({surface}): {message}")]
+    StreamCut {
+        /// Whose stream.
+        surface: Surface,
+        /// Where it ended.
+        message: String,
+    },
     /// Reading the caller's upload source failed.
     #[error("upload source failed: {0}")]
     Source(#[source] std::io::Error),
@@ -200,10 +209,10 @@ impl Error {
                 surface: Surface::Envd,
                 ..
             } => true,
-            Error::Protocol {
+            Error::StreamCut {
                 surface: Surface::Envd,
-                message,
-            } => message.starts_with("stream ended"),
+                ..
+            } => true,
             _ => false,
         }
     }
@@ -405,6 +414,13 @@ impl Error {
             src = s.source();
         }
         Error::Transport { surface, message }
+    }
+
+    pub(crate) fn stream_cut(surface: Surface, message: impl Into<String>) -> Error {
+        Error::StreamCut {
+            surface,
+            message: message.into(),
+        }
     }
 
     pub(crate) fn protocol(surface: Surface, message: impl Into<String>) -> Error {

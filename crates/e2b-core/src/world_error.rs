@@ -12,7 +12,8 @@
 //! | `Unauthorized` (401), `Forbidden` (403), envd `unauthenticated` / `permission_denied` | `PermissionDenied` | no |
 //! | `RateLimited` (429) | `Transport` | yes |
 //! | `Server` 502/503/504, `Transport` (reset, refused, cut body), envd `unavailable` | `Transport` | yes |
-//! | `Protocol` | `Transport` | only a stream cut short ([`Error::is_connection_lost`]) |
+//! | `StreamCut` (a stream that ended before its end) | `Transport` | yes |
+//! | `Protocol` | `Transport` | no |
 //! | `Timeout`, envd `deadline_exceeded` | `Timeout` | no |
 //! | envd `canceled` | `Cancelled` | no |
 //! | envd `not_found` / `already_exists` | `NotFound` / `AlreadyExists` | no |
@@ -20,8 +21,8 @@
 //! | envd `unimplemented` | `Unsupported` | no |
 //! | other 5xx, other envd codes, `EndpointNotFound`, `Conflict`, `Http`, `Source`, `ControlCommand` | `Other` | no |
 //!
-//! "Temporary" is [`Error::disposition`] (the one table, via [`Error::is_retryable`]) or
-//! [`Error::is_connection_lost`]: this table does not classify retries a second time.
+//! "Temporary" is [`Error::disposition`] (the one table, via [`Error::is_retryable`]):
+//! this table does not classify retries a second time.
 
 use exec_world::ErrorKind;
 
@@ -37,9 +38,10 @@ impl Error {
             Error::SandboxNotFound { .. } => ErrorKind::Gone,
             Error::TemplateNotFound { .. } => ErrorKind::NotFound,
             Error::Unauthorized { .. } | Error::Forbidden { .. } => ErrorKind::PermissionDenied,
-            Error::RateLimited { .. } | Error::Transport { .. } | Error::Protocol { .. } => {
-                ErrorKind::Transport
-            }
+            Error::RateLimited { .. }
+            | Error::Transport { .. }
+            | Error::StreamCut { .. }
+            | Error::Protocol { .. } => ErrorKind::Transport,
             Error::Server { status, .. } if (502..=504).contains(status) => ErrorKind::Transport,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::BadRequest { .. } | Error::Config(_) => ErrorKind::InvalidSpec,
@@ -53,10 +55,10 @@ impl Error {
         }
     }
 
-    /// True when retrying the operation later may help: [`Error::is_retryable`], or a
-    /// connection to envd lost mid-request ([`Error::is_connection_lost`]).
+    /// True when retrying the operation later may help: [`Error::is_retryable`] (the one
+    /// table).
     fn is_temporary(&self) -> bool {
-        self.is_retryable() || self.is_connection_lost()
+        self.is_retryable()
     }
 
     /// This error as an [`exec_world::Error`] of [`world_kind`](Error::world_kind), met
@@ -120,12 +122,13 @@ mod tests {
             Error::Transport { .. } => 11,
             Error::Timeout { .. } => 12,
             Error::Protocol { .. } => 13,
+            Error::StreamCut { .. } => 17,
             Error::Source(_) => 14,
             Error::Config(_) => 15,
             Error::ControlCommand { .. } => 16,
         }
     }
-    const VARIANTS: usize = 17;
+    const VARIANTS: usize = 18;
 
     fn envd(code: Code, message: &str) -> Error {
         Error::Envd {
@@ -263,7 +266,7 @@ mod tests {
                 false,
             ),
             (
-                Error::Protocol {
+                Error::StreamCut {
                     surface: e,
                     message: "stream ended without its end".into(),
                 },
