@@ -204,17 +204,16 @@ impl Error {
     /// failure, or a stream that stopped without its end): what a killed sandbox looks
     /// like before one `/health` check tells it apart from a network hiccup.
     pub fn is_connection_lost(&self) -> bool {
-        match self {
+        matches!(
+            self,
             Error::Transport {
                 surface: Surface::Envd,
                 ..
-            } => true,
-            Error::StreamCut {
+            } | Error::StreamCut {
                 surface: Surface::Envd,
                 ..
-            } => true,
-            _ => false,
-        }
+            }
+        )
     }
 
     /// True for envd's `not_found` (missing file, unknown pid).
