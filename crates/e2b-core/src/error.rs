@@ -160,6 +160,15 @@ pub enum Error {
         /// What was wrong.
         message: String,
     },
+    /// A stream from envd ended before its end (no end-of-stream frame, cut inside a
+    /// frame, no start event): the connection was lost midway, not a protocol breach.
+    #[error("stream cut short ({surface}): {message}")]
+    StreamCut {
+        /// Whose stream.
+        surface: Surface,
+        /// Where it ended.
+        message: String,
+    },
     /// Reading the caller's upload source failed.
     #[error("upload source failed: {0}")]
     Source(#[source] std::io::Error),
@@ -188,31 +197,23 @@ impl Error {
     /// gone one answers 404) before treating it as gone; a retry layer must not retry it
     /// as a plain 502.
     pub fn is_unroutable(&self) -> bool {
-        matches!(
-            self,
-            Error::SandboxNotFound {
-                surface: Surface::Envd,
-                status: 502,
-                ..
-            }
-        )
+        self.disposition() == crate::Disposition::Unroutable
     }
 
     /// True when the connection to envd broke mid-request or mid-stream (transport
     /// failure, or a stream that stopped without its end): what a killed sandbox looks
     /// like before one `/health` check tells it apart from a network hiccup.
     pub fn is_connection_lost(&self) -> bool {
-        match self {
+        matches!(
+            self,
             Error::Transport {
                 surface: Surface::Envd,
                 ..
-            } => true,
-            Error::Protocol {
+            } | Error::StreamCut {
                 surface: Surface::Envd,
-                message,
-            } => message.starts_with("stream ended"),
-            _ => false,
-        }
+                ..
+            }
+        )
     }
 
     /// True for envd's `not_found` (missing file, unknown pid).
@@ -241,17 +242,10 @@ impl Error {
         matches!(self, Error::Timeout { .. }) || self.connect_code() == Some(Code::DeadlineExceeded)
     }
 
-    /// True when retrying later may help (429, 502/503/504, transport, timeout).
+    /// True when retrying later may help: [`Disposition::Temporary`](crate::Disposition)
+    /// in the one table ([`Error::disposition`]).
     pub fn is_retryable(&self) -> bool {
-        match self {
-            Error::RateLimited { .. } | Error::Transport { .. } | Error::Timeout { .. } => true,
-            Error::Server { status, .. } => matches!(status, 502..=504),
-            // The proxy's 502 for a sandbox it cannot route: gone or paused, never a
-            // transient failure (see `is_unroutable`).
-            Error::SandboxNotFound { .. } => false,
-            Error::Envd { code, .. } => matches!(code, Code::Unavailable),
-            _ => false,
-        }
+        matches!(self.disposition(), crate::Disposition::Temporary { .. })
     }
 
     /// The Connect code of an envd error.
@@ -322,8 +316,12 @@ impl Error {
                     status: Some(status),
                 };
             }
-            // The edge proxy's JSON for a sandbox that is gone (killed, expired, unknown).
-            if status == 502 && text.contains("sandbox was not found") {
+            // The edge proxy's JSON for a sandbox it cannot route to (gone, or paused: 502;
+            // older deployments answer a paused one with 409): a numeric `code` equal to
+            // the status and the `sandboxId` it was asked for, a shape envd never sends.
+            let proxy = obj.is_some_and(|o| o.contains_key("sandboxId"))
+                && num_code == Some(i64::from(status));
+            if proxy && matches!(status, 502 | 409) {
                 return Error::SandboxNotFound {
                     surface,
                     status,
@@ -415,6 +413,13 @@ impl Error {
             src = s.source();
         }
         Error::Transport { surface, message }
+    }
+
+    pub(crate) fn stream_cut(surface: Surface, message: impl Into<String>) -> Error {
+        Error::StreamCut {
+            surface,
+            message: message.into(),
+        }
     }
 
     pub(crate) fn protocol(surface: Surface, message: impl Into<String>) -> Error {

@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod config;
+pub mod disposition;
 pub mod envd;
 pub mod error;
 mod http;
@@ -29,6 +30,7 @@ pub use api::{
     SandboxStream,
 };
 pub use config::{Config, Secret};
+pub use disposition::Disposition;
 pub use envd::{
     ByteStream, Download, FileOp, MessageStream, ProcessOutput, ProcessStream, StartProcess,
     StreamOptions, WatchOptions, WatchStream, bytes_stream, file_signature, reader_stream,

@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder as _, ExponentialBuilder};
 
+use crate::disposition::Disposition;
 use crate::error::Error;
-use crate::proto::connect::Code;
 
 /// How a failure bears on retrying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub enum RetryClass {
     Final,
 }
 
-/// Classifies `err` for retrying (see the module table).
+/// Classifies `err` for retrying: [`Error::disposition`] read for a retry loop.
 ///
 /// ```
 /// use e2b_core::retry::{RetryClass, classify};
@@ -52,20 +52,16 @@ pub enum RetryClass {
 /// assert_eq!(classify(&reset), RetryClass::Ambiguous);
 /// ```
 pub fn classify(err: &Error) -> RetryClass {
-    match err {
-        Error::RateLimited { retry_after, .. } => RetryClass::NotExecuted {
-            retry_after: *retry_after,
-        },
-        Error::Server { status: 503, .. } => RetryClass::NotExecuted { retry_after: None },
-        Error::Server {
-            status: 502 | 504, ..
-        }
-        | Error::Transport { .. } => RetryClass::Ambiguous,
-        Error::Envd {
-            code: Code::Unavailable,
+    match err.disposition() {
+        Disposition::Temporary {
+            maybe_executed: false,
+            retry_after,
+        } => RetryClass::NotExecuted { retry_after },
+        Disposition::Temporary {
+            maybe_executed: true,
             ..
         } => RetryClass::Ambiguous,
-        _ => RetryClass::Final,
+        Disposition::Gone | Disposition::Unroutable | Disposition::Final => RetryClass::Final,
     }
 }
 
@@ -176,6 +172,23 @@ impl RetryPolicy {
         &self,
         what: &str,
         idempotence: Idempotence,
+        op: F,
+    ) -> Result<T, Error>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        self.run_also(what, idempotence, |_| false, op).await
+    }
+
+    /// [`RetryPolicy::run`] that also retries the failures `also` accepts (e.g. a 409
+    /// while a resume is in flight), on the same delays and caps: the one loop for every
+    /// caller that waits on the control plane.
+    pub async fn run_also<T, F, Fut>(
+        &self,
+        what: &str,
+        idempotence: Idempotence,
+        also: impl Fn(&Error) -> bool,
         mut op: F,
     ) -> Result<T, Error>
     where
@@ -193,6 +206,7 @@ impl RetryPolicy {
             let retry_after = match (classify(&err), idempotence) {
                 (RetryClass::NotExecuted { retry_after }, _) => retry_after,
                 (RetryClass::Ambiguous, Idempotence::Idempotent) => None,
+                _ if also(&err) => None,
                 _ => return Err(err),
             };
             let Some(mut delay) = delays.next() else {

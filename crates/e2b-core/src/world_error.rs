@@ -12,17 +12,17 @@
 //! | `Unauthorized` (401), `Forbidden` (403), envd `unauthenticated` / `permission_denied` | `PermissionDenied` | no |
 //! | `RateLimited` (429) | `Transport` | yes |
 //! | `Server` 502/503/504, `Transport` (reset, refused, cut body), envd `unavailable` | `Transport` | yes |
-//! | `Protocol` | `Transport` | only a stream cut short ([`Error::is_connection_lost`]) |
-//! | `Timeout`, envd `deadline_exceeded` | `Timeout` | ours yes, envd's no |
+//! | `StreamCut` (a stream that ended before its end) | `Transport` | yes |
+//! | `Protocol` | `Transport` | no |
+//! | `Timeout`, envd `deadline_exceeded` | `Timeout` | no |
 //! | envd `canceled` | `Cancelled` | no |
 //! | envd `not_found` / `already_exists` | `NotFound` / `AlreadyExists` | no |
-//! | envd `invalid_argument` saying "is a directory" / "not a directory" | `IsADirectory` / `NotADirectory` | no |
-//! | envd `invalid_argument` otherwise, `BadRequest` (400), `Config` | `InvalidSpec` | no |
+//! | envd `invalid_argument` (its message is the detail, never read for the kind), `BadRequest` (400), `Config` | `InvalidSpec` | no |
 //! | envd `unimplemented` | `Unsupported` | no |
 //! | other 5xx, other envd codes, `EndpointNotFound`, `Conflict`, `Http`, `Source`, `ControlCommand` | `Other` | no |
 //!
-//! "Temporary" is [`Error::is_retryable`] or [`Error::is_connection_lost`]: this table
-//! does not classify retries a second time.
+//! "Temporary" is [`Error::disposition`] (the one table, via [`Error::is_retryable`]):
+//! this table does not classify retries a second time.
 
 use exec_world::ErrorKind;
 
@@ -33,16 +33,19 @@ impl Error {
     /// The exec-world kind of this error (the table in the [module docs](self)).
     pub fn world_kind(&self) -> ErrorKind {
         match self {
+            // Gone, or unroutable behind the proxy (paused or gone): the caller without a
+            // lease to renew cannot reach it either way.
             Error::SandboxNotFound { .. } => ErrorKind::Gone,
             Error::TemplateNotFound { .. } => ErrorKind::NotFound,
             Error::Unauthorized { .. } | Error::Forbidden { .. } => ErrorKind::PermissionDenied,
-            Error::RateLimited { .. } | Error::Transport { .. } | Error::Protocol { .. } => {
-                ErrorKind::Transport
-            }
+            Error::RateLimited { .. }
+            | Error::Transport { .. }
+            | Error::StreamCut { .. }
+            | Error::Protocol { .. } => ErrorKind::Transport,
             Error::Server { status, .. } if (502..=504).contains(status) => ErrorKind::Transport,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::BadRequest { .. } | Error::Config(_) => ErrorKind::InvalidSpec,
-            Error::Envd { code, message, .. } => code_kind(*code, message),
+            Error::Envd { code, .. } => code_kind(*code),
             Error::Server { .. }
             | Error::EndpointNotFound { .. }
             | Error::Conflict { .. }
@@ -52,10 +55,10 @@ impl Error {
         }
     }
 
-    /// True when retrying the operation later may help: [`Error::is_retryable`], or a
-    /// connection to envd lost mid-request ([`Error::is_connection_lost`]).
+    /// True when retrying the operation later may help: [`Error::is_retryable`] (the one
+    /// table).
     fn is_temporary(&self) -> bool {
-        self.is_retryable() || self.is_connection_lost()
+        self.is_retryable()
     }
 
     /// This error as an [`exec_world::Error`] of [`world_kind`](Error::world_kind), met
@@ -76,9 +79,8 @@ impl Error {
     }
 }
 
-/// The kind of an envd Connect code; `message` tells the directory cases of
-/// `invalid_argument` apart (envd has no code of their own).
-fn code_kind(code: Code, message: &str) -> ErrorKind {
+/// The kind of an envd Connect code (the code only: envd's words are never read).
+fn code_kind(code: Code) -> ErrorKind {
     match code {
         Code::NotFound => ErrorKind::NotFound,
         Code::AlreadyExists => ErrorKind::AlreadyExists,
@@ -87,16 +89,7 @@ fn code_kind(code: Code, message: &str) -> ErrorKind {
         Code::Canceled => ErrorKind::Cancelled,
         Code::Unavailable => ErrorKind::Transport,
         Code::Unimplemented => ErrorKind::Unsupported,
-        Code::InvalidArgument => {
-            let lower = message.to_ascii_lowercase();
-            if lower.contains("not a directory") {
-                ErrorKind::NotADirectory
-            } else if lower.contains("is a directory") {
-                ErrorKind::IsADirectory
-            } else {
-                ErrorKind::InvalidSpec
-            }
-        }
+        Code::InvalidArgument => ErrorKind::InvalidSpec,
         // Unknown, ResourceExhausted, FailedPrecondition, Aborted, OutOfRange, Internal,
         // DataLoss, and any code a later Connect version adds.
         _ => ErrorKind::Other,
@@ -129,12 +122,13 @@ mod tests {
             Error::Transport { .. } => 11,
             Error::Timeout { .. } => 12,
             Error::Protocol { .. } => 13,
+            Error::StreamCut { .. } => 17,
             Error::Source(_) => 14,
             Error::Config(_) => 15,
             Error::ControlCommand { .. } => 16,
         }
     }
-    const VARIANTS: usize = 17;
+    const VARIANTS: usize = 18;
 
     fn envd(code: Code, message: &str) -> Error {
         Error::Envd {
@@ -269,10 +263,10 @@ mod tests {
                     after: Duration::from_secs(1),
                 },
                 ErrorKind::Timeout,
-                true,
+                false,
             ),
             (
-                Error::Protocol {
+                Error::StreamCut {
                     surface: e,
                     message: "stream ended without its end".into(),
                 },
@@ -349,10 +343,9 @@ mod tests {
             let w = envd(code, "envd said so").into_world("op");
             assert_eq!((w.kind(), w.is_temporary()), (kind, temporary), "{code}");
         }
-        // invalid_argument naming a directory problem has the directory kinds.
+        // The message is never read for the kind.
         let k = |m: &str| envd(Code::InvalidArgument, m).world_kind();
-        assert_eq!(k("path '/x' is a directory"), ErrorKind::IsADirectory);
-        assert_eq!(k("path is not a directory: /x"), ErrorKind::NotADirectory);
+        assert_eq!(k("path '/x' is a directory"), ErrorKind::InvalidSpec);
         assert_eq!(k("cwd '/nope' does not exist"), ErrorKind::InvalidSpec);
     }
 

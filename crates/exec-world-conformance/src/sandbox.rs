@@ -18,10 +18,16 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use exec_world::ErrorKind;
 use exec_world::sandbox::{
     CreateSpec, Egress, ExecOutput, ExecSpec, ResumeOutcome, SandboxError, SandboxHandle,
     SandboxLimits, SandboxProvider,
 };
+
+/// The contract's "invalid argument": kind `InvalidSpec`, for operation `op` when given.
+fn is_invalid(e: &SandboxError, op: Option<&str>) -> bool {
+    e.kind() == ErrorKind::InvalidSpec && op.is_none_or(|op| e.op() == Some(op))
+}
 
 /// What a sandbox test runs against: a provider, a second instance of it on the same
 /// backend (another replica), and a name prefix unique to this run.
@@ -130,7 +136,7 @@ pub async fn sb_exec_basics(w: &SandboxWorld) {
         .exec(&h, ExecSpec::new("true").env("BAD-NAME", "1"))
         .await
         .expect_err("bad env name");
-    assert!(matches!(e, SandboxError::Invalid { .. }), "{e}");
+    assert!(is_invalid(&e, None), "{e}");
     assert!(e.to_string().contains("BAD-NAME"), "{e}");
     let r = p
         .exec(&h, ExecSpec::new("echo ok").timeout(Duration::MAX))
@@ -203,29 +209,11 @@ pub async fn sb_files(w: &SandboxWorld) {
     assert_eq!(e.map(|c| (c.data.len(), c.truncated)), Some((0, false)));
     for bad in ["rel/a", "/workspace/../etc/passwd", "/workspace/a\0b"] {
         let e = p.read_file(&h, bad, 10).await.expect_err("bad path");
-        assert!(
-            matches!(
-                e,
-                SandboxError::Invalid {
-                    op: "read_file",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert!(is_invalid(&e, Some("read_file")), "{e}");
         let e = p.write_file(&h, bad, b"x").await.expect_err("bad path");
-        assert!(
-            matches!(
-                e,
-                SandboxError::Invalid {
-                    op: "write_file",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert!(is_invalid(&e, Some("write_file")), "{e}");
         let e = p.stat(&h, bad).await.expect_err("bad path");
-        assert!(matches!(e, SandboxError::Invalid { op: "stat", .. }), "{e}");
+        assert!(is_invalid(&e, Some("stat")), "{e}");
     }
     p.destroy(&h).await.expect("destroy");
 }
@@ -249,6 +237,127 @@ pub async fn sb_read_refuses_fifos(w: &SandboxWorld) {
         assert!(e.to_string().contains("not a regular file"), "{e}");
     }
     p.destroy(&h).await.expect("destroy");
+}
+
+/// Bounds every file operation on a hostile path: it must end, never block.
+async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} must not block"))
+}
+
+/// Special files (FIFO, socket, a link to a device) planted, or swapped in for a regular
+/// file while reads run, never block or slow a read or a write: a read is refused (or
+/// finds nothing), a write replaces the special file with a regular one.
+pub async fn sb_special_files_never_block(w: &SandboxWorld) {
+    let p = &*w.provider;
+    let h = w.create("special").await;
+    let out = sh(
+        p,
+        &h,
+        "mkfifo pipe && ln -s pipe lpipe && ln -s /dev/zero zero && ln -s /dev/tty tty && \
+         perl -MSocket -e 'socket(my $s, PF_UNIX, SOCK_STREAM, 0) or die; \
+           bind($s, pack_sockaddr_un(\"sock\")) or die' && echo ok",
+    )
+    .await;
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+    for name in ["pipe", "lpipe", "sock", "zero", "tty"] {
+        let path = format!("/workspace/{name}");
+        let r = bounded(&format!("read_file {path}"), p.read_file(&h, &path, 16)).await;
+        match r {
+            // A link to a device outside the provider's root resolves inside it: nothing.
+            Ok(None) => assert!(matches!(name, "zero" | "tty"), "{path}: None"),
+            Ok(Some(c)) => panic!("{path} was read: {c:?}"),
+            Err(e) => {
+                assert!(e.to_string().contains(&path), "{e}");
+                assert!(e.to_string().contains("not a regular file"), "{e}");
+            }
+        }
+        let st = bounded(&format!("stat {path}"), p.stat(&h, &path)).await;
+        assert!(st.is_ok(), "{path}: {st:?}");
+    }
+    for name in ["pipe", "sock"] {
+        let path = format!("/workspace/{name}");
+        bounded(
+            &format!("write_file {path}"),
+            p.write_file(&h, &path, b"data"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("write over {path}: {e}"));
+        let c = p.read_file(&h, &path, 16).await.expect("read back");
+        assert_eq!(c.map(|c| c.data), Some(b"data".to_vec()), "{path}");
+    }
+    // A file swapped between a regular file and a FIFO while reads run.
+    let tag = "swapper";
+    let swapper = p.exec(
+        &h,
+        ExecSpec::new("for i in $(seq 1 4000); do rm -f f; mkfifo f; rm -f f; echo x > f; done")
+            .tag(tag)
+            .timeout(Duration::from_secs(120)),
+    );
+    let reads = async {
+        for _ in 0..30 {
+            match bounded(
+                "read_file of a swapped file",
+                p.read_file(&h, "/workspace/f", 16),
+            )
+            .await
+            {
+                Ok(None) => {}
+                Ok(Some(c)) => assert!(c.data.is_empty() || c.data == b"x\n", "{c:?}"),
+                Err(e) => assert!(e.to_string().contains("/workspace/f"), "{e}"),
+            }
+        }
+        w.second
+            .kill_tagged(&h, &[tag.to_owned()])
+            .await
+            .expect("kill_tagged");
+    };
+    let (r, ()) = tokio::join!(swapper, reads);
+    r.expect("swapper exec");
+    p.destroy(&h).await.expect("destroy");
+}
+
+/// A write never leaves the sandbox through a link, dangling or not, absolute or
+/// relative, final or in a parent: not onto this machine's files, not into another
+/// sandbox. Where it lands instead is the provider's (inside the sandbox, or refused).
+pub async fn sb_writes_stay_in_the_root(w: &SandboxWorld) {
+    let p = &*w.provider;
+    let a = w.create("root-a").await;
+    let b = w.create("root-b").await;
+    let unique = format!("sandbox-escape-{}-{}", std::process::id(), b.id.len());
+    let host_etc = format!("/etc/{unique}");
+    let host_tmp = std::env::temp_dir().join(&unique);
+    let t = host_tmp.display().to_string();
+    let cmd = format!(
+        "ln -s {host_etc} dangling_abs && ln -s ../../../../../../../..{t} dangling_rel && \
+         ln -s ../../{id}/workspace/owned other && ln -s ../../{id}/workspace other_dir && \
+         ln -s /etc etc_dir && echo ok",
+        id = b.id
+    );
+    let out = sh(p, &a, &cmd).await;
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+    for path in [
+        "/workspace/dangling_abs",
+        "/workspace/dangling_rel",
+        "/workspace/other",
+        "/workspace/other_dir/owned2",
+        &format!("/workspace/etc_dir/{unique}"),
+    ] {
+        // Refused or written inside the sandbox: both are fine, leaving is not.
+        let _ = bounded(
+            &format!("write_file {path}"),
+            p.write_file(&a, path, b"evil"),
+        )
+        .await;
+    }
+    assert!(!std::path::Path::new(&host_etc).exists(), "{host_etc}");
+    assert!(!host_tmp.exists(), "{t}");
+    for path in ["/workspace/owned", "/workspace/owned2"] {
+        assert_eq!(p.stat(&b, path).await.expect("stat"), None, "{path} in b");
+    }
+    p.destroy(&a).await.expect("destroy");
+    p.destroy(&b).await.expect("destroy");
 }
 
 /// A timeout kills the whole tree (nohup'd and setsid'd children too) and returns the
@@ -302,7 +411,7 @@ pub async fn sb_cancel(w: &SandboxWorld) {
         .exec(&h, ExecSpec::new("touch ran").cancel(token))
         .await
         .expect_err("already cancelled");
-    assert!(matches!(e, SandboxError::Cancelled { .. }), "{e}");
+    assert!(e.kind() == ErrorKind::Cancelled, "{e}");
     assert_eq!(p.stat(&h, "/workspace/ran").await.expect("stat"), None);
     p.destroy(&h).await.expect("destroy");
 }
@@ -444,12 +553,64 @@ pub async fn sb_kill_tagged(w: &SandboxWorld) {
         .kill_tagged(&h, &["bad tag".to_owned()])
         .await
         .expect_err("bad tag");
-    assert!(matches!(e, SandboxError::Invalid { .. }), "{e}");
+    assert!(is_invalid(&e, None), "{e}");
     let e = p
         .exec(&h, ExecSpec::new("true").tag("bad/tag"))
         .await
         .expect_err("bad tag");
-    assert!(matches!(e, SandboxError::Invalid { .. }), "{e}");
+    assert!(is_invalid(&e, None), "{e}");
+    p.destroy(&h).await.expect("destroy");
+}
+
+/// `kill_tagged` and `kill_all` from another instance reach what a running tagged
+/// command started after clearing its environment and leaving its session (`env -i
+/// setsid`, a double fork: no parent chain, no variables), where the provider says it
+/// can ([`SandboxCapabilities::kill_reaches_escapes`](exec_world::sandbox::SandboxCapabilities)).
+pub async fn sb_kill_reaches_double_forks(w: &SandboxWorld) {
+    let p = &*w.provider;
+    if !p.capabilities().kill_reaches_escapes {
+        return crate::skip("sb_kill_reaches_double_forks", "kill_reaches_escapes");
+    }
+    let h = w.create("dfork").await;
+    let start = |tag: &'static str, file: &'static str| {
+        p.exec(
+            &h,
+            ExecSpec::new(format!(
+                "env -i /usr/bin/setsid /bin/sh -c '/bin/sleep 300 & echo $! > {file}' </dev/null >/dev/null 2>&1 & \
+                 /bin/sleep 300"
+            ))
+            .tag(tag)
+            .timeout(Duration::from_secs(120)),
+        )
+    };
+    let a = start("dfork-a", "a.pid");
+    let b = start("dfork-b", "b.pid");
+    let control = async {
+        wait_for(p, &h, "/workspace/a.pid").await;
+        wait_for(p, &h, "/workspace/b.pid").await;
+        let a_pid = alive(p, &h, "a.pid").await;
+        assert!(!a_pid.is_empty(), "the escapee runs");
+        w.second
+            .kill_tagged(&h, &["dfork-a".to_owned()])
+            .await
+            .expect("kill_tagged");
+        assert_eq!(
+            alive(p, &h, "a.pid").await,
+            "",
+            "kill_tagged reached the double fork"
+        );
+        let b_pid = alive(p, &h, "b.pid").await;
+        assert!(!b_pid.is_empty(), "another tag's escapee is untouched");
+        w.second.kill_all(&h).await.expect("kill_all");
+        assert_eq!(
+            alive(p, &h, "b.pid").await,
+            "",
+            "kill_all reached the double fork"
+        );
+    };
+    let (ra, rb, ()) = tokio::join!(a, b, control);
+    let (ra, rb) = (ra.expect("exec a"), rb.expect("exec b"));
+    assert!(!ra.timed_out && !rb.timed_out, "{ra:?} {rb:?}");
     p.destroy(&h).await.expect("destroy");
 }
 
@@ -490,10 +651,7 @@ pub async fn sb_invalid_create(w: &SandboxWorld) {
     let p = &*w.provider;
     for bad in ["", "-x", "a/b", &"a".repeat(102)] {
         let e = p.create(CreateSpec::new(bad)).await.expect_err("bad name");
-        assert!(
-            matches!(e, SandboxError::Invalid { op: "create", .. }),
-            "{e}"
-        );
+        assert!(is_invalid(&e, Some("create")), "{e}");
     }
     let limits = SandboxLimits {
         memory_mb: 0,
@@ -524,6 +682,8 @@ macro_rules! __sandbox_test_names {
             sb_exec_basics,
             sb_files,
             sb_read_refuses_fifos,
+            sb_special_files_never_block,
+            sb_writes_stay_in_the_root,
             sb_timeout_kills_tree,
             sb_cancel,
             sb_output_cap,
@@ -531,6 +691,7 @@ macro_rules! __sandbox_test_names {
             sb_destroy_gone,
             sb_same_name,
             sb_kill_tagged,
+            sb_kill_reaches_double_forks,
             sb_concurrent,
             sb_invalid_create,
         ] }

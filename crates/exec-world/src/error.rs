@@ -59,6 +59,9 @@ pub enum ErrorKind {
     Timeout,
     /// The operation was cancelled by the caller (cleanup has run when this is returned).
     Cancelled,
+    /// A process the operation relied on (e.g. a file holder of the world's user) was
+    /// stopped or killed midway: the operation did not complete; trying again may work.
+    Interrupted,
     /// The connection to the world failed (network, protocol, a busy or limiting server).
     Transport,
     /// Anything else; the detail says what.
@@ -82,6 +85,7 @@ impl ErrorKind {
             ErrorKind::Gone => "the world is gone",
             ErrorKind::Timeout => "timed out",
             ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Interrupted => "interrupted",
             ErrorKind::Transport => "transport error",
             ErrorKind::Other => "",
         }
@@ -200,6 +204,26 @@ impl Error {
     /// [`ErrorKind::Cancelled`](crate::ErrorKind::Cancelled) while doing `op`.
     pub fn cancelled(op: impl Into<String>) -> Error {
         Error::new(ErrorKind::Cancelled).with_op(op)
+    }
+
+    /// True for [`ErrorKind::Gone`](crate::ErrorKind::Gone): the world (sandbox) no
+    /// longer exists; make a new one.
+    pub fn is_gone(&self) -> bool {
+        self.kind() == ErrorKind::Gone
+    }
+
+    /// [`ErrorKind::Interrupted`](crate::ErrorKind::Interrupted) while doing `op`:
+    /// temporary (the next try starts a new process).
+    ///
+    /// ```
+    /// let e = exec_world::Error::interrupted("read").with_path("/a");
+    /// assert_eq!(e.kind(), exec_world::ErrorKind::Interrupted);
+    /// assert!(e.is_temporary());
+    /// ```
+    pub fn interrupted(op: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Interrupted)
+            .with_op(op)
+            .with_temporary(true)
     }
 
     /// [`ErrorKind::Transport`](crate::ErrorKind::Transport) while doing `op`, caused by `source` (its text is the

@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     pub command_timeout: std::time::Duration,
     /// Shell commands as root (only to start the holders' wrappers).
     pub root_ctl: Ctl,
+    /// Root-only directory for root-staged writes (see [`E2bFsOptions::root_staging`]).
+    pub root_staging: Option<String>,
     /// The acting user's uid, gid and groups (decimal), once asked (see [`crate::holder`]).
     pub identity: std::sync::Mutex<Option<[String; 3]>>,
 }
@@ -70,6 +72,14 @@ impl E2bFs {
                 "staging prefix must be a non-empty file name",
             ));
         }
+        if let Some(d) = &opts.root_staging
+            && (!d.starts_with('/') || d.contains('\0'))
+        {
+            return Err(Error::invalid_path(
+                d,
+                "the root staging directory must be an absolute path",
+            ));
+        }
         let ctl = Ctl::new(api.clone(), opts.user.clone(), opts.command_timeout);
         let root_ctl = Ctl::new(api.clone(), Some("root".into()), opts.command_timeout);
         Ok(E2bFs {
@@ -81,6 +91,7 @@ impl E2bFs {
                 background_cleanup: opts.background_cleanup,
                 command_timeout: opts.command_timeout,
                 root_ctl,
+                root_staging: opts.root_staging,
                 identity: std::sync::Mutex::new(None),
             }),
             cwd: cwd.normalize(),
@@ -95,6 +106,53 @@ impl E2bFs {
     /// The acting user (`None`: the sandbox's default user).
     pub fn user(&self) -> Option<&str> {
         self.shared.user()
+    }
+
+    /// At most `max` bytes from the start of the file at `p`, as the acting user, in one
+    /// envd request (a holder copies the head of the file it opened to its output): what
+    /// a "show me the start of this file" tool needs, with no `TooLarge`. A FIFO, socket
+    /// or device is refused before a byte is read, a directory is `IsADirectory`, a
+    /// holder the user stops or kills is `Interrupted`.
+    ///
+    /// ```no_run
+    /// # async fn demo(fs: fs_e2b::E2bFs) -> Result<(), exec_world::Error> {
+    /// let head = fs.read_head(&exec_world::WorldPath::new("/etc/hostname")?, 64).await?;
+    /// assert!(head.len() <= 64);
+    /// # Ok(()) }
+    /// ```
+    pub async fn read_head(&self, p: &WorldPath, max: u64) -> Result<Bytes, Error> {
+        let abs = self.resolve_file(p, "read")?;
+        crate::read::read_head(&self.shared, &abs, max).await
+    }
+
+    /// Writes `data` to `p` as the sandbox@1 contract's `write_file` does: missing parents
+    /// made (0755), a final symlink followed with the acting user's rights (as a shell's
+    /// `>` does: the user's permissions decide where it may land), the file replaced
+    /// atomically; `mode` or the existing file's, else 0644. With
+    /// [`E2bFsOptions::root_staging`] two envd requests.
+    ///
+    /// ```no_run
+    /// # async fn demo(fs: fs_e2b::E2bFs) -> Result<(), exec_world::Error> {
+    /// fs.write_file(&exec_world::WorldPath::new("/workspace/a/b.txt")?, "hi".into(), None).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn write_file(
+        &self,
+        p: &WorldPath,
+        data: Bytes,
+        mode: Option<u32>,
+    ) -> Result<Version, Error> {
+        let abs = self.resolve_file(p, "write")?;
+        let mut opts = WriteOptions::default().create_parents(true);
+        opts.mode = mode;
+        crate::write::write_with(
+            &self.shared,
+            &abs,
+            exec_world::bytes_stream(data),
+            opts,
+            true,
+        )
+        .await
     }
 
     /// `p` resolved for an operation on a file's content: a path that ends in `/` (or

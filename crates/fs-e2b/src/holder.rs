@@ -84,6 +84,15 @@ impl Holder {
         abs: &WorldPath,
         what: &str,
     ) -> Result<ShellOutput, Error> {
+        self.finish_ref(abs, what).await
+    }
+
+    /// [`Holder::finish`] without giving the holder up.
+    pub(crate) async fn finish_ref(
+        &mut self,
+        abs: &WorldPath,
+        what: &str,
+    ) -> Result<ShellOutput, Error> {
         loop {
             match self.events.next().await {
                 Some(Ok(ProcessEvent::Data(
@@ -209,19 +218,31 @@ async fn identity(sh: &Shared) -> Result<[String; 3], Error> {
     Ok(id)
 }
 
-/// Starts `script` (a holder) with `args` after the acting user's ids and waits for its
-/// status line. `Ok(Err(output))`: the holder failed before holding anything (its code
-/// and cause); `limit` makes code 68 `TooLarge`.
+/// The holder's first arguments: the acting user by name (the holder's root parent
+/// looks it up, no request), or for envd's default user its uid, gid and groups (asked
+/// once per handle).
+pub(crate) async fn who(sh: &Shared) -> Result<[String; 3], Error> {
+    match sh.user() {
+        Some(name) => Ok([name.to_owned(), String::new(), String::new()]),
+        None => identity(sh).await,
+    }
+}
+
+/// Starts `script` (a holder) with `args` after the acting user and `src` (a root
+/// staging file whose bytes a write holder copies in, or empty) and waits for its status
+/// line. `Ok(Err(output))`: the holder failed before holding anything (its code and
+/// cause); `limit` makes code 68 `TooLarge`.
 pub(crate) async fn start(
     sh: &Shared,
     script: &str,
+    src: &str,
     args: &[&str],
     lifetime: Duration,
     abs: &WorldPath,
     what: &str,
 ) -> Result<Result<Held, (i32, Vec<u8>)>, Error> {
-    let [uid, gid, groups] = identity(sh).await?;
-    let mut argv: Vec<&str> = vec![script, &uid, &gid, &groups];
+    let [uid, gid, groups] = who(sh).await?;
+    let mut argv: Vec<&str> = vec![script, "merge", &uid, &gid, &groups, src];
     argv.extend_from_slice(args);
     let events = sh
         .root_ctl
@@ -229,7 +250,7 @@ pub(crate) async fn start(
             scripts::HOLDER_WRAPPER,
             &argv,
             Some(lifetime),
-            true,
+            src.is_empty(),
             abs,
             what,
         )

@@ -9,14 +9,23 @@
 //! | `stat` / `lstat` / `read_dir` | one shell command: GNU `find [-L] … -printf` (kind, mode, size, device, inode, mtime and ctime with nanoseconds, link text) |
 //! | `read` | a holder process of the acting user (forked by a root `perl` wrapper, it becomes the user without exec'ing, so it stays non-dumpable) opens the file with that user's rights, checks its kind and size (`TooLarge` before a byte moves) and holds it; envd's `GET /files` of `/proc/PID/fd/FD` reads that open file, never a path the user controls; then the holder's stdin is closed and it ends (see `src/holder.rs`); at most `max_bytes + 1` bytes are taken |
 //! | `read_stream` | the same, streamed in chunks of at most 1 MiB (no process runs while it streams) |
-//! | `write` | a holder of the acting user checks the parent (made when asked) and the target, makes a random sibling staging dir (0700) and creates `data` in it; envd's `POST /files` writes `/proc/PID/fd/FD`, the file the holder created and holds; on `commit` (stdin) the holder sets the mode, renames it over the target and prints the record of the new inode through its descriptor. Three requests: start, upload, commit |
+//! | `write` | a holder of the acting user checks the parent (made when asked) and the target, makes a random sibling staging dir (0700) and creates `data` in it; envd's `POST /files` writes `/proc/PID/fd/FD`, the file the holder created and holds; on `commit` (stdin) the holder sets the mode, renames it over the target and prints the record of the new inode through its descriptor. Three requests: start, upload, commit. With [`E2bFsOptions::root_staging`]: envd's root upload into that root-only directory, then one holder start whose root parent opens (and unlinks) the staged file and whose user process copies it in and commits: two requests |
+//! | `read_head` (inherent) | a holder of the acting user opens the file (`O_NONBLOCK`, kind checked on the descriptor) and copies at most `max` bytes to its output: one request |
+//! | `write_file` (inherent) | `write` with parents made and a final link followed with the user's rights |
 //! | `create_if_absent` | the same holder and upload, committed with a hard link to the target (fails if anything exists there) |
-//! | `mkdir` / `remove` / `rename` | shell commands (`mkdir [-p]`, `rmdir` / `rm [-rf]`, `mv -T`) |
+//! | `mkdir` / `remove` / `rename` | `perl` as the acting user (`mkdir`, `rmdir` / `unlink` / a recursive remove, `rename`; `mv -T` across file systems) |
 //!
 //! Root (envd's `/files` routes and file RPCs) never acts on a path the user controls:
 //! it reads and writes only files a holder of the user opened (through the holder's
 //! descriptor), and everything in the user's directories is done by the user's
 //! processes. Holders need `perl` (Debian's essential `perl-base`).
+//!
+//! Error kinds come from exit codes only: 64–69 (not found, exists, not a directory, is a
+//! directory, too large, not a regular file), 76 (a holder stopped or killed by the user:
+//! `Interrupted`), `100 + errno` of the call that failed (a `find` that failed has its
+//! call redone in `perl` for the errno); a tool's text is only ever the detail. A holder's
+//! root parent watches it: a stopped holder is killed and the operation is interrupted at
+//! once, never after the command timeout.
 //!
 //! Shell commands run as the acting user (`sh -c SCRIPT sh ARGS…`, paths only as
 //! positional arguments, `LC_ALL=C`), so permissions and ownership are the user's. They

@@ -23,6 +23,11 @@ pub struct E2bFsOptions {
     pub background_cleanup: bool,
     /// Lifetime of each shell command (envd kills it at expiry). Default 120 s.
     pub command_timeout: Duration,
+    /// A directory only root can reach (e.g. `/opt/capybara/upload`, root 0700 all the
+    /// way): when set, a write uploads its bytes there as root and one holder start
+    /// copies them into place as the acting user (two requests instead of three). Never
+    /// a directory the user can write or search. Default `None`.
+    pub root_staging: Option<String>,
 }
 
 impl E2bFsOptions {
@@ -34,6 +39,7 @@ impl E2bFsOptions {
             staging_prefix: ".e2b-stage-".into(),
             background_cleanup: true,
             command_timeout: Duration::from_secs(120),
+            root_staging: None,
         }
     }
 
@@ -52,6 +58,17 @@ impl E2bFsOptions {
     /// Sets [`E2bFsOptions::background_cleanup`].
     pub fn background_cleanup(mut self, on: bool) -> Self {
         self.background_cleanup = on;
+        self
+    }
+
+    /// Sets [`E2bFsOptions::root_staging`].
+    ///
+    /// ```
+    /// let opts = fs_e2b::E2bFsOptions::new("/workspace").root_staging("/opt/capybara/upload");
+    /// assert_eq!(opts.root_staging.as_deref(), Some("/opt/capybara/upload"));
+    /// ```
+    pub fn root_staging(mut self, dir: impl Into<String>) -> Self {
+        self.root_staging = Some(dir.into());
         self
     }
 

@@ -22,6 +22,9 @@ use crate::fs::Shared;
 use crate::holder::{self, Holder};
 use crate::scripts;
 
+/// How long a failed read waits for its holder's status.
+const STATUS_WAIT: Duration = Duration::from_secs(10);
+
 /// Largest chunk `read_stream` yields.
 pub(crate) const CHUNK: usize = 1 << 20;
 
@@ -53,6 +56,7 @@ async fn open(
     let held = match holder::start(
         sh,
         scripts::READ_HOLDER,
+        "",
         &[abs.as_str(), &limit_arg],
         lifetime,
         abs,
@@ -72,12 +76,27 @@ async fn open(
                 .with_op(what)
                 .with_path(abs)
         })?;
-    let dl = sh
-        .api
-        .download(&held.fd_path, sh.user())
-        .await
-        .map_err(|e| e.into_world(what).with_path(abs))?;
-    Ok((size, dl, held.holder))
+    let mut h = held.holder;
+    match sh.api.download(&held.fd_path, sh.user()).await {
+        Ok(dl) => Ok((size, dl, h)),
+        Err(e) => Err(why_not(&mut h, e.into_world(what).with_path(abs), abs, what).await),
+    }
+}
+
+/// The error of a download that failed: `Interrupted` when the holder says it was
+/// stopped or killed (its descriptor was gone, not the file), else `e`. The holder is
+/// let go and its status read, bounded by [`STATUS_WAIT`].
+async fn why_not(h: &mut Holder, e: Error, abs: &WorldPath, what: &str) -> Error {
+    if h.release(abs, what).await.is_err() {
+        return e;
+    }
+    match tokio::time::timeout(STATUS_WAIT, h.finish_ref(abs, what)).await {
+        Ok(Ok(out)) if out.exit_code == scripts::EXIT_INTERRUPTED => Error::interrupted(what)
+            .with_path(abs)
+            .with_detail("the holder was stopped or killed before envd read its file")
+            .with_source(e),
+        _ => e,
+    }
 }
 
 /// Lets the holder go once envd answered the download (it has the file open); fails
@@ -114,6 +133,49 @@ pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Resu
     let (released, body) = tokio::join!(release(&mut h, abs, "read"), body);
     released?;
     body
+}
+
+/// At most `max` bytes from the start of `abs`, in one request: a cat holder of the
+/// acting user opens the file (a FIFO, socket or device is refused, never opened for
+/// reading) and copies its head to its stdout; root never touches a path or a
+/// descriptor of the user. A holder the user stops or kills is `Interrupted`.
+pub(crate) async fn read_head(sh: &Shared, abs: &WorldPath, max: u64) -> Result<Bytes, Error> {
+    const WHAT: &str = "read";
+    let [uid, gid, groups] = holder::who(sh).await?;
+    let max_arg = max.to_string();
+    let argv = [
+        scripts::CAT_HOLDER,
+        "split",
+        &uid,
+        &gid,
+        &groups,
+        "",
+        abs.as_str(),
+        &max_arg,
+    ];
+    let room = usize::try_from(max)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1)
+        .max(64 << 10);
+    let out = e2b_core::trusted_shell::TrustedShell::new(sh.api.clone())
+        .acting_user(Some("root".to_owned()))
+        .env("LC_ALL", "C")
+        .timeout(Some(sh.command_timeout))
+        .max_output(room)
+        .run(scripts::HOLDER_WRAPPER, &argv)
+        .await
+        .map_err(|e| e.into_world(WHAT).with_path(abs))?;
+    if out.exit_code != 0 {
+        return Err(holder::failure(out.exit_code, &out.stderr, abs, None, WHAT));
+    }
+    if out.truncated {
+        return Err(
+            Error::other("the holder printed more than it was asked for")
+                .with_op(WHAT)
+                .with_path(abs),
+        );
+    }
+    Ok(Bytes::from(out.stdout))
 }
 
 /// Splits `b` into pieces of at most [`CHUNK`] bytes.

@@ -1,6 +1,7 @@
 //! The shell scripts of the shell commands. Each runs as `sh -c SCRIPT sh ARGS…` with
-//! paths only as positional parameters. Exit codes 64–69 name an error kind (see
-//! [`crate::shell`]); any other failure is classified from `strerror` text (`LC_ALL=C`).
+//! paths only as positional parameters. Exit codes 64–69 name an error kind, 76 an
+//! interrupted holder, `100 + errno` the `errno` of the call that failed (see
+//! [`crate::shell`]); the kind never comes from a tool's text.
 
 /// `find -printf` format of one record: kind, mode, size, device, inode, mtime, ctime,
 /// owner, group, link text, name; every field ends with NUL.
@@ -17,33 +18,76 @@ macro_rules! fmt {
     };
 }
 
+/// `find` with the arguments after the first (`$1`: the call to redo, `stat`, `lstat`
+/// or `opendir`, and then the path, `$3`… in `find`'s order): on failure the call is
+/// redone in perl and the script exits `100 + errno` (see [`ERRNO_BASE`]); when the call
+/// works by then (the path changed in between), `find` runs again, 3 times at most.
+/// The kind comes from the number, never from the tool's text.
+macro_rules! find_or_errno {
+    ($call:literal, $find:expr) => {
+        concat!(
+            "i=0\nwhile :; do\n  ",
+            $find,
+            " && exit 0\n  ",
+            r#"perl -e 'my ($o, $p) = @ARGV; my $ok = $o eq "stat" ? stat($p) : $o eq "lstat" ? lstat($p) : opendir(my $d, $p); exit 3 if $ok; my $n = $! + 0; exit($n > 0 && $n < 156 ? 100 + $n : 1)' -- "#,
+            $call,
+            r#" "$1"
+  s=$?; [ $s = 3 ] && [ $i -lt 3 ] || exit $s; i=$((i + 1))
+done"#
+        )
+    };
+}
+
 /// lstat of `$1`.
-pub(crate) const LSTAT: &str = concat!(r#"exec find "$1" -maxdepth 0 -printf "#, fmt!());
+pub(crate) const LSTAT: &str = find_or_errno!(
+    "lstat",
+    concat!(r#"find "$1" -maxdepth 0 -printf "#, fmt!())
+);
 
 /// stat of `$1`, following links (a dangling link prints kind `l`).
-pub(crate) const STAT: &str = concat!(r#"exec find -L "$1" -maxdepth 0 -printf "#, fmt!());
+pub(crate) const STAT: &str = find_or_errno!(
+    "stat",
+    concat!(r#"find -L "$1" -maxdepth 0 -printf "#, fmt!())
+);
 
 /// One level of directory `$1` (lstat of each entry; `$1` itself may be a link).
 pub(crate) const READ_DIR: &str = concat!(
     r#"if [ -e "$1" ] && [ ! -d "$1" ]; then exit 66; fi
-exec find -H "$1" -mindepth 1 -maxdepth 1 -printf "#,
-    fmt!()
+"#,
+    find_or_errno!(
+        "opendir",
+        concat!(r#"find -H "$1" -mindepth 1 -maxdepth 1 -printf "#, fmt!())
+    )
 );
 
+/// The perl of the changes below: each call that fails exits `100 + errno`.
+macro_rules! errno_perl {
+    ($body:literal) => {
+        concat!(
+            r#"exec perl -e 'sub fl { my $n = $! + 0; exit($n > 0 && $n < 156 ? 100 + $n : 1) } umask 022; "#,
+            $body,
+            r#"' -- "$@""#
+        )
+    };
+}
+
 /// `mkdir $1` (mode 0755).
-pub(crate) const MKDIR: &str = r#"umask 022; exec mkdir -- "$1""#;
+pub(crate) const MKDIR: &str = errno_perl!(r#"mkdir($ARGV[0], 0755) or fl();"#);
 
 /// `mkdir -p $1` (mode 0755); an existing directory is success.
-pub(crate) const MKDIR_P: &str = r#"umask 022; [ -d "$1" ] && exit 0; exec mkdir -p -- "$1""#;
+pub(crate) const MKDIR_P: &str = errno_perl!(
+    r#"my $p = $ARGV[0]; exit 0 if -d $p; my $acc = ""; for my $c (grep { length } split m{/}, $p) { $acc .= "/$c"; next if -d $acc; mkdir($acc, 0755) or -d $acc or fl() }"#
+);
 
 /// Removes `$1`; a directory needs `$2 = 1` unless empty; a link is removed itself.
-pub(crate) const REMOVE: &str = r#"if [ -d "$1" ] && [ ! -L "$1" ]; then
-  if [ "$2" = 1 ]; then exec rm -rf -- "$1"; else exec rmdir -- "$1"; fi
-fi
-exec rm -- "$1""#;
+pub(crate) const REMOVE: &str = errno_perl!(
+    r#"sub rm_r { my $p = shift; if (-d $p && !-l $p) { opendir(my $d, $p) or fl(); for my $e (grep { $_ ne "." && $_ ne ".." } readdir $d) { rm_r("$p/$e") } closedir $d; rmdir($p) or fl() } else { unlink($p) or fl() } } my ($p, $r) = @ARGV; lstat($p) or fl(); if (-d _) { if ($r eq "1") { rm_r($p) } else { rmdir($p) or fl() } } else { unlink($p) or fl() }"#
+);
 
-/// `rename($1, $2)`.
-pub(crate) const RENAME: &str = r#"exec mv -T -- "$1" "$2""#;
+/// `rename($1, $2)`; across file systems (`EXDEV`) `mv -T` copies.
+pub(crate) const RENAME: &str = r#"perl -e 'rename($ARGV[0], $ARGV[1]) and exit 0; my $n = $! + 0; exit 2 if $n == 18; exit($n > 0 && $n < 156 ? 100 + $n : 1)' -- "$1" "$2"
+s=$?; [ $s = 2 ] || exit $s
+exec mv -T -- "$1" "$2""#;
 
 /// As the acting user: its uid, gid and groups, one per line.
 pub(crate) const IDENTITY: &str = "id -u && id -g && exec id -G";
@@ -58,41 +102,99 @@ pub(crate) const EXIT_UNPROTECTED: i32 = 71;
 /// Exit code of a write holder told anything but `commit` (it removed its staging dir).
 pub(crate) const EXIT_ABORTED: i32 = 75;
 
-/// As root: runs a holder, `$1` ([`READ_HOLDER`] or [`WRITE_HOLDER`]) with the rest as
-/// its arguments, in `perl` with an empty environment (no `PERL5LIB` or `PERL5OPT`
-/// reaches root's interpreter), stderr on stdout.
-pub(crate) const HOLDER_WRAPPER: &str = r#"command -v perl >/dev/null || { echo "perl: not found"; echo e71; exit 71; }
-s=$1; shift
+/// As root: runs a holder, `$1` ([`READ_HOLDER`], [`WRITE_HOLDER`] or [`CAT_HOLDER`])
+/// with the rest after `$2` as its arguments, in `perl` with an empty environment (no
+/// `PERL5LIB` or `PERL5OPT` reaches root's interpreter). `$2` = `merge`: stderr on
+/// stdout (the status protocol of [`crate::holder`]); `split`: stdout carries the data
+/// of a [`CAT_HOLDER`], stderr its status.
+pub(crate) const HOLDER_WRAPPER: &str = r#"command -v perl >/dev/null || { echo "perl: not found" >&2; echo e71 >&2; exit 71; }
+s=$1; m=$2; shift 2
+[ "$m" = split ] && exec env -i LC_ALL=C perl -e "$s" -- "$@"
 exec env -i LC_ALL=C perl -e "$s" -- "$@" 2>&1"#;
 
-/// The start shared by both holders (perl; the first arguments are uid, gid, groups).
-/// The root process forks; the child takes the acting user's gid, groups and uid (real,
+/// Exit code of a holder that was stopped or killed (by the user) before it was done:
+/// the operation was interrupted.
+pub(crate) const EXIT_INTERRUPTED: i32 = 76;
+
+/// Exit codes from `ERRNO_BASE + 1` name the `errno` of the failed call (`101` EPERM,
+/// `102` ENOENT, `113` EACCES, …): kinds come from numbers, never from text.
+pub(crate) const ERRNO_BASE: i32 = 100;
+
+/// The start shared by the holders (perl; the first arguments are the acting user (a
+/// name, or uid, gid and groups) and a root staging file or empty). The root process
+/// resolves a user name itself (no extra request), opens and unlinks the root staging
+/// file when one is given (a path under a root-only directory: the user never controls
+/// it), then forks; the child takes the acting user's gid, groups and uid (real,
 /// effective and saved) without exec'ing anything, so the kernel keeps it non-dumpable:
 /// no process of the user can ptrace it or open its `/proc` entries, hence none can
 /// change what its descriptors are (it checks that its `/proc/PID/fd` is root's). The
 /// root parent reaps the child only once the child said so on a private pipe (`done`),
 /// which it does only when root no longer opens its descriptors: a child the user kills
-/// stays a zombie, its pid is not reused and `/proc/PID/fd` is empty. The parent then
-/// exits with the child's status. `fail` prints the cause, then `eCODE`.
+/// stays a zombie, its pid is not reused and `/proc/PID/fd` is empty. The parent watches
+/// the child: one the user stopped is killed, and a child that was stopped or killed
+/// makes the parent print `e76` (interrupted) at once; before `done` it then waits for
+/// a line or EOF on stdin (the caller let go of the descriptor) before reaping. `fail`
+/// prints the cause, then `eCODE`, on stderr; `failno` makes the code from `errno`.
 macro_rules! holder_start {
     () => {
         r#"use Fcntl qw(O_RDONLY O_WRONLY O_CREAT O_EXCL O_NOFOLLOW O_NONBLOCK O_NOCTTY F_GETFD F_SETFD FD_CLOEXEC);
-my ($uid, $gid, $groups) = splice(@ARGV, 0, 3);
+use POSIX qw(WUNTRACED);
+my ($uid, $gid, $groups, $src_path) = splice(@ARGV, 0, 4);
 $| = 1;
-pipe(my $pr, my $pw) or do { print "pipe: $!\ne1\n"; exit 1 };
+sub early { print STDERR "$_[1]\ne$_[0]\n"; exit $_[0] }
+if ($uid !~ /^[0-9]+$/) {
+  my $name = $uid;
+  my @pw = getpwnam($name) or early(1, "unknown user $name");
+  ($uid, $gid) = ($pw[2], $pw[3]);
+  my @g = ($gid);
+  setgrent();
+  while (my @gr = getgrent()) { push @g, $gr[2] if grep { $_ eq $name } split / /, $gr[3] }
+  endgrent();
+  $groups = join ' ', @g;
+}
+my $SRC;
+if (length $src_path) {
+  sysopen($SRC, $src_path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK) or early(1, "staged data: $!");
+  unlink $src_path;
+  my @sst = stat($SRC);
+  early(1, "staged data: not a root file") unless @sst && -f _ && $sst[4] == 0;
+}
+pipe(my $pr, my $pw) or early(1, "pipe: $!");
 my $pid = fork();
-do { print "fork: $!\ne1\n"; exit 1 } unless defined $pid;
+early(1, "fork: $!") unless defined $pid;
 if ($pid) {
-  close $pw; close STDIN;
+  close $pw; close $SRC if $SRC;
+  my $hit = 0;
+  my $stopped = sub {
+    open(my $st, '<', "/proc/$pid/stat") or return 0;
+    my $l = <$st> // '';
+    return $l =~ /\) [Tt] / ? 1 : 0;
+  };
+  my $rin = ''; vec($rin, fileno($pr), 1) = 1;
+  until (select(my $r = $rin, undef, undef, 0.1) > 0) {
+    if ($stopped->()) { kill 'KILL', $pid; $hit = 1 }
+  }
   my $word = <$pr>;
-  sleep 3600 while !defined $word;
-  waitpid($pid, 0);
-  exit($? & 127 ? 1 : $? >> 8);
+  if (!defined $word) {
+    print STDERR "the holder was stopped or killed before it was done: interrupted\ne76\n";
+    my $x = <STDIN>;
+    waitpid($pid, 0);
+    exit 76;
+  }
+  close STDIN;
+  while (1) {
+    my $w = waitpid($pid, WUNTRACED);
+    last if $w != $pid || !POSIX::WIFSTOPPED(${^CHILD_ERROR_NATIVE});
+    kill 'KILL', $pid; $hit = 1;
+  }
+  if ($hit || ($? & 127)) { print STDERR "the holder was stopped or killed: interrupted\ne76\n"; exit 76 }
+  exit($? >> 8);
 }
 close $pr;
 my $said = 0;
 sub done { return if $said; $said = 1; print $pw "r\n"; close $pw }
-sub fail { my ($code, $msg) = @_; done(); print "$msg\n" if defined $msg; print "e$code\n"; exit $code }
+sub fail { my ($code, $msg) = @_; done(); print STDERR "$msg\n" if defined $msg; print STDERR "e$code\n"; exit $code }
+sub failno { my ($msg) = @_; my $n = $! + 0; my $t = "$!"; fail($n > 0 && $n < 156 ? 100 + $n : 1, "$msg: $t") }
 $) = "$gid $groups"; $( = $gid; $> = $uid; $< = $uid;
 fail(71, "cannot act as $uid:$gid") unless $< == $uid && $> == $uid && $( == $gid && $) == $gid;
 my @pfd = stat("/proc/$$/fd");
@@ -109,8 +211,12 @@ fail(71, "the holder is reachable by the user (fs.suid_dumpable?)") unless @pfd 
 pub(crate) const READ_HOLDER: &str = concat!(
     holder_start!(),
     r#"my ($path, $limit) = @ARGV;
-sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or fail(2, "$path: $!");
-my @st = stat($fh) or fail(1, "$path: $!");
+sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or do {
+  my $n = $! + 0;
+  fail(69) if -e $path && !-f _;
+  $! = $n; failno($path);
+};
+my @st = stat($fh) or failno($path);
 fail(67) if -d _;
 fail(69) unless -f _;
 fail(68) if length($limit) && $st[7] > $limit;
@@ -120,19 +226,36 @@ done();
 exit 0;"#
 );
 
-/// The write holder (arguments after the ids: target, parent, staging dir, create
-/// parents `1`/`0`, mode (octal, empty: the existing file's, else 644), `create`
-/// (`1`: `create_if_absent`), the `find -printf` record format). As the user: 65 when
-/// creating and anything is at the target; parent checks (made 0755 when asked);
-/// target not a directory; the staging dir made 0700 and `data` in it created
-/// (`O_EXCL`, no link followed); prints `ok PID FD` and waits for a line on stdin while
-/// envd's root `POST /files` writes `/proc/PID/fd/FD`, the file this user created.
-/// `commit`: a write gets the mode and is renamed over the target, then its record is
-/// printed (through the held descriptor); a create gets 0644 and is hard-linked to the
-/// target (65 when anything is there). Anything else: the staging dir is removed, 75.
+/// The write holder (arguments after the ids and the root staging file: target,
+/// parent, staging dir, create parents `1`/`0`, mode (octal, empty: the existing
+/// file's, else 644), `create` (`1`: `create_if_absent`), the `find -printf` record
+/// format, follow (`1`: a final link is followed, with the user's rights, and the
+/// staging dir goes next to what it names)). As the user: 65 when creating and anything
+/// is at the target; parent checks (made 0755 when asked); target not a directory; the
+/// staging dir made 0700 and `data` in it created (`O_EXCL`, no link followed); prints
+/// `ok PID FD`. With a root staging file, its bytes are copied in and the holder goes
+/// on at once (no `/proc` path is ever used by root). Without, it waits for a line on
+/// stdin while envd's root `POST /files` writes `/proc/PID/fd/FD`, the file this user
+/// created. `commit`: a write gets the mode and is renamed over the target, then its
+/// record is printed (through the held descriptor); a create gets 0644 and is
+/// hard-linked to the target (65 when anything is there). Anything else: the staging
+/// dir is removed, 75. Failed calls exit with `100 + errno`.
 pub(crate) const WRITE_HOLDER: &str = concat!(
     holder_start!(),
-    r#"my ($t, $p, $s, $mkp, $mode, $create, $fmt) = @ARGV;
+    r#"my ($t, $p, $s, $mkp, $mode, $create, $fmt, $follow) = @ARGV;
+if ($follow) {
+  my $n = 0;
+  while (-l $t) {
+    $! = 40; failno($t) if ++$n > 40;
+    my $l = readlink($t);
+    defined $l or failno("readlink $t");
+    if ($l =~ m{^/}) { $t = $l } else { (my $d = $t) =~ s{[^/]*$}{}; $t = $d . $l }
+  }
+  ($p = $t) =~ s{/+[^/]*$}{};
+  $p = '/' if $p eq '';
+  (my $b = $s) =~ s{.*/}{};
+  $s = ($p eq '/' ? '' : $p) . "/$b";
+}
 my $f = "$s/data";
 sub clean {
   for (1 .. 3) {
@@ -149,36 +272,92 @@ unless (-d $p) {
   for my $c (grep { length } split m{/}, $p) {
     $acc .= "/$c";
     next if -d $acc;
-    mkdir($acc, 0755) or -d $acc or fail(1, "mkdir $acc: $!");
+    mkdir($acc, 0755) or -d $acc or failno("mkdir $acc");
   }
 }
 fail(67) if !$create && -d $t && !-l $t;
 my $m = $create ? '644' : $mode;
 if ($m eq '') {
   $m = '644';
-  if (-f $t && !-l $t) { my @st = stat($t) or fail(1, "$t: $!"); $m = sprintf('%o', $st[2] & 07777) }
+  if (-f $t && !-l $t) { my @st = stat($t) or failno($t); $m = sprintf('%o', $st[2] & 07777) }
 }
-mkdir($s, 0700) or fail(1, "mkdir $s: $!");
-sysopen(my $fh, $f, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600) or do { my $e = $!; clean(); fail(1, "$f: $e") };
+mkdir($s, 0700) or failno("mkdir $s");
+sysopen(my $fh, $f, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600) or do { my $e = $! + 0; clean(); $! = $e; failno($f) };
 print "ok $$ ", fileno($fh), "\n";
-my $go = <STDIN>;
+my $go;
+if ($SRC) {
+  while (1) {
+    my $n = sysread($SRC, my $buf, 1 << 16);
+    if (!defined $n) { my $e = $! + 0; clean(); $! = $e; failno("read staged data") }
+    last if $n == 0;
+    my $off = 0;
+    while ($off < $n) {
+      my $w = syswrite($fh, $buf, $n - $off, $off);
+      if (!defined $w) { my $e = $! + 0; clean(); $! = $e; failno($t) }
+      $off += $w;
+    }
+  }
+  close $SRC;
+  $go = 'commit';
+} else {
+  $go = <STDIN>;
+}
 done();
 $go = '' unless defined $go;
 chomp $go;
 if ($go ne 'commit') { clean(); exit 75 }
-chmod(oct($m), $fh) or do { my $e = $!; clean(); fail(1, "chmod $t: $e") };
+chmod(oct($m), $fh) or do { my $e = $! + 0; clean(); $! = $e; failno("chmod $t") };
 if ($create) {
   if (link($f, $t)) { clean(); exit 0 }
-  my $e = $!;
+  my $e = $! + 0;
   clean();
   fail(65) if -e $t || -l $t;
-  fail(1, "link $t: $e");
+  $! = $e; failno("link $t");
 }
-rename($f, $t) or do { my $e = $!; clean(); fail(1, "rename $t: $e") };
+rename($f, $t) or do { my $e = $! + 0; clean(); $! = $e; failno("rename $t") };
 clean();
 my $fl = fcntl($fh, F_GETFD, 0);
 fcntl($fh, F_SETFD, $fl & ~FD_CLOEXEC) if defined $fl;
-exec('find', '-L', "/proc/$$/fd/" . fileno($fh), '-maxdepth', '0', '-printf', $fmt) or fail(1, "find: $!");"#
+exec('find', '-L', "/proc/$$/fd/" . fileno($fh), '-maxdepth', '0', '-printf', $fmt) or failno("find");"#
+);
+
+/// The cat holder (arguments after the ids and an empty staging argument: path, the
+/// most bytes to copy). It opens the path once (`O_NONBLOCK`: a FIFO never blocks it;
+/// nothing at the path, or a path in a directory the user cannot search, is 64: what
+/// the user cannot see does not exist for it; a file it sees but may not read is
+/// EACCES), refuses a directory (67)
+/// or anything not a regular file (69), says `done` (root never touches its
+/// descriptors) and copies at most that many bytes of the open file to stdout; its
+/// status goes to stderr. One request reads a file's head as the user: the
+/// provider's `read_file`.
+pub(crate) const CAT_HOLDER: &str = concat!(
+    holder_start!(),
+    r#"my ($path, $max) = @ARGV;
+sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or do {
+  my $n = $! + 0;
+  fail(64) unless -e $path;
+  fail(69) unless -f _;
+  $! = $n; failno($path);
+};
+stat($fh) or failno($path);
+fail(67) if -d _;
+fail(69) unless -f _;
+done();
+binmode STDOUT;
+my $left = $max;
+while ($left > 0) {
+  my $n = sysread($fh, my $buf, $left < 65536 ? $left : 65536);
+  failno($path) unless defined $n;
+  last if $n == 0;
+  my $off = 0;
+  while ($off < $n) {
+    my $w = syswrite(STDOUT, $buf, $n - $off, $off);
+    exit 1 unless defined $w;
+    $off += $w;
+  }
+  $left -= $n;
+}
+exit 0;"#
 );
 
 /// The `find -printf` record format as one argument (no shell quoting).

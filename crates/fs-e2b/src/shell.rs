@@ -7,7 +7,9 @@ use std::time::Duration;
 use e2b_core::EnvdApi;
 use e2b_core::envd::ProcessStream;
 use e2b_core::trusted_shell::TrustedShell;
-use exec_world::{Error, ErrorKind, WorldPath};
+use exec_world::{Error, WorldPath};
+
+use crate::scripts;
 
 /// Most bytes kept of each of a command's stdout and stderr (a listing of a very large
 /// directory fails rather than growing without bound).
@@ -122,9 +124,10 @@ impl Ctl {
     }
 }
 
-/// The error of a failed shell command: our exit codes first, then the `strerror`
-/// text that ends the last line of stderr (`LC_ALL=C`), then a few tool phrases. The
-/// error names `what` and `path`.
+/// The error of a failed shell command, from its exit code only: ours (64–69, 76) and
+/// `100 + errno` (see [`scripts::ERRNO_BASE`]); any other code is
+/// [`ErrorKind::Other`] with the last line of stderr as its detail. The error names
+/// `what` and `path`.
 pub(crate) fn classify(out: &ShellOutput, path: &WorldPath, what: &str) -> Error {
     classify_kind(out, path).with_op(what)
 }
@@ -136,51 +139,51 @@ fn classify_kind(out: &ShellOutput, path: &WorldPath) -> Error {
         EXIT_EXISTS => return Error::already_exists(path),
         EXIT_NOT_DIR => return Error::not_a_directory(path),
         EXIT_IS_DIR => return Error::is_a_directory(path),
-        EXIT_NOT_REGULAR => return Error::other("not a regular file").with_path(path),
+        EXIT_NOT_REGULAR => {
+            return Error::other("not a regular file (a FIFO, socket or device is never opened)")
+                .with_path(path);
+        }
+        scripts::EXIT_INTERRUPTED => {
+            return Error::interrupted("")
+                .with_path(path)
+                .with_detail(cause_line(&out.stderr));
+        }
+        c if c > scripts::ERRNO_BASE && c <= 255 => {
+            let os = std::io::Error::from_raw_os_error(c - scripts::ERRNO_BASE);
+            return Error::from_io(path, "", os);
+        }
         _ => {}
     }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let last = stderr
-        .lines()
+    // Any other code: the tool's own failure; its last line says it, in words only.
+    Error::other(format!(
+        "exit code {}: {}",
+        out.exit_code,
+        cause_line(&out.stderr)
+    ))
+    .with_path(path)
+}
+
+/// The last non-empty line of a holder's stderr before its `eCODE` line: the cause in
+/// words, for the detail only (never for the kind).
+fn cause_line(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
         .rev()
-        .find(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !is_code_line(l))
         .unwrap_or("")
-        .trim_end();
-    let kind = |k| Error::new(k).with_path(path);
-    // dash reports a failed redirection as `cannot open PATH: No such file`.
-    if last.ends_with("No such file or directory") || last.ends_with(": No such file") {
-        kind(ErrorKind::NotFound)
-    } else if last.ends_with("File exists") {
-        kind(ErrorKind::AlreadyExists)
-    } else if last.ends_with("Not a directory") {
-        kind(ErrorKind::NotADirectory)
-    } else if last.ends_with("Is a directory") {
-        kind(ErrorKind::IsADirectory)
-    } else if last.ends_with("Directory not empty") {
-        kind(ErrorKind::NotEmpty)
-    } else if last.ends_with("Permission denied")
-        || last.ends_with("Operation not permitted")
-        || last.ends_with("Read-only file system")
-    {
-        kind(ErrorKind::PermissionDenied)
-    } else if let Some(cause) = ["Too many levels of symbolic links", "File name too long"]
-        .into_iter()
-        .find(|c| last.ends_with(c))
-    {
-        // The tool's line repeats the path; the error names it once, with the operation.
-        Error::invalid_path(path, cause)
-    } else if last.contains("cannot overwrite directory") {
-        kind(ErrorKind::IsADirectory)
-    } else if last.contains("cannot overwrite non-directory") {
-        kind(ErrorKind::NotADirectory)
-    } else {
-        Error::other(format!("exit code {}: {last}", out.exit_code)).with_path(path)
-    }
+        .to_owned()
+}
+
+/// `eNN`.
+fn is_code_line(l: &str) -> bool {
+    l.len() > 1 && l.starts_with('e') && l[1..].bytes().all(|c| c.is_ascii_digit())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use exec_world::ErrorKind;
 
     fn out(code: i32, stderr: &str) -> ShellOutput {
         ShellOutput {
@@ -191,41 +194,30 @@ mod tests {
     }
 
     #[test]
-    fn classifies_exit_codes_and_strerror() {
+    fn classifies_exit_codes_and_errnos_never_text() {
         let p = WorldPath::new("/a/b").expect("path");
         let k = |o: ShellOutput| classify(&o, &p, "test");
         assert_eq!(k(out(64, "")).kind(), ErrorKind::NotFound);
         assert_eq!(k(out(67, "")).kind(), ErrorKind::IsADirectory);
-        assert_eq!(
-            k(out(
-                1,
-                "rmdir: failed to remove '/a/b': Directory not empty\n"
-            ))
-            .kind(),
-            ErrorKind::NotEmpty
-        );
-        assert_eq!(
-            k(out(1, "find: '/a/x': No such file or directory\n")).kind(),
-            ErrorKind::NotFound
-        );
-        assert_eq!(
-            k(out(2, "sh: 3: cannot open /a/b: No such file")).kind(),
-            ErrorKind::NotFound
-        );
-        assert_eq!(
-            k(out(1, "mkdir: cannot create directory '/a/b': File exists")).kind(),
-            ErrorKind::AlreadyExists
-        );
+        assert_eq!(k(out(76, "x\ne76\n")).kind(), ErrorKind::Interrupted);
+        // Linux errno numbers: ENOTEMPTY 39, ENOENT 2, EEXIST 17, EACCES 13, EPERM 1,
+        // ENAMETOOLONG 36.
+        let e = |n: i32| scripts::ERRNO_BASE + n;
+        assert_eq!(k(out(e(39), "")).kind(), ErrorKind::NotEmpty);
+        assert_eq!(k(out(e(2), "")).kind(), ErrorKind::NotFound);
+        assert_eq!(k(out(e(17), "")).kind(), ErrorKind::AlreadyExists);
+        assert_eq!(k(out(e(13), "")).kind(), ErrorKind::PermissionDenied);
+        assert_eq!(k(out(e(1), "")).kind(), ErrorKind::PermissionDenied);
+        // The text says "Permission denied", the code does not: the code wins.
         assert_eq!(
             k(out(1, "mv: cannot move 'x' to 'y': Permission denied")).kind(),
-            ErrorKind::PermissionDenied
+            ErrorKind::Other
         );
-        assert_eq!(k(out(2, "odd")).kind(), ErrorKind::Other);
-        let long = k(out(1, "find: '/a/b': File name too long"));
+        let long = k(out(e(36), "find: '/a/b': File name too long"));
         assert_eq!(long.kind(), ErrorKind::InvalidPath);
         assert_eq!(
             long.to_string(),
-            "test /a/b: invalid path: File name too long"
+            "test /a/b: invalid path: File name too long (os error 36)"
         );
     }
 }

@@ -101,6 +101,7 @@ async fn upload(
     sh: &Shared,
     target: &WorldPath,
     fd_path: &str,
+    user: Option<&str>,
     data: ByteStream,
 ) -> Result<(), Error> {
     let failed: Arc<Mutex<Option<Error>>> = Arc::new(Mutex::new(None));
@@ -114,7 +115,7 @@ async fn upload(
             io::Error::other(msg)
         })
     });
-    match sh.api.upload(fd_path, sh.user(), Box::pin(body)).await {
+    match sh.api.upload(fd_path, user, Box::pin(body)).await {
         Ok(_) => Ok(()),
         Err(e) => {
             if let Some(src) = failed.lock().ok().and_then(|mut s| s.take()) {
@@ -127,6 +128,7 @@ async fn upload(
 
 /// Runs one write holder: start (refusals come back as `Ok(Err(output))`), upload,
 /// `commit`, exit.
+#[allow(clippy::too_many_arguments)]
 async fn run(
     sh: &Arc<Shared>,
     abs: &WorldPath,
@@ -134,13 +136,29 @@ async fn run(
     mode: &str,
     create_parents: bool,
     create: bool,
+    follow: bool,
     what: &'static str,
 ) -> Result<ShellOutput, Error> {
     let parent = abs.parent().unwrap_or_else(WorldPath::root);
     let stage = Stage::next_to(sh, abs)?;
+    if let Some(dir) = sh.root_staging.clone() {
+        let stage_dir = stage.dir.clone();
+        let args = [
+            abs.as_str(),
+            parent.as_str(),
+            stage_dir.as_str(),
+            if create_parents { "1" } else { "0" },
+            mode,
+            if create { "1" } else { "0" },
+            scripts::RECORD_FORMAT,
+            if follow { "1" } else { "0" },
+        ];
+        return run_staged(sh, abs, &dir, data, &args, stage, what).await;
+    }
     let started = holder::start(
         sh,
         scripts::WRITE_HOLDER,
+        "",
         &[
             abs.as_str(),
             parent.as_str(),
@@ -149,6 +167,7 @@ async fn run(
             mode,
             if create { "1" } else { "0" },
             scripts::RECORD_FORMAT,
+            if follow { "1" } else { "0" },
         ],
         HOLDER_LIFETIME.max(sh.command_timeout),
         abs,
@@ -171,16 +190,23 @@ async fn run(
         }
     };
     let mut h: Holder = held.holder;
-    if let Err(e) = upload(sh, abs, &held.fd_path, data).await {
+    if let Err(e) = upload(sh, abs, &held.fd_path, sh.user(), data).await {
         // The holder removes its staging dir when told anything but `commit`.
-        let aborted = h.tell("abort", abs, what).await.is_ok()
-            && h.finish(abs, what)
-                .await
-                .is_ok_and(|o| o.exit_code == scripts::EXIT_ABORTED);
-        if aborted {
+        let code = match h.tell("abort", abs, what).await {
+            Ok(()) => h.finish(abs, what).await.ok().map(|o| o.exit_code),
+            Err(_) => None,
+        };
+        if code == Some(scripts::EXIT_ABORTED) {
             stage.disarm();
         } else {
             stage.cleanup().await;
+        }
+        if code == Some(scripts::EXIT_INTERRUPTED) {
+            // The holder was stopped or killed: its descriptor was gone, not the file.
+            return Err(Error::interrupted(what)
+                .with_path(abs)
+                .with_detail("the holder was stopped or killed before the upload")
+                .with_source(e));
         }
         return Err(e);
     }
@@ -202,6 +228,74 @@ async fn run(
     out
 }
 
+/// The write with a root staging directory: envd's `POST /files` puts the bytes, as
+/// root, into a fresh file there (a root-only directory: no path the user controls),
+/// then one holder start does the rest (its root parent opens and unlinks that file, the
+/// user's process copies it into its staging file and commits): two requests.
+async fn run_staged(
+    sh: &Arc<Shared>,
+    abs: &WorldPath,
+    dir: &str,
+    data: ByteStream,
+    args: &[&str],
+    stage: Stage,
+    what: &'static str,
+) -> Result<ShellOutput, Error> {
+    let staged = format!("{}/{}", dir.trim_end_matches('/'), random_suffix());
+    let remove_staged = || async {
+        let root = WorldPath::root();
+        if let Err(e) = sh
+            .root_ctl
+            .run_ok(
+                r#"exec rm -f -- "$1""#,
+                &[&staged],
+                &root,
+                "remove staged data",
+            )
+            .await
+        {
+            tracing::warn!(error = %e, "removing staged data failed");
+        }
+    };
+    if let Err(e) = upload(sh, abs, &staged, Some("root"), data).await {
+        // The holder never ran: no user staging dir exists; the upload may have left part.
+        stage.disarm();
+        remove_staged().await;
+        return Err(e);
+    }
+    let started = holder::start(
+        sh,
+        scripts::WRITE_HOLDER,
+        &staged,
+        args,
+        HOLDER_LIFETIME.max(sh.command_timeout),
+        abs,
+        what,
+    )
+    .await;
+    match started {
+        Ok(Ok(held)) => {
+            let out = held.holder.finish(abs, what).await;
+            // The holder removes its own staging dir on every path.
+            stage.disarm();
+            out
+        }
+        Ok(Err((code, text))) => {
+            stage.disarm();
+            Ok(ShellOutput {
+                exit_code: code,
+                stdout: Vec::new(),
+                stderr: text,
+            })
+        }
+        Err(e) => {
+            stage.disarm();
+            remove_staged().await;
+            Err(e)
+        }
+    }
+}
+
 /// See [`exec_world::Fs::write`].
 pub(crate) async fn write(
     sh: &Arc<Shared>,
@@ -209,11 +303,32 @@ pub(crate) async fn write(
     data: ByteStream,
     opts: WriteOptions,
 ) -> Result<Version, Error> {
+    write_with(sh, abs, data, opts, false).await
+}
+
+/// [`write`], a final link followed when `follow` (see [`crate::E2bFs::write_file`]).
+pub(crate) async fn write_with(
+    sh: &Arc<Shared>,
+    abs: &WorldPath,
+    data: ByteStream,
+    opts: WriteOptions,
+    follow: bool,
+) -> Result<Version, Error> {
     let mode = opts
         .mode
         .map(|m| format!("{:o}", m & 0o7777))
         .unwrap_or_default();
-    let out = run(sh, abs, data, &mode, opts.create_parents, false, "write").await?;
+    let out = run(
+        sh,
+        abs,
+        data,
+        &mode,
+        opts.create_parents,
+        false,
+        follow,
+        "write",
+    )
+    .await?;
     if out.exit_code != 0 {
         return Err(classify(&out, abs, "write"));
     }
@@ -235,7 +350,7 @@ pub(crate) async fn create_if_absent(
     data: Bytes,
 ) -> Result<Created, Error> {
     let data = exec_world::bytes_stream(data);
-    let out = run(sh, abs, data, "", false, true, "create_if_absent").await?;
+    let out = run(sh, abs, data, "", false, true, false, "create_if_absent").await?;
     match out.exit_code {
         0 => Ok(Created::Created),
         EXIT_EXISTS => Ok(Created::AlreadyExisted),

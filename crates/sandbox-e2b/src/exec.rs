@@ -10,12 +10,15 @@
 use std::time::Duration;
 
 use exec_world::sandbox::{
-    ExecOutput, ExecSpec, SANDBOX_ID_VAR, SandboxError, TAG_VAR, UNTAGGED, WORKSPACE, run_capped,
-    validate,
+    ExecOutput, ExecSpec, SANDBOX_ID_VAR, SandboxError, TAG_VAR, UNTAGGED, WORKSPACE, failed_by,
+    gone, invalid, run_capped, validate,
 };
 use exec_world::{Child, EnvBase, SpawnSpec, Subprocess as _, WorldPath};
 
-use crate::lease::{Attached, Leases, is_stale_proc};
+use e2b_core::lifecycle::Leases;
+use e2b_core::lifecycle::leases::is_stale;
+
+use crate::conversation::{self, Attached, check_id, contract};
 use crate::release_on_exit::ReleaseOnExit;
 
 /// Extra life the sandbox gets beyond a command's timeout.
@@ -46,11 +49,11 @@ fn spawn(a: &Attached, id: &str, spec: &ExecSpec, cwd: &WorldPath) -> Result<Chi
         .kill_after(Some(backstop))
         .spawn(s)
         .map(ReleaseOnExit::wrap)
-        .map_err(|e| SandboxError::from_source(OP, None, e))
+        .map_err(|e| failed_by(OP, None, e))
 }
 
 pub(crate) async fn exec(
-    leases: &Leases,
+    leases: &Leases<Attached>,
     id: &str,
     spec: ExecSpec,
     stop_wait: Duration,
@@ -58,16 +61,23 @@ pub(crate) async fn exec(
     validate::exec_spec(OP, &spec)?;
     let cwd = spec.cwd.as_deref().unwrap_or(WORKSPACE);
     validate::path(OP, cwd)?;
-    let cwd = WorldPath::new(cwd).map_err(|e| SandboxError::invalid(OP, "cwd", e.to_string()))?;
+    let cwd = WorldPath::new(cwd).map_err(|e| invalid(OP, "cwd", e.to_string()))?;
     let need = spec.timeout.saturating_add(TIMEOUT_MARGIN);
-    let a = leases.attach(OP, id, need).await?;
+    check_id(OP, id)?;
+    let a = leases
+        .attach(OP, id, need)
+        .await
+        .map_err(|e| contract(OP, id, e))?;
     let mut child = spawn(&a, id, &spec, &cwd)?;
     if let Err(e) = child.started().await {
-        if !is_stale_proc(&e) {
+        if !is_stale(&e) {
             return Err(start_error(id, e));
         }
         // Paused or deleted behind our lease (another replica): connect once, retry.
-        let a = leases.connect(OP, id, need, None).await?;
+        let a = leases
+            .connect(OP, id, need, None)
+            .await
+            .map_err(|e| contract(OP, id, e))?;
         child = spawn(&a, id, &spec, &cwd)?;
         child.started().await.map_err(|e| start_error(id, e))?;
     }
@@ -79,19 +89,16 @@ pub(crate) async fn exec(
         stop_wait,
     )
     .await
-    .map_err(|e| SandboxError::from_source(OP, None, e))?;
+    .map_err(|e| failed_by(OP, None, e))?;
     if r.stuck {
-        leases.reboot(id).await;
+        conversation::reboot(leases, id).await;
     }
     Ok(r.output())
 }
 
 fn start_error(id: &str, e: exec_world::Error) -> SandboxError {
-    if e.kind() == exec_world::ErrorKind::Gone {
-        return SandboxError::Gone {
-            op: OP,
-            id: id.to_owned(),
-        };
+    if e.is_gone() {
+        return gone(OP, id);
     }
-    SandboxError::from_source(OP, None, e)
+    failed_by(OP, None, e)
 }

@@ -1,7 +1,7 @@
 //! The conversation-sandbox provider (`sandbox@1`) on E2B: [`E2bSandboxes`], one E2B
-//! sandbox per conversation, implementing exec-world's
-//! [`SandboxProvider`] by composing `e2b-core`
-//! (client, trusted shell), and `subprocess-e2b` (the exec wrapper and tree kill).
+//! sandbox per conversation, implementing exec-world's [`SandboxProvider`] by composing
+//! the world's layers: `e2b-core` (client, lease classification), `fs-e2b` (every file
+//! operation, as the sandbox user) and `subprocess-e2b` (the exec wrapper and tree kill).
 //!
 //! * [`SandboxConfig`]: the strict deployment config (JSON or built).
 //! * Lifecycle by name: `create` deletes every sandbox already carrying the name (listed
@@ -10,11 +10,11 @@
 //!   internet access; `allowlist` → `allowOut` = hosts and `denyOut` = `0.0.0.0/0`; `open`
 //!   → internet access, only with `allow_open_egress`).
 //! * A lease per sandbox (see `lease.rs`): an operation connects only when the end of
-//!   life it knows is too close, or when envd says the sandbox is paused or missing.
+//!   life it knows is too close, or when e2b-core calls envd's answer unroutable.
 //! * [`E2bWorld`]: an `Fs` + `Subprocess` world in a sandbox in one call (owner, adapters,
 //!   keep-alive, shutdown), for consumers of the exec-world seams.
-//! * exec (`exec.rs`), files (`files.rs`), and `kill_all` / `kill_tagged` through
-//!   exec-world's in-world script as the sandbox user.
+//! * exec (`exec.rs`), files through fs-e2b (`io.rs`), and `kill_all` / `kill_tagged`
+//!   through exec-world's in-world script as the sandbox user.
 //!
 //! ```no_run
 //! use exec_world::sandbox::{CreateSpec, ExecSpec, SandboxProvider};
@@ -35,10 +35,10 @@
 //! ```
 
 mod config;
+mod conversation;
 mod errors;
 mod exec;
-mod files;
-mod lease;
+mod io;
 mod release_on_exit;
 mod world;
 
@@ -56,11 +56,12 @@ use exec_world::sandbox::{
 use exec_world_sys::tree_script::KILL_TREE_SH;
 
 pub use config::{ConfigError, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, SandboxConfig};
-pub use files::UPLOAD_DIR;
+pub use io::UPLOAD_DIR;
 pub use world::E2bWorld;
 
-use crate::errors::{map_core, op_failed, script_failed};
-use crate::lease::{Leases, check_id};
+use crate::conversation::{Attached, check_id, contract};
+use crate::errors::{map_core, op_failed};
+use e2b_core::lifecycle::Leases;
 
 /// The metadata key carrying a sandbox's conversation name (the same key as the
 /// TypeScript plugin, so both find each other's sandboxes).
@@ -72,7 +73,8 @@ pub const DEFAULT_STOP_WAIT: Duration = Duration::from_secs(5);
 /// Conversation sandboxes on E2B. Cheap to clone; clones share leases.
 #[derive(Debug, Clone)]
 pub struct E2bSandboxes {
-    leases: Arc<Leases>,
+    leases: Arc<Leases<Attached>>,
+    cfg: Arc<SandboxConfig>,
     stop_wait: Duration,
 }
 
@@ -103,7 +105,8 @@ impl E2bSandboxes {
         }
         let client = Client::new(core)?;
         Ok(E2bSandboxes {
-            leases: Arc::new(Leases::new(client, cfg)),
+            leases: Arc::new(conversation::leases(client, &cfg)),
+            cfg: Arc::new(cfg),
             stop_wait: DEFAULT_STOP_WAIT,
         })
     }
@@ -117,7 +120,7 @@ impl E2bSandboxes {
 
     /// The config in use.
     pub fn config(&self) -> &SandboxConfig {
-        &self.leases.cfg
+        &self.cfg
     }
 
     async fn signal_execs(
@@ -133,19 +136,30 @@ impl E2bSandboxes {
         args.extend(tags.unwrap_or_default().iter().map(String::as_str));
         let out = self
             .leases
-            .with_envd(op, &h.id, None, files::FILE_OP_NEED, |a| {
+            .run(op, &h.id, io::FILE_OP_NEED, |a: Attached| {
                 let args = args.clone();
                 async move {
                     TrustedShell::new(a.api.clone())
-                        .user(lease::SANDBOX_USER)
+                        .user(conversation::SANDBOX_USER)
                         .max_output(64 * 1024)
                         .run(SIGNAL_EXECS_SH, &args)
                         .await
+                        .map_err(|e| e.into_world(op))
                 }
             })
-            .await?;
+            .await
+            .map_err(|e| contract(op, &h.id, e))?;
         if out.exit_code != 0 {
-            return Err(script_failed(op, "(commands)", &out.stderr));
+            let text = String::from_utf8_lossy(&out.stderr);
+            return Err(exec_world::sandbox::failed(
+                op,
+                None,
+                format!(
+                    "could not stop every command (exit {}): {}",
+                    out.exit_code,
+                    text.trim().chars().take(500).collect::<String>()
+                ),
+            ));
         }
         Ok(())
     }
@@ -157,10 +171,10 @@ impl SandboxProvider for E2bSandboxes {
         const OP: &str = "create";
         validate::name(OP, &spec.name)?;
         validate::limits(OP, &spec.limits)?;
-        let cfg = &self.leases.cfg;
+        let cfg = &self.cfg;
         let mut egress = spec.limits.egress.clone();
         if egress == Egress::Open && !cfg.allow_open_egress {
-            return Err(SandboxError::invalid(
+            return Err(exec_world::sandbox::invalid(
                 OP,
                 "egress \"open\"",
                 "it is refused because the sandbox-e2b setting allow_open_egress is false; \
@@ -191,13 +205,16 @@ impl SandboxProvider for E2bSandboxes {
         let since = Instant::now();
         let sb = self
             .leases
-            .client
+            .client()
             .create(&opts)
             .await
             .map_err(|e| op_failed(OP, None, e))?;
         let id = sb.id().to_owned();
         check_id(OP, &id)?;
-        let attached = self.leases.remember(OP, sb, since, cfg.timeout())?;
+        let attached = self
+            .leases
+            .remember(OP, sb, since, cfg.timeout())
+            .map_err(|e| contract(OP, &id, e))?;
         // The spawn helper's placement and cgroup probe (one envd request) now, so the
         // first exec is one request; if it fails here the first exec retries it.
         if let Err(e) = attached.proc.prepare().await {
@@ -207,13 +224,15 @@ impl SandboxProvider for E2bSandboxes {
     }
 
     async fn resume(&self, h: &SandboxHandle) -> Result<ResumeOutcome, SandboxError> {
+        check_id("resume", &h.id)?;
         match self
             .leases
             .connect("resume", &h.id, Duration::ZERO, None)
             .await
+            .map_err(|e| contract("resume", &h.id, e))
         {
             Ok(_) => Ok(ResumeOutcome::Resumed),
-            Err(SandboxError::Gone { .. }) => Ok(ResumeOutcome::Gone),
+            Err(e) if e.is_gone() => Ok(ResumeOutcome::Gone),
             Err(e) => Err(e),
         }
     }
@@ -224,7 +243,7 @@ impl SandboxProvider for E2bSandboxes {
         self.leases.forget(&h.id);
         match self
             .leases
-            .client
+            .client()
             .pause(&h.id, e2b_core::PauseOptions { memory: true })
             .await
         {
@@ -239,7 +258,7 @@ impl SandboxProvider for E2bSandboxes {
         check_id(OP, &h.id)?;
         self.leases.forget(&h.id);
         self.leases
-            .client
+            .client()
             .kill(&h.id)
             .await
             .map(|_| ())
@@ -251,7 +270,7 @@ impl SandboxProvider for E2bSandboxes {
         validate::name(OP, name)?;
         let listed = self
             .leases
-            .client
+            .client()
             .list_all(
                 ListQuery::new()
                     .metadata(NAME_METADATA_KEY, name)
@@ -270,7 +289,7 @@ impl SandboxProvider for E2bSandboxes {
                 check_id(OP, &s.sandbox_id)?;
                 self.leases.forget(&s.sandbox_id);
                 self.leases
-                    .client
+                    .client()
                     .kill(&s.sandbox_id)
                     .await
                     .map_err(|e| map_core(OP, &s.sandbox_id, None, e))?;
@@ -304,7 +323,7 @@ impl SandboxProvider for E2bSandboxes {
         path: &str,
         max_bytes: u64,
     ) -> Result<Option<FileContent>, SandboxError> {
-        files::read_file(&self.leases, &h.id, path, max_bytes).await
+        io::read_file(&self.leases, &h.id, path, max_bytes).await
     }
 
     async fn write_file(
@@ -313,11 +332,11 @@ impl SandboxProvider for E2bSandboxes {
         path: &str,
         data: &[u8],
     ) -> Result<(), SandboxError> {
-        files::write_file(&self.leases, &h.id, path, data).await
+        io::write_file(&self.leases, &h.id, path, data).await
     }
 
     async fn stat(&self, h: &SandboxHandle, path: &str) -> Result<Option<FileStat>, SandboxError> {
-        files::stat(&self.leases, &h.id, path).await
+        io::stat(&self.leases, &h.id, path).await
     }
 
     fn capabilities(&self) -> SandboxCapabilities {
@@ -326,6 +345,9 @@ impl SandboxProvider for E2bSandboxes {
             suspend_keeps_processes: true,
             user_isolation: true,
             egress_control: true,
+            // The spawn helper's cgroup per spawn (templates with a writable cgroup2
+            // mount, as E2B's and the emulator's are).
+            kill_reaches_escapes: true,
         }
     }
 }

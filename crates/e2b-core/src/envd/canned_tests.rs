@@ -187,7 +187,7 @@ async fn missing_end_of_stream_is_an_error() {
     assert!(
         matches!(
             err,
-            Error::Protocol {
+            Error::StreamCut {
                 surface: Surface::Envd,
                 ..
             }
@@ -204,7 +204,7 @@ async fn partial_frame_is_an_error() {
     let err = run(stream_answer(&body), Duration::ZERO, None)
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Protocol { .. }), "{err:?}");
+    assert!(matches!(err, Error::StreamCut { .. }), "{err:?}");
     assert!(err.to_string().contains("inside"), "{err}");
 }
 

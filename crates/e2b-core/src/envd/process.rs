@@ -180,7 +180,7 @@ impl EnvdConn {
             }
             Some(Err(e)) => return Err(e),
             None => {
-                return Err(Error::protocol(
+                return Err(Error::stream_cut(
                     Surface::Envd,
                     "stream ended before its start event",
                 ));

@@ -92,7 +92,7 @@ impl DecodeState {
                         Err(e) => format!("stream ended inside a frame: {e}"),
                         Ok(()) => "stream ended without its end-of-stream frame".to_owned(),
                     };
-                    return self.fail(Error::protocol(Surface::Envd, detail));
+                    return self.fail(Error::stream_cut(Surface::Envd, detail));
                 }
             }
         }

@@ -9,6 +9,9 @@
 //!   refuses new handles, waits for setup, then deletes (owned only).
 //! * [`OwnedHandle`]: the one shared `Arc<dyn EnvdApi>` the fs and subprocess adapters
 //!   take, plus the workdir, state dir and keep-alive.
+//! * [`Leases`]: many sandboxes from stateless replicas (a conversation-sandbox provider):
+//!   per sandbox the end of life its last connect granted and a world built on it; a
+//!   connect only when an operation needs more life, or once when the proxy cannot route.
 //! * [`KeepAlive`]: opt-in top-up of the sandbox timeout driven by activity
 //!   ([`KeepAlive::activity`], [`KeepAlive::touch`], or every call through
 //!   [`LeasedApi`]); see [`keepalive`] for the rules.
@@ -20,6 +23,7 @@ mod byo;
 pub mod error;
 pub mod keepalive;
 pub mod lease;
+pub mod leases;
 pub mod owner;
 pub mod reconnect;
 pub mod setup;
@@ -29,6 +33,7 @@ pub use keepalive::{
     ActivityGuard, KeepAlive, KeepAliveConfig, KeepAliveStats, Plan, Renewal, StopReason,
 };
 pub use lease::LeasedApi;
+pub use leases::Leases;
 pub use owner::{
     NAME_METADATA_KEY, OwnedHandle, OwnerOptions, Ownership, SandboxOwner, ShutdownOutcome,
 };

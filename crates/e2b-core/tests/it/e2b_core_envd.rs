@@ -666,7 +666,7 @@ async fn envd_faults_map_to_typed_errors() {
     assert!(
         matches!(
             err,
-            Error::Protocol {
+            Error::StreamCut {
                 surface: Surface::Envd,
                 ..
             }
@@ -683,7 +683,7 @@ async fn envd_faults_map_to_typed_errors() {
         .start_process(StartProcess::shell("echo hi"))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Protocol { .. }), "{err:?}");
+    assert!(matches!(err, Error::StreamCut { .. }), "{err:?}");
 
     // cut a watch after its start
     sb.make_dir("/home/user/w", None).await.expect("mkdir");
@@ -696,7 +696,7 @@ async fn envd_faults_map_to_typed_errors() {
         .await
         .expect("watch");
     let last = within("cut watch", w.next()).await.expect("an item");
-    assert!(matches!(last, Err(Error::Protocol { .. })), "{last:?}");
+    assert!(matches!(last, Err(Error::StreamCut { .. })), "{last:?}");
 
     // missing token → 401, and neither the token nor the key is printed
     emu.faults().add(envd_rule(

@@ -64,6 +64,42 @@ impl LocalFs {
     }
 }
 
+/// Opens `path` for reading only if it is a regular file: `O_NONBLOCK`, so a FIFO
+/// planted or swapped in never blocks the open, and the kind is checked on the opened
+/// descriptor (no window between a check and the open): a directory is
+/// `IsADirectory`, a FIFO, socket or device an error that says so.
+async fn open_regular(
+    abs: &WorldPath,
+    path: &Path,
+) -> Result<(tokio::fs::File, std::fs::Metadata), Error> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC);
+    let file = tokio::fs::OpenOptions::from(o)
+        .open(path)
+        .await
+        .map_err(|e| match e.raw_os_error() {
+            // A socket cannot be opened at all.
+            Some(libc::ENXIO) => Error::other(NOT_REGULAR).with_op("open").with_path(abs),
+            _ => Error::from_io(abs, "open", e),
+        })?;
+    let meta = file
+        .metadata()
+        .await
+        .map_err(|e| Error::from_io(abs, "stat", e))?;
+    if meta.is_dir() {
+        return Err(Error::is_a_directory(abs.clone()));
+    }
+    if !meta.is_file() {
+        return Err(Error::other(NOT_REGULAR).with_op("open").with_path(abs));
+    }
+    Ok((file, meta))
+}
+
+/// What a read of a FIFO, socket or device says.
+const NOT_REGULAR: &str = "not a regular file (a FIFO, socket or device is never read)";
+
 /// Turns std metadata into ours; `target` is the link target for symlinks.
 pub(crate) fn to_metadata(m: &std::fs::Metadata, target: Option<String>) -> Metadata {
     let ft = m.file_type();
@@ -270,16 +306,7 @@ impl Fs for LocalFs {
 
     async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, Error> {
         let (abs, path) = self.local(p);
-        let file = tokio::fs::File::open(&path)
-            .await
-            .map_err(|e| Error::from_io(&abs, "open", e))?;
-        let meta = file
-            .metadata()
-            .await
-            .map_err(|e| Error::from_io(&abs, "stat", e))?;
-        if meta.is_dir() {
-            return Err(Error::is_a_directory(abs));
-        }
+        let (file, meta) = open_regular(&abs, &path).await?;
         if meta.len() > max_bytes {
             return Err(Error::too_large(abs, max_bytes));
         }
@@ -297,16 +324,7 @@ impl Fs for LocalFs {
 
     async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, Error> {
         let (abs, path) = self.local(p);
-        let file = tokio::fs::File::open(&path)
-            .await
-            .map_err(|e| Error::from_io(&abs, "open", e))?;
-        let meta = file
-            .metadata()
-            .await
-            .map_err(|e| Error::from_io(&abs, "stat", e))?;
-        if meta.is_dir() {
-            return Err(Error::is_a_directory(abs));
-        }
+        let (file, _meta) = open_regular(&abs, &path).await?;
         let stream = tokio_util::io::ReaderStream::with_capacity(file, CHUNK)
             .map(move |r| r.map_err(|e| Error::from_io(&abs, "read", e)));
         Ok(Box::pin(stream))

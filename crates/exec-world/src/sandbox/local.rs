@@ -12,26 +12,41 @@
 //! any instance. There is **no isolation**: commands see the whole machine and egress is
 //! not restricted (capabilities `user_isolation` and `egress_control` are false). A
 //! command that clears its environment before backgrounding escapes suspend and kill_all.
-//! File operations refuse a path that existing links lead out of the sandbox directory
-//! (a guard against mistakes, not against a command racing the check), and `read_file`
-//! refuses anything but a regular file (a planted FIFO would block the reader).
+//! File operations go through [`Rooted`] over [`LocalFs`] anchored at the sandbox
+//! directory: `..`, absolute paths and every symlink (dangling or not, in any
+//! component) resolve inside it, as `openat2(RESOLVE_IN_ROOT)` does, so a link an agent
+//! planted cannot send a read or a write out of the sandbox (a final link of a write is
+//! followed inside the root too, the way a shell's `>` follows it in an E2B sandbox).
+//! Reads open with `O_NONBLOCK` and check the kind on the opened descriptor: a FIFO,
+//! socket or device planted or swapped in is refused at once, never read. What remains:
+//! a directory swapped for a link between `Rooted`'s resolution and the operation can
+//! redirect that one operation (the same user's commands can write anywhere anyway:
+//! there is no isolation here).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt as _;
 
 use super::{
     CreateSpec, ExecOutput, ExecSpec, FileContent, FileStat, ResumeOutcome, SANDBOX_ID_VAR,
     SandboxCapabilities, SandboxError, SandboxHandle, SandboxProvider, TAG_VAR, UNTAGGED,
-    WORKSPACE, run_capped, signal_execs_args, validate,
+    WORKSPACE, failed, failed_by, gone, run_capped, signal_execs_args, validate,
 };
-use crate::{LocalSubprocess, SpawnSpec, Subprocess, WorldPath};
+use crate::{
+    Error, ErrorKind, Fs as _, LocalFs, LocalSubprocess, Rooted, SpawnSpec, Subprocess, WorldPath,
+    WriteOptions, bytes_stream,
+};
 
 const NAME_FILE: &str = ".sandbox-name";
 const SUSPENDED_FILE: &str = ".suspended";
 /// How long a stop (tree kill and end of output) may take before `exec` gives up on it.
 const STOP_WAIT: Duration = Duration::from_secs(3);
+/// How many links a write's final component may go through (Linux's `MAXSYMLINKS`).
+const MAX_LINKS: usize = 40;
 
 /// Conversation sandboxes as directories on this machine. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -39,23 +54,19 @@ pub struct LocalSandboxes {
     root: PathBuf,
 }
 
-fn io_err(op: &'static str, path: &str, e: std::io::Error) -> SandboxError {
-    if e.kind() == std::io::ErrorKind::PermissionDenied {
-        return SandboxError::PermissionDenied {
-            op,
-            path: path.to_owned(),
-            detail: e.to_string(),
-        };
+fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> SandboxError {
+    let p = path.to_string_lossy();
+    match WorldPath::new(p.as_ref()) {
+        Ok(wp) => Error::from_io(&wp, op, e),
+        Err(_) => failed_by(op, Some(p.as_ref()), e),
     }
-    SandboxError::from_source(op, Some(path), e)
 }
 
 impl LocalSandboxes {
     /// Sandboxes under `root` (created if missing).
     pub fn new(root: impl Into<PathBuf>) -> Result<LocalSandboxes, SandboxError> {
         let root = root.into();
-        std::fs::create_dir_all(&root)
-            .map_err(|e| io_err("new", &root.display().to_string(), e))?;
+        std::fs::create_dir_all(&root).map_err(|e| io_err("new", &root, e))?;
         Ok(LocalSandboxes { root })
     }
 
@@ -71,26 +82,17 @@ impl LocalSandboxes {
         if ok && dir.join(NAME_FILE).is_file() {
             Ok(dir)
         } else {
-            Err(SandboxError::Gone {
-                op,
-                id: h.id.clone(),
-            })
+            Err(gone(op, &h.id))
         }
     }
 
-    /// A sandbox path on the host (the path is validated first), refused when links
-    /// already there lead it out of the sandbox directory (see [`contained`]).
-    fn host_path(
-        &self,
-        op: &'static str,
-        h: &SandboxHandle,
-        path: &str,
-    ) -> Result<PathBuf, SandboxError> {
-        validate::path(op, path)?;
+    /// The sandbox's files: its directory as the root of a [`Rooted`] [`LocalFs`].
+    fn files(&self, op: &'static str, h: &SandboxHandle) -> Result<Rooted, SandboxError> {
         let dir = self.live(op, h)?;
-        let p = dir.join(path.trim_start_matches('/'));
-        contained(op, path, &dir, &p)?;
-        Ok(p)
+        let root = WorldPath::new(dir.to_string_lossy().into_owned())
+            .map_err(|e| failed_by(op, None, e))?;
+        let fs = LocalFs::at(root.clone()).map_err(|e| failed_by(op, None, e))?;
+        Rooted::new(Arc::new(fs), root).map_err(|e| failed_by(op, None, e))
     }
 
     async fn signal(
@@ -105,9 +107,9 @@ impl LocalSandboxes {
             .stdin(std::process::Stdio::null())
             .output()
             .await
-            .map_err(|e| SandboxError::from_source(op, None, e))?;
+            .map_err(|e| failed_by(op, None, e))?;
         if !out.status.success() {
-            return Err(SandboxError::failed(
+            return Err(failed(
                 op,
                 None,
                 format!(
@@ -130,16 +132,8 @@ impl LocalSandboxes {
     }
 
     fn ids_named(&self, name: &str) -> Result<Vec<String>, SandboxError> {
-        let rd = match std::fs::read_dir(&self.root) {
-            Ok(rd) => rd,
-            Err(e) => {
-                return Err(io_err(
-                    "destroy_by_name",
-                    &self.root.display().to_string(),
-                    e,
-                ));
-            }
-        };
+        let rd =
+            std::fs::read_dir(&self.root).map_err(|e| io_err("destroy_by_name", &self.root, e))?;
         let mut ids = Vec::new();
         for entry in rd.flatten() {
             let n = std::fs::read_to_string(entry.path().join(NAME_FILE)).unwrap_or_default();
@@ -151,35 +145,33 @@ impl LocalSandboxes {
     }
 }
 
-/// Refuses `p` when its deepest existing ancestor (itself included) resolves outside
-/// `dir`: a link a command planted cannot send a file operation out of the sandbox.
-/// (Same user, no isolation: this guards mistakes, not an adversary racing the check.)
-fn contained(op: &'static str, path: &str, dir: &Path, p: &Path) -> Result<(), SandboxError> {
-    let root = dir
-        .canonicalize()
-        .map_err(|e| io_err(op, &dir.display().to_string(), e))?;
-    let mut probe = Some(p);
-    while let Some(q) = probe {
-        match q.canonicalize() {
-            Ok(real) if real.starts_with(&root) => return Ok(()),
-            Ok(_) => {
-                return Err(SandboxError::PermissionDenied {
-                    op,
-                    path: path.to_owned(),
-                    detail: "a link leads out of the sandbox".into(),
-                });
-            }
-            Err(_) => probe = q.parent(),
-        }
+/// `p` with a final symlink followed inside the sandbox (through `fs`'s `lstat`, so the
+/// link text is the sandbox's view: an absolute text starts again at its root).
+async fn follow_final(fs: &Rooted, op: &'static str, p: &WorldPath) -> Result<WorldPath, Error> {
+    let mut p = p.clone();
+    for _ in 0..MAX_LINKS {
+        let meta = match fs.lstat(&p).await {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(p),
+            Err(e) => return Err(e.with_op(op)),
+        };
+        let is_link = meta.is_symlink();
+        let Some(text) = meta.symlink_target.filter(|_| is_link) else {
+            return Ok(p);
+        };
+        let base = p.parent().unwrap_or_else(WorldPath::root);
+        p = WorldPath::new(text)
+            .map(|t| t.resolve(&base))
+            .map_err(|e| e.with_op(op))?;
     }
-    Ok(())
+    Err(Error::invalid_path(&p, format!("more than {MAX_LINKS} symbolic links")).with_op(op))
 }
 
 fn remove_tree(op: &'static str, dir: &Path) -> Result<(), SandboxError> {
     match std::fs::remove_dir_all(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io_err(op, &dir.display().to_string(), e)),
+        Err(e) => Err(io_err(op, dir, e)),
     }
 }
 
@@ -196,18 +188,16 @@ impl SandboxProvider for LocalSandboxes {
         ));
         let dir = self.dir_of(&h);
         for sub in ["workspace", "skills", "tmp"] {
-            std::fs::create_dir_all(dir.join(sub))
-                .map_err(|e| io_err("create", &dir.display().to_string(), e))?;
+            std::fs::create_dir_all(dir.join(sub)).map_err(|e| io_err("create", &dir, e))?;
         }
-        std::fs::write(dir.join(NAME_FILE), &spec.name)
-            .map_err(|e| io_err("create", &dir.display().to_string(), e))?;
+        std::fs::write(dir.join(NAME_FILE), &spec.name).map_err(|e| io_err("create", &dir, e))?;
         Ok(h)
     }
 
     async fn resume(&self, h: &SandboxHandle) -> Result<ResumeOutcome, SandboxError> {
         match self.wake("resume", h).await {
             Ok(_) => Ok(ResumeOutcome::Resumed),
-            Err(SandboxError::Gone { .. }) => Ok(ResumeOutcome::Gone),
+            Err(e) if e.is_gone() => Ok(ResumeOutcome::Gone),
             Err(e) => Err(e),
         }
     }
@@ -215,18 +205,17 @@ impl SandboxProvider for LocalSandboxes {
     async fn suspend(&self, h: &SandboxHandle) -> Result<(), SandboxError> {
         let dir = match self.live("suspend", h) {
             Ok(d) => d,
-            Err(SandboxError::Gone { .. }) => return Ok(()),
+            Err(e) if e.is_gone() => return Ok(()),
             Err(e) => return Err(e),
         };
-        std::fs::write(dir.join(SUSPENDED_FILE), b"")
-            .map_err(|e| io_err("suspend", &dir.display().to_string(), e))?;
+        std::fs::write(dir.join(SUSPENDED_FILE), b"").map_err(|e| io_err("suspend", &dir, e))?;
         self.signal("suspend", h, "stop", None).await
     }
 
     async fn destroy(&self, h: &SandboxHandle) -> Result<(), SandboxError> {
         let dir = match self.live("destroy", h) {
             Ok(d) => d,
-            Err(SandboxError::Gone { .. }) => return Ok(()),
+            Err(e) if e.is_gone() => return Ok(()),
             Err(e) => return Err(e),
         };
         // Stopped processes must be continued to die of SIGTERM; the tree kill sends CONT.
@@ -262,17 +251,18 @@ impl SandboxProvider for LocalSandboxes {
     async fn exec(&self, h: &SandboxHandle, spec: ExecSpec) -> Result<ExecOutput, SandboxError> {
         const OP: &str = "exec";
         validate::exec_spec(OP, &spec)?;
-        let cwd = self.host_path(OP, h, spec.cwd.as_deref().unwrap_or(WORKSPACE))?;
+        let cwd = spec.cwd.as_deref().unwrap_or(WORKSPACE);
+        validate::path(OP, cwd)?;
         let dir = self.wake(OP, h).await?;
-        let home = dir.join("workspace");
+        // The sandbox's layout is ours; what runs in it starts in its directory.
         let world_path = |p: &Path| {
-            WorldPath::new(p.to_string_lossy().into_owned())
-                .map_err(|e| SandboxError::from_source(OP, None, e))
+            WorldPath::new(p.to_string_lossy().into_owned()).map_err(|e| failed_by(OP, None, e))
         };
+        let home = world_path(&dir.join("workspace"))?;
         let mut s = SpawnSpec::new("/bin/bash")
             .args(["-c", spec.command.as_str()])
-            .cwd(world_path(&cwd)?)
-            .env("HOME", home.to_string_lossy())
+            .cwd(world_path(&dir.join(cwd.trim_start_matches('/')))?)
+            .env("HOME", home.as_str())
             .env("LANG", "C.UTF-8");
         for (k, v) in &spec.env {
             s = s.env(k, v);
@@ -280,9 +270,9 @@ impl SandboxProvider for LocalSandboxes {
         s = s
             .env(TAG_VAR, spec.tag.as_deref().unwrap_or(UNTAGGED))
             .env(SANDBOX_ID_VAR, &h.id);
-        let child = LocalSubprocess::at(world_path(&home)?)
+        let child = LocalSubprocess::at(home)
             .spawn(s)
-            .map_err(|e| SandboxError::from_source(OP, None, e))?;
+            .map_err(|e| failed_by(OP, None, e))?;
         let r = run_capped(
             child,
             spec.timeout,
@@ -291,7 +281,7 @@ impl SandboxProvider for LocalSandboxes {
             STOP_WAIT,
         )
         .await
-        .map_err(|e| SandboxError::from_source(OP, None, e))?;
+        .map_err(|e| failed_by(OP, None, e))?;
         Ok(r.output())
     }
 
@@ -301,34 +291,29 @@ impl SandboxProvider for LocalSandboxes {
         path: &str,
         max_bytes: u64,
     ) -> Result<Option<FileContent>, SandboxError> {
-        use tokio::io::AsyncReadExt as _;
-        let p = self.host_path("read_file", h, path)?;
-        // O_NONBLOCK: opening a FIFO the agent planted must not wait for a writer.
-        let f = match tokio::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&p)
-            .await
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_err("read_file", path, e)),
+        const OP: &str = "read_file";
+        validate::path(OP, path)?;
+        let fs = self.files(OP, h)?;
+        let p = WorldPath::new(path).map_err(|e| failed_by(OP, Some(path), e))?;
+        let mut stream = match fs.read_stream(&p).await {
+            Ok(s) => s,
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::IsADirectory) => {
+                return Ok(None);
+            }
+            Err(e) => return Err(failed_by(OP, Some(path), e)),
         };
-        let meta = f
-            .metadata()
-            .await
-            .map_err(|e| io_err("read_file", path, e))?;
-        if meta.is_dir() {
-            return Ok(None);
-        }
-        if !meta.is_file() {
-            return Err(SandboxError::not_regular_file("read_file", path));
-        }
+        let want = max_bytes.saturating_add(1);
         let mut data = Vec::new();
-        f.take(max_bytes.saturating_add(1))
-            .read_to_end(&mut data)
-            .await
-            .map_err(|e| io_err("read_file", path, e))?;
+        while (data.len() as u64) < want {
+            match stream.next().await {
+                Some(Ok(b)) => {
+                    let room = usize::try_from(want - data.len() as u64).unwrap_or(usize::MAX);
+                    data.extend_from_slice(&b[..room.min(b.len())]);
+                }
+                Some(Err(e)) => return Err(failed_by(OP, Some(path), e)),
+                None => break,
+            }
+        }
         Ok(Some(FileContent::capped(data, max_bytes)))
     }
 
@@ -338,27 +323,35 @@ impl SandboxProvider for LocalSandboxes {
         path: &str,
         data: &[u8],
     ) -> Result<(), SandboxError> {
-        let p = self.host_path("write_file", h, path)?;
-        if let Some(parent) = p.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| io_err("write_file", path, e))?;
-            contained("write_file", path, &self.dir_of(h), &p)?;
-        }
-        tokio::fs::write(&p, data)
+        const OP: &str = "write_file";
+        validate::path(OP, path)?;
+        let fs = self.files(OP, h)?;
+        let p = WorldPath::new(path).map_err(|e| failed_by(OP, Some(path), e))?;
+        let target = follow_final(&fs, OP, &p)
             .await
-            .map_err(|e| io_err("write_file", path, e))
+            .map_err(|e| failed_by(OP, Some(path), e))?;
+        fs.write(
+            &target,
+            bytes_stream(Bytes::copy_from_slice(data)),
+            WriteOptions::default().create_parents(true),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| failed_by(OP, Some(path), e))
     }
 
     async fn stat(&self, h: &SandboxHandle, path: &str) -> Result<Option<FileStat>, SandboxError> {
-        let p = self.host_path("stat", h, path)?;
-        match tokio::fs::metadata(&p).await {
+        const OP: &str = "stat";
+        validate::path(OP, path)?;
+        let fs = self.files(OP, h)?;
+        let p = WorldPath::new(path).map_err(|e| failed_by(OP, Some(path), e))?;
+        match fs.stat(&p).await {
             Ok(m) => Ok(Some(FileStat {
-                size: m.len(),
+                size: m.size,
                 is_dir: m.is_dir(),
             })),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err("stat", path, e)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(failed_by(OP, Some(path), e)),
         }
     }
 
@@ -368,6 +361,10 @@ impl SandboxProvider for LocalSandboxes {
             suspend_keeps_processes: true,
             user_isolation: false,
             egress_control: false,
+            // A cgroup per spawn where this process may make them (root, delegation).
+            kill_reaches_escapes: LocalSubprocess::at(WorldPath::root())
+                .capabilities()
+                .contained_escapes,
         }
     }
 }

@@ -2,8 +2,9 @@
 //! host kernel creates, hibernates, resumes, destroys, and runs commands and file
 //! operations in, possibly from several replicas and sub-agents at once.
 //!
-//! * [`SandboxProvider`]: the trait; [`SandboxError`]: its typed error, with a distinct
-//!   [`SandboxError::Gone`] a kernel acts on (recreate the sandbox).
+//! * [`SandboxProvider`]: the trait; [`SandboxError`]: its error, the one
+//!   [`crate::Error`] of the seams, whose kinds carry the contract's distinctions
+//!   (`Gone` a kernel acts on by recreating the sandbox; see [`error`]).
 //! * [`LocalSandboxes`]: one directory per conversation on this machine (development
 //!   without E2B); `sandbox-e2b`'s `E2bSandboxes` is the E2B implementation.
 //! * [`validate`]: the checks both implementations share (names, tags, env names, paths,
@@ -27,7 +28,7 @@
 //! # Ok(()) }
 //! ```
 
-mod error;
+pub mod error;
 mod local;
 mod run;
 mod scripts;
@@ -39,7 +40,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-pub use error::SandboxError;
+pub use error::{SandboxError, failed, failed_by, gone, invalid, not_regular_file};
 pub use local::LocalSandboxes;
 pub use run::{RunOutcome, exit_code_of, run_capped, utf8_cut};
 pub use scripts::{SANDBOX_ID_VAR, SIGNAL_EXECS_SH, TAG_VAR, UNTAGGED, signal_execs_args};
@@ -275,12 +276,17 @@ pub struct SandboxCapabilities {
     pub user_isolation: bool,
     /// Egress settings are enforced or passed to a control plane that enforces them.
     pub egress_control: bool,
+    /// `kill_tagged`, `kill_all` and a timeout reach everything a command started, also
+    /// an `env -i` + `setsid` double fork (the command's own cgroup is the ground truth);
+    /// without, they reach the command's group, session, descendants and the processes
+    /// that kept its variables.
+    pub kill_reaches_escapes: bool,
 }
 
 /// The conversation-sandbox provider.
 ///
 /// Every operation on a suspended sandbox resumes it first (auto-start). A sandbox that no
-/// longer exists is [`SandboxError::Gone`] (from `resume`: [`ResumeOutcome::Gone`]).
+/// longer exists is [`ErrorKind::Gone`](crate::ErrorKind::Gone) (from `resume`: [`ResumeOutcome::Gone`]).
 #[async_trait]
 pub trait SandboxProvider: Send + Sync {
     /// Creates a sandbox named `spec.name`, replacing any sandbox of that name.

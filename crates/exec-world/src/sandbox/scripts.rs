@@ -20,11 +20,18 @@ pub const SANDBOX_ID_VAR: &str = "SANDBOX_EXEC_ID";
 /// SANDBOX_ID, `SANDBOX_EXEC_ID=SANDBOX_ID`) and, unless ALL is `1`, its tag is one of
 /// TAG…. MODE `kill`: for each distinct spawn marker (`EXEC_WORLD_SPAWN`) among the
 /// matches, run exec-world's tree kill (`TREE_SCRIPT`, [`exec_world_sys::tree_script`]) with that
-/// process as the leader: its group, session, descendants and every marker holder die.
+/// process as the leader: its group, session, descendants and every marker holder die,
+/// and, when the match is in a spawn's own cgroup (a v2 cgroup with a path component
+/// `exec-world-…`, which local and E2B spawns get where the kernel allows), every
+/// process of that cgroup: the ground truth that also holds an `env -i` + `setsid`
+/// double fork, which lost both its parent chain and the variables.
 /// MODE `stop` / `cont`: SIGSTOP / SIGCONT every match. Exit 0 when done, 1 when a tree
 /// kill reported survivors.
 pub const SIGNAL_EXECS_SH: &str = r#"mode=$1; tree=$2; sid=$3; all=$4; shift 4
-want=" $* "; self=$$; rc=0; seen=" "; todo=""
+want=" $* "; self=$$; rc=0; seen=" "; todo=""; cgmount=""
+while read -r l; do
+  case "$l" in *" - cgroup2 "*) set -- $l; [ "$4" = / ] && { cgmount=$5; break; } ;; esac
+done < /proc/self/mountinfo 2>/dev/null
 for d in /proc/[0-9]*; do
   p=${d#/proc/}
   [ "$p" = "$self" ] && continue
@@ -45,10 +52,17 @@ for d in /proc/[0-9]*; do
   m=$(printf '%s\n' "$env" | sed -n 's/^EXEC_WORLD_SPAWN=//p' | head -n 1)
   case "$seen" in *" $m "*) continue ;; esac
   [ -n "$m" ] && seen="$seen$m "
-  todo="$todo $p:$m"
+  cg=$(sed -n 's/^0:://p' "$d/cgroup" 2>/dev/null)
+  case "$cg" in
+    */exec-world-*) case "$cg" in *[!A-Za-z0-9_./-]*|*/../*|*/..) cg= ;; *) cg=$cgmount$cg ;; esac ;;
+    *) cg= ;;
+  esac
+  [ -n "$cgmount" ] || cg=
+  todo="$todo $p:$m:$cg"
 done
 for pm in $todo; do
-  sh -c "$tree" exec-world-kill-tree "${pm%%:*}" "${pm#*:}" 0 0 || rc=1
+  p=${pm%%:*}; rest=${pm#*:}; m=${rest%%:*}; cg=${rest#*:}
+  sh -c "$tree" exec-world-kill-tree "$p" "$m" 0 0 "$cg" || rc=1
 done
 exit $rc
 "#;

@@ -1,5 +1,5 @@
 //! Checks shared by every provider: sandbox names, tags, environment names, paths,
-//! limits and allowlist hosts. Each returns [`SandboxError::Invalid`] naming the
+//! limits and allowlist hosts. Each returns [`ErrorKind::InvalidSpec`](crate::ErrorKind::InvalidSpec) naming the
 //! operation, the value and the rule.
 
 use super::{Egress, ExecSpec, SandboxError, SandboxLimits};
@@ -28,7 +28,7 @@ pub fn name(op: &'static str, name: &str) -> Result<(), SandboxError> {
     if ok {
         Ok(())
     } else {
-        Err(SandboxError::invalid(
+        Err(super::invalid(
             op,
             format!("sandbox name {name:?}"),
             "it must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$",
@@ -48,7 +48,7 @@ pub fn tag(op: &'static str, tag: &str) -> Result<(), SandboxError> {
     if ok {
         Ok(())
     } else {
-        Err(SandboxError::invalid(
+        Err(super::invalid(
             op,
             format!("tag {tag:?}"),
             "it must match ^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$",
@@ -65,7 +65,7 @@ pub fn env_name(op: &'static str, key: &str) -> Result<(), SandboxError> {
     if ok {
         Ok(())
     } else {
-        Err(SandboxError::invalid(
+        Err(super::invalid(
             op,
             format!("environment variable name {key:?}"),
             "it must match ^[A-Za-z_][A-Za-z0-9_]*$",
@@ -77,7 +77,7 @@ pub fn env_name(op: &'static str, key: &str) -> Result<(), SandboxError> {
 /// every env name, the tag.
 pub fn exec_spec(op: &'static str, spec: &ExecSpec) -> Result<(), SandboxError> {
     if spec.cancel.is_cancelled() {
-        return Err(SandboxError::Cancelled { op });
+        return Err(crate::Error::cancelled(op).with_detail("cancelled before it started"));
     }
     for k in spec.env.keys() {
         env_name(op, k)?;
@@ -98,7 +98,7 @@ pub fn exec_spec(op: &'static str, spec: &ExecSpec) -> Result<(), SandboxError> 
 /// ```
 pub fn path(op: &'static str, p: &str) -> Result<(), SandboxError> {
     let bad = |reason: &str| {
-        Err(SandboxError::invalid(
+        Err(super::invalid(
             op,
             format!("path {:?}", p.chars().take(200).collect::<String>()),
             reason,
@@ -146,7 +146,7 @@ pub fn allow_host(op: &'static str, host: &str) -> Result<(), SandboxError> {
     if hostname(&bare.to_ascii_lowercase(), true) {
         Ok(())
     } else {
-        Err(SandboxError::invalid(
+        Err(super::invalid(
             op,
             format!("allowlist host {host:?}"),
             "it must be a hostname such as example.com, or *.example.com for its subdomains",
@@ -174,7 +174,7 @@ pub fn host_matches(entry: &str, host: &str) -> bool {
 /// Limits: cpu, memory and disk positive (and finite); allowlist hosts valid.
 pub fn limits(op: &'static str, l: &SandboxLimits) -> Result<(), SandboxError> {
     if !(l.cpu.is_finite() && l.cpu > 0.0) || l.memory_mb == 0 || l.disk_mb == 0 {
-        return Err(SandboxError::invalid(
+        return Err(super::invalid(
             op,
             format!(
                 "limits (cpu {}, memory_mb {}, disk_mb {})",
@@ -220,7 +220,7 @@ mod tests {
         let e = path("read_file", "rel").expect_err("relative");
         assert_eq!(
             e.to_string(),
-            "read_file: invalid path \"rel\": it must be absolute"
+            "read_file: invalid spec: path \"rel\": it must be absolute"
         );
     }
 

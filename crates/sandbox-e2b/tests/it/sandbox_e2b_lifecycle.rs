@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use e2b_core::{CreateOptions, PauseOptions};
 use exec_world::sandbox::{
-    CreateSpec, Egress, ExecSpec, ResumeOutcome, SandboxError, SandboxLimits, SandboxProvider as _,
+    CreateSpec, Egress, ExecSpec, ResumeOutcome, SandboxLimits, SandboxProvider as _,
 };
 use sandbox_e2b::{E2bSandboxes, NAME_METADATA_KEY};
 use sandbox_support::{config, env, host_processes_of, one, provider};
@@ -175,7 +175,7 @@ async fn egress_mapping_as_received_by_the_control_plane() {
         .await
         .expect_err("open refused");
     assert!(
-        matches!(e, SandboxError::Invalid { op: "create", .. }),
+        e.kind() == exec_world::ErrorKind::InvalidSpec && e.op() == Some("create"),
         "{e}"
     );
     assert!(e.to_string().contains("allow_open_egress"), "{e}");

@@ -9,6 +9,11 @@ use crate::sandbox_support;
 use std::time::Duration;
 
 use exec_world::sandbox::{ExecSpec, SandboxError, SandboxProvider as _};
+
+/// The contract's "denied": kind `PermissionDenied` of operation `op`.
+fn denied(e: &SandboxError, op: &str) -> bool {
+    e.kind() == exec_world::ErrorKind::PermissionDenied && e.op() == Some(op)
+}
 use sandbox_e2b::UPLOAD_DIR;
 use sandbox_support::{host_processes_of, one, root_sh, root_sh_args};
 
@@ -36,23 +41,14 @@ async fn writes_through_links_and_swapped_parents_are_refused() {
         o.p.write_file(&o.h, "/workspace/lnk", b"evil")
             .await
             .expect_err("write through a link to a root file");
-    assert!(
-        matches!(
-            e,
-            SandboxError::PermissionDenied {
-                op: "write_file",
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert!(denied(&e, "write_file"), "{e}");
     assert!(e.to_string().contains("/workspace/lnk"), "{e}");
     // a swapped parent directory
     let e =
         o.p.write_file(&o.h, "/workspace/dir/planted", b"evil")
             .await
             .expect_err("write through a linked parent");
-    assert!(matches!(e, SandboxError::PermissionDenied { .. }), "{e}");
+    assert!(denied(&e, "write_file"), "{e}");
     let e =
         o.p.write_file(&o.h, &format!("/workspace/etc/{unique}"), b"evil")
             .await
@@ -144,16 +140,7 @@ async fn reads_and_stats_resolve_as_the_sandbox_user() {
         o.p.read_file(&o.h, "/workspace/root-only", 100)
             .await
             .expect_err("a root-only file");
-    assert!(
-        matches!(
-            e,
-            SandboxError::PermissionDenied {
-                op: "read_file",
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert!(denied(&e, "read_file"), "{e}");
     assert!(!e.to_string().contains("secret"));
     // inside a directory the user cannot search: invisible to the user
     assert_eq!(
@@ -218,4 +205,52 @@ async fn the_api_key_never_reaches_the_sandbox() {
     let debug = format!("{:?}", o.p);
     assert!(debug.contains(&o.h.id), "the lease is in Debug");
     assert!(!debug.contains(&key) && !debug.contains(&token), "{debug}");
+}
+
+/// A holder the sandbox user stops or kills mid-read fails that read with `Interrupted`
+/// (never NotFound for a file that exists, never a wait for the shell's whole timeout):
+/// a user loop stops and kills every perl process of the user while reads of a large
+/// file run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_holder_stopped_or_killed_by_the_user_is_interrupted() {
+    let o = one("interrupt").await;
+    let r = sh(&o, "head -c 8000000 /dev/urandom > big && echo ok").await;
+    assert_eq!(r.stdout, "ok\n", "{r:?}");
+    for sig in ["STOP", "KILL"] {
+        let tag = format!("stopper-{sig}");
+        let stopper = o.p.exec(
+            &o.h,
+            ExecSpec::new(format!(
+                "for i in $(seq 1 20000); do pkill -{sig} -u sandbox -x perl; done"
+            ))
+            .tag(tag.clone())
+            .timeout(Duration::from_secs(120)),
+        );
+        let reads = async {
+            let mut interrupted = 0;
+            for _ in 0..10 {
+                let r = tokio::time::timeout(
+                    Duration::from_secs(60),
+                    o.p.read_file(&o.h, "/workspace/big", 16 << 20),
+                )
+                .await
+                .expect("a read must end long before the shell's timeout");
+                match r {
+                    Ok(Some(c)) => assert_eq!(c.data.len(), 8_000_000),
+                    Err(e) if e.kind() == exec_world::ErrorKind::Interrupted => {
+                        assert!(e.to_string().contains("/workspace/big"), "{e}");
+                        interrupted += 1;
+                    }
+                    other => panic!("{sig}: expected the file or Interrupted, got {other:?}"),
+                }
+            }
+            o.p.kill_tagged(&o.h, std::slice::from_ref(&tag))
+                .await
+                .expect("kill_tagged");
+            interrupted
+        };
+        let (r, interrupted) = tokio::join!(stopper, reads);
+        r.expect("stopper");
+        assert!(interrupted > 0, "{sig}: no read was interrupted");
+    }
 }

@@ -190,7 +190,9 @@ impl Inner {
                     }
                 }
                 Err(e) => {
-                    if e.is_sandbox_not_found() {
+                    // The one table: gone stops; anything else is tried again after the
+                    // back-off (the request itself already went through RetryPolicy).
+                    if e.disposition() == crate::Disposition::Gone {
                         st.stopped = Some(StopReason::Gone);
                     } else if matches!(e, crate::error::Error::BadRequest { .. }) {
                         st.stopped = Some(StopReason::Refused);
