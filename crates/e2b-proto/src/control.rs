@@ -99,6 +99,9 @@ pub struct NewSandbox {
     /// Global environment variables for every process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_vars: Option<BTreeMap<String, String>>,
+    /// Team volumes to mount (name, absolute path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mounts: Option<Vec<crate::volume::VolumeMount>>,
 }
 
 /// Create/connect/resume response (`Sandbox`).

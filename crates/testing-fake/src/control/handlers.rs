@@ -35,7 +35,7 @@ pub(crate) fn rfc3339(t: OffsetDateTime) -> String {
 }
 
 /// The `Sandbox` answer of create / connect / resume.
-fn sandbox_answer(rec: &SandboxRecord) -> Sandbox {
+pub(crate) fn sandbox_answer(rec: &SandboxRecord) -> Sandbox {
     Sandbox {
         template_id: rec.template.id.clone(),
         sandbox_id: rec.id.clone(),
@@ -84,6 +84,11 @@ fn check_timeout(store: &Store, secs: i64) -> ApiResult<Duration> {
         )));
     }
     Ok(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+}
+
+/// [`check_timeout`] for the other handler modules.
+pub(crate) fn validated_timeout(store: &Store, secs: i64) -> ApiResult<Duration> {
+    check_timeout(store, secs)
 }
 
 /// `GET /health` of the API.
@@ -150,12 +155,19 @@ async fn create(store: &Store, body: &[u8], v2: bool) -> ApiResult<(StatusCode, 
             "autoResume cannot be enabled when autoPauseMemory is false",
         ));
     }
-    let template = Template::lookup(&req.template_id).ok_or_else(|| {
-        ApiErr::new(
-            StatusCode::NOT_FOUND,
-            format!("template '{}' not found", req.template_id),
-        )
-    })?;
+    let (template, seed) = match Template::lookup(&req.template_id) {
+        Some(t) => (t, None),
+        None => {
+            let snap = store.snapshots.resolve(&req.template_id).ok_or_else(|| {
+                ApiErr::new(
+                    StatusCode::NOT_FOUND,
+                    format!("template '{}' not found", req.template_id),
+                )
+            })?;
+            (snap.template.clone(), Some(snap.dir.clone()))
+        }
+    };
+    let volumes = super::volumes::resolve_mounts(store, req.volume_mounts.as_deref())?;
     // v2 sandboxes are always secured; v1 honours an explicit `secure: false`.
     let secure = v2 || req.secure.unwrap_or(true);
     let rec = store
@@ -170,6 +182,8 @@ async fn create(store: &Store, body: &[u8], v2: bool) -> ApiResult<(StatusCode, 
             network: req.network,
             metadata: req.metadata.unwrap_or_default(),
             env_vars: req.env_vars.unwrap_or_default(),
+            seed,
+            volumes,
         })
         .await?;
     Ok((StatusCode::CREATED, Json(sandbox_answer(&rec))))
