@@ -21,6 +21,7 @@ mod lifecycle_keepalive;
 mod lifecycle_owner;
 mod lifecycle_reconnect;
 mod official_sdk;
+mod official_sdk_snapshots;
 mod rooted_e2b;
 mod sandbox_e2b_conformance;
 mod sandbox_e2b_lifecycle;

@@ -165,7 +165,8 @@ fn reopen(fd: BorrowedFd<'_>, flags: OFlags) -> Result<OwnedFd, Errno> {
     use std::os::fd::AsRawFd;
     rustix::fs::open(
         format!("/proc/self/fd/{}", fd.as_raw_fd()),
-        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        // Following this magic link is the point: it is the inode itself.
+        flags | OFlags::CLOEXEC,
         Mode::empty(),
     )
 }
