@@ -8,7 +8,7 @@
 //! | e2b-core | kind | temporary |
 //! | --- | --- | --- |
 //! | `SandboxNotFound` (E2B 404, the proxy's 502 for a gone or paused sandbox) | `Gone` | no |
-//! | `TemplateNotFound` | `NotFound` | no |
+//! | `TemplateNotFound`, `VolumeNotFound` | `NotFound` | no |
 //! | `Unauthorized` (401), `Forbidden` (403), envd `unauthenticated` / `permission_denied` | `PermissionDenied` | no |
 //! | `RateLimited` (429) | `Transport` | yes |
 //! | `Server` 502/503/504, `Transport` (reset, refused, cut body), envd `unavailable` | `Transport` | yes |
@@ -34,7 +34,7 @@ impl Error {
     pub fn world_kind(&self) -> ErrorKind {
         match self {
             Error::SandboxNotFound { .. } => ErrorKind::Gone,
-            Error::TemplateNotFound { .. } => ErrorKind::NotFound,
+            Error::TemplateNotFound { .. } | Error::VolumeNotFound { .. } => ErrorKind::NotFound,
             Error::Unauthorized { .. } | Error::Forbidden { .. } => ErrorKind::PermissionDenied,
             Error::RateLimited { .. } | Error::Transport { .. } | Error::Protocol { .. } => {
                 ErrorKind::Transport
@@ -132,9 +132,10 @@ mod tests {
             Error::Source(_) => 14,
             Error::Config(_) => 15,
             Error::ControlCommand { .. } => 16,
+            Error::VolumeNotFound { .. } => 17,
         }
     }
-    const VARIANTS: usize = 17;
+    const VARIANTS: usize = 18;
 
     fn envd(code: Code, message: &str) -> Error {
         Error::Envd {
@@ -179,6 +180,11 @@ mod tests {
             ),
             (
                 Error::TemplateNotFound { message: msg() },
+                ErrorKind::NotFound,
+                false,
+            ),
+            (
+                Error::VolumeNotFound { message: msg() },
                 ErrorKind::NotFound,
                 false,
             ),

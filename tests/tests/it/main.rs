@@ -12,6 +12,7 @@ mod agent_tools_e2b;
 mod e2b_core_control;
 mod e2b_core_envd;
 mod e2b_core_retry;
+mod e2b_core_snapshots;
 mod e2b_core_unroutable;
 mod e2b_world;
 mod fs_e2b_behaviour;
