@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+pub use super::sandbox_fork::sb_fork;
+
 use crate::sandbox::{
     CreateSpec, Egress, ExecOutput, ExecSpec, ResumeOutcome, SandboxError, SandboxHandle,
     SandboxLimits, SandboxProvider,
@@ -533,6 +535,7 @@ macro_rules! __sandbox_test_names {
             sb_kill_tagged,
             sb_concurrent,
             sb_invalid_create,
+            sb_fork,
         ] }
     };
 }

@@ -28,8 +28,8 @@ use super::{
 };
 use crate::{LocalSubprocess, SpawnSpec, Subprocess, WorldPath};
 
-const NAME_FILE: &str = ".sandbox-name";
-const SUSPENDED_FILE: &str = ".suspended";
+pub(super) const NAME_FILE: &str = ".sandbox-name";
+pub(super) const SUSPENDED_FILE: &str = ".suspended";
 /// How long a stop (tree kill and end of output) may take before `exec` gives up on it.
 const STOP_WAIT: Duration = Duration::from_secs(3);
 
@@ -39,7 +39,7 @@ pub struct LocalSandboxes {
     root: PathBuf,
 }
 
-fn io_err(op: &'static str, path: &str, e: std::io::Error) -> SandboxError {
+pub(super) fn io_err(op: &'static str, path: &str, e: std::io::Error) -> SandboxError {
     if e.kind() == std::io::ErrorKind::PermissionDenied {
         return SandboxError::PermissionDenied {
             op,
@@ -65,7 +65,11 @@ impl LocalSandboxes {
     }
 
     /// The directory of a live sandbox, or `Gone`.
-    fn live(&self, op: &'static str, h: &SandboxHandle) -> Result<PathBuf, SandboxError> {
+    pub(super) fn live(
+        &self,
+        op: &'static str,
+        h: &SandboxHandle,
+    ) -> Result<PathBuf, SandboxError> {
         let ok = !h.id.is_empty() && !h.id.contains('/') && h.id != "." && h.id != "..";
         let dir = self.dir_of(h);
         if ok && dir.join(NAME_FILE).is_file() {
@@ -93,7 +97,7 @@ impl LocalSandboxes {
         Ok(p)
     }
 
-    async fn signal(
+    pub(super) async fn signal(
         &self,
         op: &'static str,
         h: &SandboxHandle,
@@ -356,6 +360,10 @@ impl SandboxProvider for LocalSandboxes {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_err("stat", path, e)),
         }
+    }
+
+    async fn fork(&self, h: &SandboxHandle, new_name: &str) -> Result<SandboxHandle, SandboxError> {
+        self.fork_dir(h, new_name).await
     }
 
     fn capabilities(&self) -> SandboxCapabilities {
