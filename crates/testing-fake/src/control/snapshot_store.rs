@@ -188,7 +188,7 @@ impl Snapshots {
     /// Every build, newest first.
     pub fn all(&self) -> Vec<Arc<Snapshot>> {
         let mut v = self.list().clone();
-        v.sort_by(|a, b| b.created.cmp(&a.created));
+        v.sort_by_key(|s| std::cmp::Reverse(s.created));
         v
     }
 
