@@ -206,6 +206,9 @@ pub struct ListedSandbox {
     /// envd version.
     #[serde(default)]
     pub envd_version: String,
+    /// Team volumes mounted at create.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mounts: Option<Vec<crate::volume::VolumeMount>>,
 }
 
 /// Lifecycle settings reported by `GET /sandboxes/{id}`.

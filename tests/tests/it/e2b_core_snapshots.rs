@@ -265,6 +265,11 @@ async fn a_volume_is_shared_by_running_sandboxes_and_its_content_api() {
         .create(&CreateOptions::new("base").volume_mount("shared-cache", "/srv/deep/vol"))
         .await
         .expect("create two");
+    let mounts = c.get(one.id()).await.expect("get").listed.volume_mounts;
+    assert_eq!(
+        mounts.map(|m| (m[0].name.clone(), m[0].path.clone())),
+        Some(("shared-cache".to_owned(), "/mnt/vol".to_owned()))
+    );
     sh(&one, "echo from-one > /mnt/vol/a.txt").await;
     assert_eq!(read(&two, "/srv/deep/vol/a.txt").await, "from-one\n");
     // Written by the sandbox user, as the sandbox user: the owner is `user`.

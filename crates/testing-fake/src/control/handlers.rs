@@ -67,6 +67,7 @@ pub(crate) fn listed(rec: &SandboxRecord) -> ListedSandbox {
         metadata: Some(rec.metadata.clone()),
         state,
         envd_version: rec.template.envd_version.clone(),
+        volume_mounts: (!rec.volume_mounts.is_empty()).then(|| rec.volume_mounts.clone()),
     }
 }
 
@@ -184,6 +185,7 @@ async fn create(store: &Store, body: &[u8], v2: bool) -> ApiResult<(StatusCode, 
             env_vars: req.env_vars.unwrap_or_default(),
             seed,
             volumes,
+            volume_mounts: req.volume_mounts.unwrap_or_default(),
         })
         .await?;
     Ok((StatusCode::CREATED, Json(sandbox_answer(&rec))))

@@ -262,6 +262,7 @@ pub(crate) async fn fork(
             env_vars: rec.env_vars.clone(),
             seed: Some(staged.clone()),
             volumes: rec.volumes.clone(),
+            volume_mounts: rec.volume_mounts.clone(),
         };
         results.push(match store.create(params).await {
             Ok(new) => ForkResult {

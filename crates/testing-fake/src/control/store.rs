@@ -48,6 +48,8 @@ pub(crate) struct SandboxRecord {
     pub root: PathBuf,
     /// Volumes bound into the sandbox: (sandbox path, host directory).
     pub volumes: Vec<(PathBuf, PathBuf)>,
+    /// The `volumeMounts` of the create, as reported back.
+    pub volume_mounts: Vec<e2b_proto::volume::VolumeMount>,
     /// Emulator directories the sandbox must not see (snapshots, volumes).
     hidden: Vec<PathBuf>,
     /// `allow_internet_access` and `network` (replaced by `PUT /sandboxes/{id}/network`).
@@ -177,6 +179,8 @@ pub(crate) struct CreateParams {
     pub seed: Option<PathBuf>,
     /// Volumes to bind: (sandbox path, host directory).
     pub volumes: Vec<(PathBuf, PathBuf)>,
+    /// The `volumeMounts` of the create, as reported back.
+    pub volume_mounts: Vec<e2b_proto::volume::VolumeMount>,
 }
 
 /// Outcome of a resume / connect.
@@ -307,6 +311,7 @@ impl Store {
             auto_resume: p.auto_resume,
             root,
             volumes: p.volumes,
+            volume_mounts: p.volume_mounts,
             hidden,
             net: Mutex::new((p.allow_internet_access, p.network)),
             life: Mutex::new(Life {
