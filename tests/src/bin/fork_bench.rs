@@ -105,8 +105,13 @@ async fn measure(size: u64, iterations: u64, tmp: &Path) -> Result<(), AnyError>
 
     let emu_ms = emulator(size, iterations, tmp).await?;
     let (cp50, fork50) = (p50(cp), p50(forks));
-    println!("fork of a sandbox with {size} MiB in its workspace, to the first command (p50 of {iterations}):");
-    println!("  cp -a --reflink=auto of the workspace   {:>9.1} ms", ms(cp50));
+    println!(
+        "fork of a sandbox with {size} MiB in its workspace, to the first command (p50 of {iterations}):"
+    );
+    println!(
+        "  cp -a --reflink=auto of the workspace   {:>9.1} ms",
+        ms(cp50)
+    );
     println!(
         "  LocalSandboxes fork + exec true         {:>9.1} ms  ({:.2}x cp)",
         ms(fork50),

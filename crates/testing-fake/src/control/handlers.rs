@@ -165,7 +165,7 @@ async fn create(store: &Store, body: &[u8], v2: bool) -> ApiResult<(StatusCode, 
                     format!("template '{}' not found", req.template_id),
                 )
             })?;
-            (snap.template.clone(), Some(snap.dir.clone()))
+            (snap.template.clone(), Some((snap.dir.clone(), false)))
         }
     };
     let volumes = super::volumes::resolve_mounts(store, req.volume_mounts.as_deref())?;

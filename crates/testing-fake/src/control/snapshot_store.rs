@@ -263,12 +263,18 @@ pub(crate) fn capture(sandbox_root: &Path, dst: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Lay a snapshot's state into a new (not yet booted) sandbox root.
-pub(crate) fn seed(snapshot_dir: &Path, sandbox_root: &Path) -> std::io::Result<()> {
+/// Lay a snapshot's state into a new (not yet booted) sandbox root: copied, or moved
+/// when `take` (a fork's last user of its staged copy; same filesystem).
+pub(crate) fn seed(snapshot_dir: &Path, sandbox_root: &Path, take: bool) -> std::io::Result<()> {
     std::fs::create_dir_all(sandbox_root.join(".e2b"))?;
     for (to, from) in PARTS {
         let src = snapshot_dir.join(from);
-        if src.exists() {
+        if !src.exists() {
+            continue;
+        }
+        if take {
+            std::fs::rename(&src, sandbox_root.join(to))?;
+        } else {
             copy_tree(&src, &sandbox_root.join(to))?;
         }
     }

@@ -248,7 +248,7 @@ pub(crate) async fn fork(
     ));
     store.capture(&rec, &staged, paused).await?;
     let mut results = Vec::new();
-    for _ in 0..count {
+    for i in 0..count {
         let params = CreateParams {
             template: rec.template.clone(),
             timeout,
@@ -260,7 +260,8 @@ pub(crate) async fn fork(
             network: rec.net().1,
             metadata: rec.metadata.clone(),
             env_vars: rec.env_vars.clone(),
-            seed: Some(staged.clone()),
+            // The last fork takes the staged copy instead of copying it once more.
+            seed: Some((staged.clone(), i + 1 == count)),
             volumes: rec.volumes.clone(),
             volume_mounts: rec.volume_mounts.clone(),
         };

@@ -175,8 +175,9 @@ pub(crate) struct CreateParams {
     pub network: Option<NetworkConfig>,
     pub metadata: BTreeMap<String, String>,
     pub env_vars: BTreeMap<String, String>,
-    /// A snapshot's state to lay into the new root before it boots.
-    pub seed: Option<PathBuf>,
+    /// A snapshot's state to lay into the new root before it boots, and whether it may be
+    /// moved instead of copied (nobody else uses it).
+    pub seed: Option<(PathBuf, bool)>,
     /// Volumes to bind: (sandbox path, host directory).
     pub volumes: Vec<(PathBuf, PathBuf)>,
     /// The `volumeMounts` of the create, as reported back.
@@ -272,10 +273,10 @@ impl Store {
             self.snapshots.dir().to_path_buf(),
             self.volumes.dir().to_path_buf(),
         ];
-        if let Some(seed) = &p.seed {
-            let (seed, dst) = (seed.clone(), root.clone());
+        if let Some((seed, take)) = &p.seed {
+            let (seed, take, dst) = (seed.clone(), *take, root.clone());
             let laid = tokio::task::spawn_blocking(move || {
-                super::snapshot_store::seed(&seed, &dst).inspect_err(|_| {
+                super::snapshot_store::seed(&seed, &dst, take).inspect_err(|_| {
                     let _ = std::fs::remove_dir_all(&dst);
                 })
             })
