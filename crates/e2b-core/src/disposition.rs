@@ -74,6 +74,7 @@ impl Error {
             Error::Envd { .. }
             | Error::Server { .. }
             | Error::TemplateNotFound { .. }
+            | Error::VolumeNotFound { .. }
             | Error::EndpointNotFound { .. }
             | Error::Unauthorized { .. }
             | Error::Forbidden { .. }
@@ -128,6 +129,7 @@ mod tests {
                 Disposition::Unroutable,
             ),
             (Error::TemplateNotFound { message: m() }, fin),
+            (Error::VolumeNotFound { message: m() }, fin),
             (
                 Error::EndpointNotFound {
                     surface: Surface::Envd,
@@ -253,6 +255,7 @@ mod tests {
             match e {
                 Error::SandboxNotFound { .. }
                 | Error::TemplateNotFound { .. }
+                | Error::VolumeNotFound { .. }
                 | Error::EndpointNotFound { .. }
                 | Error::Unauthorized { .. }
                 | Error::Forbidden { .. }

@@ -51,6 +51,12 @@ pub enum Error {
         /// Server message.
         message: String,
     },
+    /// The volume named in a call does not exist (E2B-format 404 of `/volumes/{id}`).
+    #[error("volume not found (HTTP 404): {message}")]
+    VolumeNotFound {
+        /// Server message.
+        message: String,
+    },
     /// A 404 that is not in E2B's error format: a proxy, a wrong API URL, an endpoint
     /// this server does not have.
     #[error("HTTP 404 from {surface} without an E2B error body (wrong URL or endpoint?): {body}")]
@@ -262,7 +268,9 @@ impl Error {
             Error::SandboxNotFound { status, .. }
             | Error::Server { status, .. }
             | Error::Http { status, .. } => Some(*status),
-            Error::TemplateNotFound { .. } | Error::EndpointNotFound { .. } => Some(404),
+            Error::TemplateNotFound { .. }
+            | Error::VolumeNotFound { .. }
+            | Error::EndpointNotFound { .. } => Some(404),
             Error::Unauthorized { .. } => Some(401),
             Error::Forbidden { .. } => Some(403),
             Error::RateLimited { .. } => Some(429),

@@ -26,8 +26,8 @@ pub use e2b_proto as proto;
 pub mod sandbox;
 
 pub use api::{
-    CREATE_TOKEN_KEY, Client, ConnectOptions, CreateOptions, ListPage, ListQuery, PauseOptions,
-    SandboxStream,
+    CREATE_TOKEN_KEY, Client, ConnectOptions, CreateOptions, ForkOptions, ListPage, ListQuery,
+    PauseOptions, SandboxStream, SnapshotPage, SnapshotQuery, VolumeContent,
 };
 pub use config::{Config, Secret};
 pub use disposition::Disposition;

@@ -8,7 +8,7 @@
 //! | e2b-core | kind | temporary |
 //! | --- | --- | --- |
 //! | `SandboxNotFound` (E2B 404, the proxy's 502 for a gone or paused sandbox) | `Gone` | no |
-//! | `TemplateNotFound` | `NotFound` | no |
+//! | `TemplateNotFound`, `VolumeNotFound` | `NotFound` | no |
 //! | `Unauthorized` (401), `Forbidden` (403), envd `unauthenticated` / `permission_denied` | `PermissionDenied` | no |
 //! | `RateLimited` (429) | `Transport` | yes |
 //! | `Server` 502/503/504, `Transport` (reset, refused, cut body), envd `unavailable` | `Transport` | yes |
@@ -36,7 +36,7 @@ impl Error {
             // Gone, or unroutable behind the proxy (paused or gone): the caller without a
             // lease to renew cannot reach it either way.
             Error::SandboxNotFound { .. } => ErrorKind::Gone,
-            Error::TemplateNotFound { .. } => ErrorKind::NotFound,
+            Error::TemplateNotFound { .. } | Error::VolumeNotFound { .. } => ErrorKind::NotFound,
             Error::Unauthorized { .. } | Error::Forbidden { .. } => ErrorKind::PermissionDenied,
             Error::RateLimited { .. }
             | Error::Transport { .. }
@@ -126,6 +126,7 @@ mod tests {
             Error::Source(_) => 14,
             Error::Config(_) => 15,
             Error::ControlCommand { .. } => 16,
+            Error::VolumeNotFound { .. } => 17,
         }
     }
     const VARIANTS: usize = 18;
@@ -173,6 +174,11 @@ mod tests {
             ),
             (
                 Error::TemplateNotFound { message: msg() },
+                ErrorKind::NotFound,
+                false,
+            ),
+            (
+                Error::VolumeNotFound { message: msg() },
                 ErrorKind::NotFound,
                 false,
             ),

@@ -99,6 +99,9 @@ pub struct NewSandbox {
     /// Global environment variables for every process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_vars: Option<BTreeMap<String, String>>,
+    /// Team volumes to mount (name, absolute path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mounts: Option<Vec<crate::volume::VolumeMount>>,
 }
 
 /// Create/connect/resume response (`Sandbox`).
@@ -203,6 +206,9 @@ pub struct ListedSandbox {
     /// envd version.
     #[serde(default)]
     pub envd_version: String,
+    /// Team volumes mounted at create.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mounts: Option<Vec<crate::volume::VolumeMount>>,
 }
 
 /// Lifecycle settings reported by `GET /sandboxes/{id}`.

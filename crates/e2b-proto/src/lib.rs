@@ -5,6 +5,8 @@
 //! * [`envelope`]: Connect streaming envelopes and end-of-stream trailers.
 //! * [`connect`]: Connect error codes and their HTTP statuses.
 //! * [`signal`]: Go's signal names as envd reports them, one table for the workspace.
+//! * [`snapshot`] and [`volume`]: snapshots, fork and team volumes (control plane and
+//!   volume content API).
 //! * [`json`]: serde helpers for protobuf-JSON (int64 as string, base64 bytes, omitted defaults).
 //!
 //! Field names follow protobuf-JSON (lowerCamelCase); default values are omitted when
@@ -17,6 +19,8 @@ pub mod filesystem;
 pub mod json;
 pub mod process;
 pub mod signal;
+pub mod snapshot;
+pub mod volume;
 
 /// The port envd listens on inside every sandbox; sent as `E2b-Sandbox-Port`.
 pub const ENVD_PORT: u16 = 49983;

@@ -86,6 +86,9 @@ pub enum Command {
     Sandbox(SandboxCommand),
     /// Serve the E2B emulator for other clients (official SDKs included) until Ctrl-C.
     Serve(ServeArgs),
+    /// Create, list and remove team volumes (directories that outlive sandboxes).
+    #[command(subcommand)]
+    Volume(crate::commands::volume::VolumeCommand),
 }
 
 /// `e2bx run`.
@@ -164,6 +167,14 @@ pub enum SandboxCommand {
     /// Print the URL of a port of a sandbox (`<port>-<id>.<domain>`): where a server that
     /// listens on that port inside the sandbox is reachable (a preview of what it serves).
     Url(PortArgs),
+    /// Snapshot a running sandbox; prints the snapshot ID (`--template` it to create from it).
+    Snapshot(crate::commands::snapshot::SnapshotArgs),
+    /// List snapshots.
+    Snapshots(crate::commands::snapshot::SnapshotsArgs),
+    /// Fork a running sandbox; prints one new sandbox ID per line.
+    Fork(crate::commands::snapshot::ForkArgs),
+    /// Delete a snapshot.
+    DeleteSnapshot(crate::commands::snapshot::DeleteSnapshotArgs),
 }
 
 /// `e2bx sandbox url`.
@@ -193,6 +204,9 @@ pub struct CreateArgs {
     /// Metadata pair (repeatable).
     #[arg(long, value_name = "K=V", value_parser = parse_kv)]
     pub metadata: Vec<(String, String)>,
+    /// Mount a team volume at an absolute path (repeatable).
+    #[arg(long, value_name = "NAME:/PATH", value_parser = crate::commands::volume::parse_mount)]
+    pub volume: Vec<(String, String)>,
 }
 
 /// A sandbox named by ID or NAME.

@@ -22,6 +22,7 @@
 pub mod fs;
 pub mod proc;
 pub mod sandbox;
+mod sandbox_fork;
 pub mod terminal;
 
 use std::any::Any;

@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+pub use super::sandbox_fork::sb_fork;
+
 use exec_world::ErrorKind;
 use exec_world::sandbox::{
     CreateSpec, Egress, ExecOutput, ExecSpec, ResumeOutcome, SandboxError, SandboxHandle,
@@ -694,6 +696,7 @@ macro_rules! __sandbox_test_names {
             sb_kill_reaches_double_forks,
             sb_concurrent,
             sb_invalid_create,
+            sb_fork,
         ] }
     };
 }

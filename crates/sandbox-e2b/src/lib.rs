@@ -38,6 +38,7 @@ mod config;
 mod conversation;
 mod errors;
 mod exec;
+mod fork;
 mod io;
 mod release_on_exit;
 mod world;
@@ -337,6 +338,10 @@ impl SandboxProvider for E2bSandboxes {
 
     async fn stat(&self, h: &SandboxHandle, path: &str) -> Result<Option<FileStat>, SandboxError> {
         io::stat(&self.leases, &h.id, path).await
+    }
+
+    async fn fork(&self, h: &SandboxHandle, new_name: &str) -> Result<SandboxHandle, SandboxError> {
+        self.fork_sandbox(h, new_name).await
     }
 
     fn capabilities(&self) -> SandboxCapabilities {

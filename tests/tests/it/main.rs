@@ -7,5 +7,6 @@ mod sdk_support;
 mod agent_tools_e2b;
 mod lifecycle_adapters;
 mod official_sdk;
+mod official_sdk_snapshots;
 mod sdk_isolation;
 mod world_bench;

@@ -42,7 +42,8 @@ impl Default for CreateOptions {
 }
 
 impl CreateOptions {
-    /// Create from this template (ID, alias, `namespace/alias`, optionally `:tag`).
+    /// Create from this template (ID, alias, `namespace/alias`, optionally `:tag`) or
+    /// snapshot (its `snapshot_id`).
     pub fn new(template: impl Into<String>) -> Self {
         CreateOptions {
             body: NewSandbox {
@@ -130,6 +131,22 @@ impl CreateOptions {
             .network
             .get_or_insert_with(Default::default)
             .deny_out = Some(destinations);
+        self
+    }
+
+    /// Mount the team volume `name` at the absolute path `path`.
+    ///
+    /// ```
+    /// let o = e2b_core::CreateOptions::new("base").volume_mount("cache", "/mnt/cache");
+    /// assert_eq!(o.to_wire().volume_mounts.map(|v| v.len()), Some(1));
+    /// ```
+    pub fn volume_mount(mut self, name: impl Into<String>, path: impl Into<String>) -> Self {
+        self.body.volume_mounts.get_or_insert_with(Vec::new).push(
+            crate::proto::volume::VolumeMount {
+                name: name.into(),
+                path: path.into(),
+            },
+        );
         self
     }
 

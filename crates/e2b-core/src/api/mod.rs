@@ -1,6 +1,7 @@
 //! The control-plane client: create, list, get, kill, set timeout, refresh, pause and
 //! connect/resume sandboxes over E2B's REST API (`X-API-KEY`). Creating or connecting
-//! returns a connected [`Sandbox`](crate::Sandbox) handle for envd.
+//! returns a connected [`Sandbox`](crate::Sandbox) handle for envd. Snapshots, fork and
+//! team volumes are in `snapshots` and `volumes`.
 //!
 //! Create and connect use the v2 paths (`POST /v2/sandboxes`,
 //! `POST /v2/sandboxes/{id}/connect`) and fall back to v1 only when the control plane
@@ -9,6 +10,8 @@
 mod create;
 mod lifecycle;
 mod list;
+mod snapshots;
+mod volumes;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +22,8 @@ use serde::de::DeserializeOwned;
 pub use create::{CREATE_TOKEN_KEY, CreateOptions};
 pub use lifecycle::{ConnectOptions, PauseOptions};
 pub use list::{ListPage, ListQuery, SandboxStream};
+pub use snapshots::{ForkOptions, SnapshotPage, SnapshotQuery};
+pub use volumes::VolumeContent;
 
 use crate::config::{Config, Secret};
 use crate::error::{Error, Surface};

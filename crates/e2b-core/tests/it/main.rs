@@ -7,6 +7,7 @@ mod e2b_core_support;
 mod e2b_core_control;
 mod e2b_core_envd;
 mod e2b_core_retry;
+mod e2b_core_snapshots;
 mod e2b_core_unroutable;
 mod lifecycle_keepalive;
 mod lifecycle_owner;

@@ -9,6 +9,8 @@ pub mod sandbox;
 #[cfg(feature = "embedded")]
 pub mod serve;
 pub mod shell;
+pub mod snapshot;
+pub mod volume;
 
 use std::future::Future;
 
@@ -42,6 +44,9 @@ async fn with_backend(cli: &Cli, backend: &Backend, ints: &mut Interrupts) -> Cl
     if let Command::Sandbox(cmd) = &cli.command {
         return interruptible(ints, sandbox::sandbox(backend, g, cmd)).await;
     }
+    if let Command::Volume(cmd) = &cli.command {
+        return interruptible(ints, volume::volume(backend, g, cmd)).await;
+    }
     let session = interruptible(ints, backend.session(g)).await?;
     let r = match &cli.command {
         Command::Run(a) => run::run(&session, a, g.json, ints).await,
@@ -72,7 +77,9 @@ async fn with_backend(cli: &Cli, backend: &Backend, ints: &mut Interrupts) -> Cl
             })
             .await
         }
-        Command::Sandbox(_) | Command::Serve(_) => Err(CliError::msg("unreachable command")),
+        Command::Sandbox(_) | Command::Serve(_) | Command::Volume(_) => {
+            Err(CliError::msg("unreachable command"))
+        }
     };
     session.end().await;
     r

@@ -1,4 +1,5 @@
-//! `e2bx sandbox create|list|pause|resume|kill|url`: sandbox lifecycle on the control plane.
+//! `e2bx sandbox create|list|pause|resume|kill|url`: sandbox lifecycle on the control plane
+//! (`snapshot`, `snapshots`, `fork`, `delete-snapshot` are in [`super::snapshot`]).
 //! `create` prints the new ID (or JSON) on stdout; `list` a table (or a JSON array); `url`
 //! the URL of a sandbox port.
 
@@ -16,6 +17,10 @@ use crate::target::{Backend, NAME_KEY};
 pub async fn sandbox(backend: &Backend, g: &Global, cmd: &SandboxCommand) -> CliResult {
     match cmd {
         SandboxCommand::Create(a) => create(backend, g, a).await,
+        SandboxCommand::Snapshot(a) => super::snapshot::snapshot(backend, g, a).await,
+        SandboxCommand::Snapshots(a) => super::snapshot::snapshots(backend, g, a).await,
+        SandboxCommand::Fork(a) => super::snapshot::fork(backend, g, a).await,
+        SandboxCommand::DeleteSnapshot(a) => super::snapshot::delete(backend, g, a).await,
         SandboxCommand::List => list(backend, g.json).await,
         SandboxCommand::Pause(a) => {
             let id = backend.resolve(&a.id).await?;
@@ -108,7 +113,7 @@ fn port_url(cfg: &e2b_core::Config, id: &str, domain: Option<&str>, port: u16) -
     }
 }
 
-fn say(g: &Global, line: &str) {
+pub(crate) fn say(g: &Global, line: &str) {
     if !g.quiet {
         eprintln!("e2bx: {line}");
     }
@@ -119,6 +124,9 @@ async fn create(backend: &Backend, g: &Global, a: &CreateArgs) -> CliResult {
         CreateOptions::new(g.template.clone()).timeout(Duration::from_secs(a.timeout.max(1)));
     for (k, v) in &a.metadata {
         opts = opts.metadata(k.clone(), v.clone());
+    }
+    for (name, path) in &a.volume {
+        opts = opts.volume_mount(name.clone(), path.clone());
     }
     if let Some(name) = &a.name {
         let taken = backend

@@ -41,8 +41,8 @@ use crate::{
     WriteOptions, bytes_stream,
 };
 
-const NAME_FILE: &str = ".sandbox-name";
-const SUSPENDED_FILE: &str = ".suspended";
+pub(super) const NAME_FILE: &str = ".sandbox-name";
+pub(super) const SUSPENDED_FILE: &str = ".suspended";
 /// How long a stop (tree kill and end of output) may take before `exec` gives up on it.
 const STOP_WAIT: Duration = Duration::from_secs(3);
 /// How many links a write's final component may go through (Linux's `MAXSYMLINKS`).
@@ -54,7 +54,7 @@ pub struct LocalSandboxes {
     root: PathBuf,
 }
 
-fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> SandboxError {
+pub(super) fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> SandboxError {
     let p = path.to_string_lossy();
     match WorldPath::new(p.as_ref()) {
         Ok(wp) => Error::from_io(&wp, op, e),
@@ -76,7 +76,11 @@ impl LocalSandboxes {
     }
 
     /// The directory of a live sandbox, or `Gone`.
-    fn live(&self, op: &'static str, h: &SandboxHandle) -> Result<PathBuf, SandboxError> {
+    pub(super) fn live(
+        &self,
+        op: &'static str,
+        h: &SandboxHandle,
+    ) -> Result<PathBuf, SandboxError> {
         let ok = !h.id.is_empty() && !h.id.contains('/') && h.id != "." && h.id != "..";
         let dir = self.dir_of(h);
         if ok && dir.join(NAME_FILE).is_file() {
@@ -95,7 +99,7 @@ impl LocalSandboxes {
         Rooted::new(Arc::new(fs), root).map_err(|e| failed_by(op, None, e))
     }
 
-    async fn signal(
+    pub(super) async fn signal(
         &self,
         op: &'static str,
         h: &SandboxHandle,
@@ -353,6 +357,10 @@ impl SandboxProvider for LocalSandboxes {
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(failed_by(OP, Some(path), e)),
         }
+    }
+
+    async fn fork(&self, h: &SandboxHandle, new_name: &str) -> Result<SandboxHandle, SandboxError> {
+        self.fork_dir(h, new_name).await
     }
 
     fn capabilities(&self) -> SandboxCapabilities {

@@ -30,6 +30,7 @@
 
 pub mod error;
 mod local;
+mod local_fork;
 mod run;
 mod scripts;
 pub mod validate;
@@ -332,6 +333,12 @@ pub trait SandboxProvider: Send + Sync {
 
     /// Size and kind; `None` when missing.
     async fn stat(&self, h: &SandboxHandle, path: &str) -> Result<Option<FileStat>, SandboxError>;
+
+    /// Creates a sandbox named `new_name` with the files `h` has at this instant (its
+    /// commands are held still while they are copied) and none of its processes, replacing
+    /// any other sandbox of that name; `h` keeps running, untouched. A `new_name` equal to
+    /// the source's own name is [`SandboxError::Invalid`].
+    async fn fork(&self, h: &SandboxHandle, new_name: &str) -> Result<SandboxHandle, SandboxError>;
 
     /// What this provider offers.
     fn capabilities(&self) -> SandboxCapabilities;

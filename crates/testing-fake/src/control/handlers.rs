@@ -35,7 +35,7 @@ pub(crate) fn rfc3339(t: OffsetDateTime) -> String {
 }
 
 /// The `Sandbox` answer of create / connect / resume.
-fn sandbox_answer(rec: &SandboxRecord) -> Sandbox {
+pub(crate) fn sandbox_answer(rec: &SandboxRecord) -> Sandbox {
     Sandbox {
         template_id: rec.template.id.clone(),
         sandbox_id: rec.id.clone(),
@@ -67,6 +67,7 @@ pub(crate) fn listed(rec: &SandboxRecord) -> ListedSandbox {
         metadata: Some(rec.metadata.clone()),
         state,
         envd_version: rec.template.envd_version.clone(),
+        volume_mounts: (!rec.volume_mounts.is_empty()).then(|| rec.volume_mounts.clone()),
     }
 }
 
@@ -84,6 +85,11 @@ fn check_timeout(store: &Store, secs: i64) -> ApiResult<Duration> {
         )));
     }
     Ok(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+}
+
+/// [`check_timeout`] for the other handler modules.
+pub(crate) fn validated_timeout(store: &Store, secs: i64) -> ApiResult<Duration> {
+    check_timeout(store, secs)
 }
 
 /// `GET /health` of the API.
@@ -150,12 +156,19 @@ async fn create(store: &Store, body: &[u8], v2: bool) -> ApiResult<(StatusCode, 
             "autoResume cannot be enabled when autoPauseMemory is false",
         ));
     }
-    let template = Template::lookup(&req.template_id).ok_or_else(|| {
-        ApiErr::new(
-            StatusCode::NOT_FOUND,
-            format!("template '{}' not found", req.template_id),
-        )
-    })?;
+    let (template, seed) = match Template::lookup(&req.template_id) {
+        Some(t) => (t, None),
+        None => {
+            let snap = store.snapshots.resolve(&req.template_id).ok_or_else(|| {
+                ApiErr::new(
+                    StatusCode::NOT_FOUND,
+                    format!("template '{}' not found", req.template_id),
+                )
+            })?;
+            (snap.template.clone(), Some((snap.dir.clone(), false)))
+        }
+    };
+    let volumes = super::volumes::resolve_mounts(store, req.volume_mounts.as_deref())?;
     // v2 sandboxes are always secured; v1 honours an explicit `secure: false`.
     let secure = v2 || req.secure.unwrap_or(true);
     let rec = store
@@ -170,6 +183,9 @@ async fn create(store: &Store, body: &[u8], v2: bool) -> ApiResult<(StatusCode, 
             network: req.network,
             metadata: req.metadata.unwrap_or_default(),
             env_vars: req.env_vars.unwrap_or_default(),
+            seed,
+            volumes,
+            volume_mounts: req.volume_mounts.unwrap_or_default(),
         })
         .await?;
     Ok((StatusCode::CREATED, Json(sandbox_answer(&rec))))

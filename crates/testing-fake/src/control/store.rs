@@ -46,6 +46,12 @@ pub(crate) struct SandboxRecord {
     pub auto_pause_memory: bool,
     pub auto_resume: bool,
     pub root: PathBuf,
+    /// Volumes bound into the sandbox: (sandbox path, host directory).
+    pub volumes: Vec<(PathBuf, PathBuf)>,
+    /// The `volumeMounts` of the create, as reported back.
+    pub volume_mounts: Vec<e2b_proto::volume::VolumeMount>,
+    /// Emulator directories the sandbox must not see (snapshots, volumes).
+    hidden: Vec<PathBuf>,
     /// `allow_internet_access` and `network` (replaced by `PUT /sandboxes/{id}/network`).
     net: Mutex<(Option<bool>, Option<NetworkConfig>)>,
     life: Mutex<Life>,
@@ -131,6 +137,8 @@ impl SandboxRecord {
             access_token: self.access_token.clone(),
             env_vars: self.env_vars.clone(),
             allow_internet: internet_allowed(&self.net()),
+            volumes: self.volumes.clone(),
+            hidden: self.hidden.clone(),
         }
     }
 }
@@ -167,6 +175,13 @@ pub(crate) struct CreateParams {
     pub network: Option<NetworkConfig>,
     pub metadata: BTreeMap<String, String>,
     pub env_vars: BTreeMap<String, String>,
+    /// A snapshot's state to lay into the new root before it boots, and whether it may be
+    /// moved instead of copied (nobody else uses it).
+    pub seed: Option<(PathBuf, bool)>,
+    /// Volumes to bind: (sandbox path, host directory).
+    pub volumes: Vec<(PathBuf, PathBuf)>,
+    /// The `volumeMounts` of the create, as reported back.
+    pub volume_mounts: Vec<e2b_proto::volume::VolumeMount>,
 }
 
 /// Outcome of a resume / connect.
@@ -186,6 +201,10 @@ pub(crate) struct Store {
     sandboxes: Mutex<HashMap<String, Arc<SandboxRecord>>>,
     /// `Idempotency-Key` of a v2 create → the sandbox it created.
     idempotency: Mutex<HashMap<String, String>>,
+    /// Snapshots taken of sandboxes.
+    pub snapshots: super::snapshot_store::Snapshots,
+    /// Team volumes (kept on disk across restarts).
+    pub volumes: super::volume_store::Volumes,
 }
 
 fn later(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
@@ -196,6 +215,8 @@ impl Store {
     pub fn new(root: PathBuf, max_timeout: Duration) -> Self {
         Store {
             secret: ids::new_secret(),
+            snapshots: super::snapshot_store::Snapshots::new(&root),
+            volumes: super::volume_store::Volumes::load(&root),
             root,
             max_timeout,
             sandboxes: Mutex::new(HashMap::new()),
@@ -248,6 +269,22 @@ impl Store {
         };
         let access_token = p.secure.then(|| ids::access_token(&self.secret, &id));
         let root = self.root.join("sandboxes").join(&id);
+        let hidden = vec![
+            self.snapshots.dir().to_path_buf(),
+            self.volumes.dir().to_path_buf(),
+        ];
+        if let Some((seed, take)) = &p.seed {
+            let (seed, take, dst) = (seed.clone(), *take, root.clone());
+            let laid = tokio::task::spawn_blocking(move || {
+                super::snapshot_store::seed(&seed, &dst, take).inspect_err(|_| {
+                    let _ = std::fs::remove_dir_all(&dst);
+                })
+            })
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r);
+            laid.map_err(|e| ApiErr::internal(format!("Failed to create sandbox: {e}")))?;
+        }
         let now = OffsetDateTime::now_utc();
         let cfg = EnvdConfig {
             sandbox_id: id.clone(),
@@ -256,6 +293,8 @@ impl Store {
             access_token: access_token.clone(),
             env_vars: p.env_vars.clone(),
             allow_internet: internet_allowed(&(p.allow_internet_access, p.network.clone())),
+            volumes: p.volumes.clone(),
+            hidden: hidden.clone(),
         };
         let envd = Envd::boot(cfg)
             .await
@@ -272,6 +311,9 @@ impl Store {
             auto_pause_memory: p.auto_pause_memory,
             auto_resume: p.auto_resume,
             root,
+            volumes: p.volumes,
+            volume_mounts: p.volume_mounts,
+            hidden,
             net: Mutex::new((p.allow_internet_access, p.network)),
             life: Mutex::new(Life {
                 state: SandboxState::Running,
@@ -381,6 +423,43 @@ impl Store {
         life.end_at = later(OffsetDateTime::now_utc(), timeout);
         tracing::info!(sandbox = %rec.id, cold = memory == Some(false) || !with_memory, "sandbox resumed");
         Ok(Resumed::Resumed)
+    }
+
+    /// Copy a running sandbox's filesystem state to `dst` with its processes frozen for
+    /// the copy (one instant), then let them run on. A paused sandbox is refused with
+    /// `paused` (each caller words its own answer).
+    pub async fn capture(
+        &self,
+        rec: &SandboxRecord,
+        dst: &std::path::Path,
+        paused: ApiErr,
+    ) -> Result<(), ApiErr> {
+        let _op = rec.op.lock().await;
+        let envd = {
+            let life = rec.life();
+            if life.gone {
+                return Err(ApiErr::sandbox_not_found(&rec.id));
+            }
+            if life.state != SandboxState::Running {
+                return Err(paused);
+            }
+            life.envd.clone()
+        };
+        envd.freeze().await;
+        let (src, to) = (rec.root.clone(), dst.to_path_buf());
+        let copied = tokio::task::spawn_blocking(move || {
+            super::snapshot_store::capture(&src, &to).inspect_err(|_| {
+                let _ = std::fs::remove_dir_all(&to);
+            })
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r);
+        envd.thaw().await;
+        copied.map_err(|e| {
+            tracing::warn!(sandbox = %rec.id, error = %e, "snapshot copy failed");
+            ApiErr::internal("Error creating snapshot template")
+        })
     }
 
     /// `POST /sandboxes/{id}/timeout`: end time = now + timeout (may shorten).

@@ -61,6 +61,11 @@ pub struct EnvdConfig {
     /// `false`: the sandbox runs in a network namespace of its own with only loopback
     /// (as root; `allowInternetAccess: false` or a deny-all egress rule).
     pub allow_internet: bool,
+    /// Volumes bound into the sandbox: (absolute sandbox path, host directory). Needs
+    /// isolation: without it the sandbox refuses to boot.
+    pub volumes: Vec<(PathBuf, PathBuf)>,
+    /// Host directories hidden from the sandbox besides the other sandboxes' trees.
+    pub hidden: Vec<PathBuf>,
 }
 
 /// Why envd could not boot.
@@ -199,6 +204,24 @@ fn seed_upper(t: &Template, upper: &Path) -> Result<(), EnvdError> {
     Ok(())
 }
 
+/// The parents of every volume mount point, made in the sandbox's upper layer before the
+/// overlay is mounted (the mount point itself is made when the volume is bound).
+fn volume_mount_points(volumes: &[(PathBuf, PathBuf)], upper: &Path) -> Result<(), EnvdError> {
+    if !upper.is_dir() {
+        return Ok(());
+    }
+    for (at, _) in volumes {
+        let rel = at.strip_prefix("/").unwrap_or(at);
+        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty())
+            && !Path::new("/").join(parent).is_dir()
+        {
+            let p = upper.join(parent);
+            std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+        }
+    }
+    Ok(())
+}
+
 /// A fresh `/proc/sys/kernel/random/boot_id` for this boot, written next to the old one
 /// and renamed over it (a running namespace keeps the inode it bound).
 fn new_boot_id(private: &Path) -> Result<PathBuf, EnvdError> {
@@ -251,13 +274,15 @@ impl Envd {
         lay_out(&cfg, &tree, &private)?;
 
         let iso = if isolation::can_isolate() {
-            let mapped: Vec<(PathBuf, PathBuf)> = cfg
+            let mut mapped: Vec<(PathBuf, PathBuf)> = cfg
                 .template
                 .mounts
                 .iter()
                 .map(|m| (PathBuf::from(m), tree.join(m.trim_start_matches('/'))))
                 .collect();
             let upper = private.join("upper");
+            volume_mount_points(&cfg.volumes, &upper)?;
+            mapped.extend(cfg.volumes.iter().cloned());
             let work = private.join("work");
             std::fs::create_dir_all(&work)
                 .map_err(io_err(format!("creating {}", work.display())))?;
@@ -268,7 +293,12 @@ impl Envd {
                     overlay: upper.is_dir().then_some((upper, work)),
                     boot_id: Some(new_boot_id(&private)?),
                     // The emulator's state (every sandbox's tree) is not for the sandbox.
-                    hide: root.parent().map(Path::to_path_buf).into_iter().collect(),
+                    hide: root
+                        .parent()
+                        .map(Path::to_path_buf)
+                        .into_iter()
+                        .chain(cfg.hidden.iter().cloned())
+                        .collect(),
                     fresh_proc: true,
                     cgroup2: false,
                 },
@@ -288,6 +318,12 @@ impl Envd {
         } else {
             isolation::Isolation::off("not running as root")
         };
+        if !cfg.volumes.is_empty() && !iso.enabled() {
+            iso.shutdown();
+            return Err(EnvdError::Template(
+                "volume mounts need the emulator's sandbox isolation (run it as root)".into(),
+            ));
+        }
         let fs = match isolation::FsWorker::start(iso.ns_fds(), 2) {
             Ok(fs) => fs,
             Err(e) => {

@@ -65,6 +65,8 @@ pub async fn boot_named(
         access_token: token.map(str::to_string),
         env_vars,
         allow_internet,
+        volumes: Vec::new(),
+        hidden: Vec::new(),
     };
     let envd = Envd::boot(cfg).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
