@@ -86,6 +86,8 @@ pub enum Command {
     Sandbox(SandboxCommand),
     /// Serve the E2B emulator for other clients (official SDKs included) until Ctrl-C.
     Serve(ServeArgs),
+    /// Serve the execution world to AI agents as an MCP server (stdio, or --http).
+    Mcp(crate::commands::mcp::McpArgs),
 }
 
 /// `e2bx run`.
