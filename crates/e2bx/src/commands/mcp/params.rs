@@ -72,7 +72,7 @@ pub struct ListDir {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Search {
-    /// A grep basic regular expression.
+    /// An extended regular expression (grep -E).
     pub pattern: String,
     /// File or directory to search recursively (default: the current directory).
     #[serde(default)]

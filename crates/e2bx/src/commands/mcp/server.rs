@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -153,7 +153,7 @@ pub fn tool_list() -> Vec<Tool> {
         ),
         tool::<p::Search>(
             "search",
-            "Search files for a regular expression (grep -rnI): path:line:text lines, at most 1000.",
+            "Search files for an extended regular expression (grep -rnIE): path:line:text lines, at most 1000.",
         ),
         tool::<p::TerminalStart>(
             "terminal_start",
@@ -221,11 +221,21 @@ impl McpSession {
     }
 }
 
+/// The newest protocol served: a session (`Mcp-Session-Id` on HTTP, the connection on
+/// stdio) is what gives each client its own world, and the 2026-07-28 wire is sessionless
+/// (every HTTP request would get a fresh world); its clients negotiate this one.
+const NEWEST: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
 impl ServerHandler for McpSession {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_protocol_version(NEWEST)
             .with_server_info(Implementation::new("e2bx", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
+    }
+
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&NEWEST))
     }
 
     async fn list_tools(

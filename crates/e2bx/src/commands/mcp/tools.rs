@@ -273,7 +273,7 @@ impl Tools<'_> {
     /// `search`: `grep -rnI` through the world's processes.
     pub async fn search(&self, a: p::Search, ct: &CancellationToken) -> ToolResult {
         let path = a.path.unwrap_or_else(|| ".".into());
-        let flags = if a.ignore_case { "-rnIi" } else { "-rnI" };
+        let flags = if a.ignore_case { "-rnIEi" } else { "-rnIE" };
         let cmd =
             format!(r#"grep {flags} --color=never -e "$E2BX_PATTERN" -- "$E2BX_PATH" | head -n 1000"#);
         let (path, root) = match self.world {
