@@ -8,3 +8,5 @@ mod cli_embedded;
 mod cli_hostile;
 mod cli_remote;
 mod cli_shell;
+mod mcp_clients;
+mod mcp_support;

@@ -51,6 +51,9 @@ async function world(c) {
   assert.deepEqual([out.exit_code, out.stdout, out.stderr], [3, 'hi\n', 'oops\n']);
   out = await bash(c, 'printf %s "$GREETING"', { env: { GREETING: 'hello there' } });
   assert.equal(out.stdout, 'hello there');
+  // The server's own credentials and environment never reach the world.
+  out = await bash(c, 'printf %s "${E2B_API_KEY-}${E2BX_TEST_SECRET-}"');
+  assert.equal(out.stdout, '');
 
   await call(c, 'write_file', { path: 'js/notes.txt', content: 'alpha\nbeta\nbeta2\n' });
   let got = await call(c, 'read_file', { path: 'js/notes.txt', offset: 2, limit: 1 });

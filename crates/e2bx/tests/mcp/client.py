@@ -57,6 +57,9 @@ async def world(s, shared_files):
     assert out["exit_code"] == 3 and out["stdout"] == "hi\n" and out["stderr"] == "oops\n", out
     out = await bash(s, 'echo "$GREETING"', env={"GREETING": "hello there"})
     assert out["stdout"] == "hello there\n", out
+    # The server's own credentials and environment never reach the world.
+    out = await bash(s, 'printf %s "${E2B_API_KEY-}${E2BX_TEST_SECRET-}"')
+    assert out["stdout"] == "", out
 
     await call(s, "write_file", {"path": "py/notes.txt", "content": "alpha\nbeta\nbeta2\n"})
     got = await call(s, "read_file", {"path": "py/notes.txt", "offset": 2, "limit": 1})
