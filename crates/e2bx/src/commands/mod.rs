@@ -76,7 +76,9 @@ async fn with_backend(cli: &Cli, backend: &Backend, ints: &mut Interrupts) -> Cl
             })
             .await
         }
-        Command::Sandbox(_) | Command::Serve(_) | Command::Mcp(_) => Err(CliError::msg("unreachable command")),
+        Command::Sandbox(_) | Command::Serve(_) | Command::Mcp(_) => {
+            Err(CliError::msg("unreachable command"))
+        }
     };
     session.end().await;
     r

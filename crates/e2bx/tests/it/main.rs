@@ -8,5 +8,6 @@ mod cli_embedded;
 mod cli_hostile;
 mod cli_remote;
 mod cli_shell;
+mod mcp_bench;
 mod mcp_clients;
 mod mcp_support;

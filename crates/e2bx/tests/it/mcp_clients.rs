@@ -29,7 +29,12 @@ fn remote_env(r: &Remote) -> Vec<(String, String)> {
 async fn all_sandboxes_deleted(r: &Remote) {
     let client = r.client();
     for _ in 0..100 {
-        if client.list_all(ListQuery::new()).await.expect("list").is_empty() {
+        if client
+            .list_all(ListQuery::new())
+            .await
+            .expect("list")
+            .is_empty()
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -62,7 +67,8 @@ async fn local(c: McpClient, http: bool, sub: &str) {
     let args = vec!["--local".to_owned(), arg(dir.path())];
     if http {
         let server = HttpServer::start(&args, &[]).await;
-        c.run("world-local", Transport::Http(&server.url), &[]).await;
+        c.run("world-local", Transport::Http(&server.url), &[])
+            .await;
         server.stop().await;
     } else {
         c.run("world-local", Transport::Stdio(&args), &[]).await;

@@ -30,7 +30,13 @@ fn cache(sub: &str) -> PathBuf {
     let workspace = manifest().join("../..");
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .map(|t| if t.is_absolute() { t } else { workspace.join(t) })
+        .map(|t| {
+            if t.is_absolute() {
+                t
+            } else {
+                workspace.join(t)
+            }
+        })
         .unwrap_or_else(|| workspace.join("target"));
     target.join("sdk-cache").join(sub)
 }
@@ -80,7 +86,10 @@ pub struct McpClient {
 /// The TypeScript client (installed on first use).
 pub async fn js() -> McpClient {
     let _lock = install_lock().await;
-    let dir = cache(&format!("mcp-node-{}", JS_SDK.rsplit('@').next().unwrap_or("x")));
+    let dir = cache(&format!(
+        "mcp-node-{}",
+        JS_SDK.rsplit('@').next().unwrap_or("x")
+    ));
     let marker = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
     if !marker.exists() {
         std::fs::create_dir_all(&dir).unwrap();
@@ -94,7 +103,11 @@ pub async fn js() -> McpClient {
         )
         .await;
     }
-    assert!(marker.exists(), "npm did not install {JS_SDK} into {}", dir.display());
+    assert!(
+        marker.exists(),
+        "npm did not install {JS_SDK} into {}",
+        dir.display()
+    );
     McpClient {
         program: "node",
         script: manifest().join("tests/mcp/client.cjs"),
@@ -106,20 +119,34 @@ pub async fn js() -> McpClient {
 /// The Python client (installed on first use).
 pub async fn py() -> McpClient {
     let _lock = install_lock().await;
-    let dir = cache(&format!("mcp-py-{}", PY_SDK.rsplit('=').next().unwrap_or("x")));
+    let dir = cache(&format!(
+        "mcp-py-{}",
+        PY_SDK.rsplit('=').next().unwrap_or("x")
+    ));
     let marker = dir.join("mcp/__init__.py");
     if !marker.exists() {
         std::fs::create_dir_all(&dir).unwrap();
         run_install(
             Command::new("python3")
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--target",
+                ])
                 .arg(&dir)
                 .arg(PY_SDK),
             PY_SDK,
         )
         .await;
     }
-    assert!(marker.exists(), "pip did not install {PY_SDK} into {}", dir.display());
+    assert!(
+        marker.exists(),
+        "pip did not install {PY_SDK} into {}",
+        dir.display()
+    );
     McpClient {
         program: "python3",
         script: manifest().join("tests/mcp/client.py"),
@@ -139,7 +166,13 @@ pub enum Transport<'a> {
 /// The environment of every e2bx the tests start: no E2B variables (the embedded
 /// emulator) unless `env` sets them.
 fn scrub(cmd: &mut Command, env: &[(String, String)]) {
-    for k in ["E2B_API_KEY", "E2B_API_URL", "E2B_DOMAIN", "E2B_SANDBOX_URL", "RUST_BACKTRACE"] {
+    for k in [
+        "E2B_API_KEY",
+        "E2B_API_URL",
+        "E2B_DOMAIN",
+        "E2B_SANDBOX_URL",
+        "RUST_BACKTRACE",
+    ] {
         cmd.env_remove(k);
     }
     for (k, v) in env {

@@ -16,7 +16,8 @@ not --provider).
 Worlds (one per MCP session; a session never sees another's sandbox, processes or
 terminals):
   default        a fresh E2B sandbox per session (E2B_API_KEY), or without E2B_API_KEY a
-                 sandbox of the embedded emulator; deleted when the session ends
+                 sandbox of the embedded emulator; deleted when the session ends.
+                 With --sandbox ID|NAME every session works in that sandbox (kept).
   --local DIR    this machine: file tools see DIR as `/` (links cannot leave it); bash and
                  terminals run as you with DIR as cwd (not confined: use a sandbox for
                  untrusted agents). Sessions share DIR's files.

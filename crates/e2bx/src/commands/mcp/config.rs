@@ -70,10 +70,9 @@ impl Settings {
         let secs = |k: &str| -> CliResult<Option<u64>> {
             match own.get(k) {
                 None => Ok(None),
-                Some(v) => v
-                    .as_u64()
-                    .map(Some)
-                    .ok_or_else(|| CliError::msg(format!("mcp config: `{k}` must be a whole number"))),
+                Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                    CliError::msg(format!("mcp config: `{k}` must be a whole number"))
+                }),
             }
         };
         let timeout = a
@@ -85,8 +84,9 @@ impl Settings {
         }
         let max_output = match a.max_output {
             Some(n) => n,
-            None => secs("max_output")?
-                .map_or(DEFAULT_MAX_OUTPUT, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+            None => secs("max_output")?.map_or(DEFAULT_MAX_OUTPUT, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }),
         };
         let keep_background = a.keep_background
             || match own.get("keep_background") {
@@ -225,10 +225,16 @@ mod tests {
         let s = Settings::from_parts(&args(&["--timeout", "3"]), obj(r#"{"timeout":9}"#))
             .expect("valid");
         assert_eq!(s.timeout, Duration::from_secs(3));
-        let e = Settings::from_parts(&args(&[]), obj(r#"{"colour":1}"#)).expect_err("unknown");
-        assert!(e.to_string().contains("`colour`"), "{e}");
-        let e = Settings::from_parts(&args(&[]), obj(r#"{"apiKey":"a","api_key":"b"}"#))
-            .expect_err("twice");
-        assert!(e.to_string().contains("api_key"), "{e}");
+        let msg = |e| match e {
+            CliError::Message(m) => m,
+            CliError::Exit(c) => format!("exit {c}"),
+        };
+        let e = msg(Settings::from_parts(&args(&[]), obj(r#"{"colour":1}"#)).expect_err("unknown"));
+        assert!(e.contains("`colour`"), "{e}");
+        let e = msg(
+            Settings::from_parts(&args(&[]), obj(r#"{"apiKey":"a","api_key":"b"}"#))
+                .expect_err("twice"),
+        );
+        assert!(e.contains("api_key"), "{e}");
     }
 }

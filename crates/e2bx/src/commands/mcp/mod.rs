@@ -38,7 +38,10 @@ pub async fn mcp(a: &McpArgs, g: &Global, ints: &mut Interrupts) -> CliResult {
         let dir = std::fs::canonicalize(dir)
             .map_err(|e| CliError::msg(format!("--local {}: {e}", dir.display())))?;
         if !dir.is_dir() {
-            return Err(CliError::msg(format!("--local {}: not a directory", dir.display())));
+            return Err(CliError::msg(format!(
+                "--local {}: not a directory",
+                dir.display()
+            )));
         }
         Opener::Local(dir)
     } else if let Some(kind) = a.provider {
@@ -71,7 +74,9 @@ fn provider_opener(kind: ProviderKind, s: &Settings, g: &Global) -> CliResult<Op
             let mut keys = s.provider.clone();
             if !keys.contains_key("api_key") {
                 let key = std::env::var("E2B_API_KEY").map_err(|_| {
-                    CliError::msg("--provider e2b needs an API key: set E2B_API_KEY or `apiKey` in --config")
+                    CliError::msg(
+                        "--provider e2b needs an API key: set E2B_API_KEY or `apiKey` in --config",
+                    )
                 })?;
                 keys.insert("api_key".into(), key.into());
             }
@@ -86,9 +91,7 @@ fn provider_opener(kind: ProviderKind, s: &Settings, g: &Global) -> CliResult<Op
             let mut cfg = sandbox_e2b::SandboxConfig::from_value(keys.into())
                 .map_err(|e| CliError::msg(e.to_string()))?;
             cfg.sandbox_url = g.sandbox_url.clone();
-            Arc::new(
-                sandbox_e2b::E2bSandboxes::new(cfg).map_err(|e| CliError::msg(e.to_string()))?,
-            )
+            Arc::new(sandbox_e2b::E2bSandboxes::new(cfg).map_err(|e| CliError::msg(e.to_string()))?)
         }
     };
     let _ = provider_error;

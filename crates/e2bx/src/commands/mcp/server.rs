@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, Weak};
 use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -124,7 +125,10 @@ const INSTRUCTIONS: &str = "An execution world (files, commands, terminals) in a
 Run commands with bash; read_file/write_file/edit_file/list_dir/search for files; \
 terminal_* for interactive programs. Output is capped; long commands time out.";
 
-fn tool<T: rmcp::schemars::JsonSchema + 'static>(name: &'static str, description: &'static str) -> Tool {
+fn tool<T: rmcp::schemars::JsonSchema + 'static>(
+    name: &'static str,
+    description: &'static str,
+) -> Tool {
     Tool::new(name, description, schema_for_type::<T>())
 }
 
@@ -167,14 +171,14 @@ pub fn tool_list() -> Vec<Tool> {
             "terminal_read",
             "Read a terminal's new output: wait for wait_for to appear (or for any output) up to timeout_ms. Returns JSON: output, matched, timed_out, closed.",
         ),
-        tool::<p::TerminalClose>(
-            "terminal_close",
-            "End a terminal and every process in it.",
-        ),
+        tool::<p::TerminalClose>("terminal_close", "End a terminal and every process in it."),
     ]
 }
 
-fn parse<T: DeserializeOwned>(tool: &str, args: Option<rmcp::model::JsonObject>) -> Result<T, String> {
+fn parse<T: DeserializeOwned>(
+    tool: &str,
+    args: Option<rmcp::model::JsonObject>,
+) -> Result<T, String> {
     let v = serde_json::Value::Object(args.unwrap_or_default());
     serde_json::from_value(v).map_err(|e| format!("{tool}: invalid arguments: {e}"))
 }
@@ -198,7 +202,12 @@ impl McpSession {
             .cloned()
     }
 
-    async fn run(&self, name: &str, args: Option<rmcp::model::JsonObject>, ct: &CancellationToken) -> ToolResult {
+    async fn run(
+        &self,
+        name: &str,
+        args: Option<rmcp::model::JsonObject>,
+        ct: &CancellationToken,
+    ) -> ToolResult {
         let world = self.world().await?;
         let tools = Tools {
             world: &world,
@@ -259,7 +268,10 @@ impl ServerHandler for McpSession {
         let name = request.name.to_string();
         // The tools that run commands or wait watch the token themselves (they kill what
         // they started, then return); the others are dropped at once (cancel-safe).
-        let watches = matches!(name.as_str(), "bash" | "search" | "list_dir" | "terminal_read");
+        let watches = matches!(
+            name.as_str(),
+            "bash" | "search" | "list_dir" | "terminal_read"
+        );
         let r = tokio::select! {
             r = tokio::time::timeout(bound, self.run(&name, request.arguments, &ct)) => match r {
                 Ok(r) => r,

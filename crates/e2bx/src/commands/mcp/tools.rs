@@ -82,7 +82,9 @@ impl Tools<'_> {
     /// `bash`: runs the command; a non-zero exit, a timeout or a cancel is data.
     pub async fn bash(&self, a: p::Bash, ct: &CancellationToken) -> ToolResult {
         let limit = self.settings.timeout;
-        let timeout = a.timeout.map_or(limit, |s| Duration::from_secs(s).min(limit));
+        let timeout = a
+            .timeout
+            .map_or(limit, |s| Duration::from_secs(s).min(limit));
         if timeout.is_zero() {
             return Err("bash: timeout must be at least 1 second".into());
         }
@@ -274,12 +276,15 @@ impl Tools<'_> {
     pub async fn search(&self, a: p::Search, ct: &CancellationToken) -> ToolResult {
         let path = a.path.unwrap_or_else(|| ".".into());
         let flags = if a.ignore_case { "-rnIEi" } else { "-rnIE" };
-        let cmd =
-            format!(r#"grep {flags} --color=never -e "$E2BX_PATTERN" -- "$E2BX_PATH" | head -n 1000"#);
+        let cmd = format!(
+            r#"grep {flags} --color=never -e "$E2BX_PATTERN" -- "$E2BX_PATH" | head -n 1000"#
+        );
         let (path, root) = match self.world {
             World::Seams { local_root, .. } => match local_root {
                 Some(root) => {
-                    let virt = wpath("search", &path)?.resolve(&WorldPath::root()).normalize();
+                    let virt = wpath("search", &path)?
+                        .resolve(&WorldPath::root())
+                        .normalize();
                     let real = format!("{}{}", root.trim_end_matches('/'), virt.as_str());
                     (real, Some(root.clone()))
                 }
@@ -381,7 +386,10 @@ impl Tools<'_> {
     /// `terminal_start`: a program (default the shell) on a terminal; its id.
     pub async fn terminal_start(&self, a: p::TerminalStart) -> ToolResult {
         let World::Seams { proc, .. } = self.world else {
-            return Err("terminal_start: this world (a sandbox@1 provider) has no terminals; use bash".into());
+            return Err(
+                "terminal_start: this world (a sandbox@1 provider) has no terminals; use bash"
+                    .into(),
+            );
         };
         if self.terminals.lock().map(|t| t.open.len()).unwrap_or(0) >= MAX_TERMINALS {
             return Err(format!(
@@ -447,16 +455,18 @@ impl Tools<'_> {
                 };
                 match r {
                     Ok(data) => (data, true),
-                    Err(TerminalError::Timeout { output, .. } | TerminalError::Closed { output, .. }) => {
-                        (output.into_bytes(), false)
-                    }
+                    Err(
+                        TerminalError::Timeout { output, .. }
+                        | TerminalError::Closed { output, .. },
+                    ) => (output.into_bytes(), false),
                     Err(e) => return Err(format!("terminal_read {}: {e}", a.id)),
                 }
             }
             None => {
                 let deadline = tokio::time::Instant::now() + wait;
                 let mut data = term.read_new();
-                while data.is_empty() && !term.is_closed() && tokio::time::Instant::now() < deadline {
+                while data.is_empty() && !term.is_closed() && tokio::time::Instant::now() < deadline
+                {
                     tokio::select! {
                         () = tokio::time::sleep(Duration::from_millis(20)) => {}
                         () = ct.cancelled() => return Err(format!("terminal_read {}: cancelled", a.id)),

@@ -87,7 +87,11 @@ impl Opener {
                 );
                 let fs = Rooted::new(inner, root.clone())
                     .map_err(|e| CliError::msg(format!("--local {}: {e}", dir.display())))?;
-                let mut w = World::seams(Arc::new(fs), Arc::new(LocalSubprocess::at(root.clone())), None);
+                let mut w = World::seams(
+                    Arc::new(fs),
+                    Arc::new(LocalSubprocess::at(root.clone())),
+                    None,
+                );
                 if let World::Seams { local_root, .. } = &mut w {
                     *local_root = Some(root.as_str().to_owned());
                 }
@@ -197,7 +201,9 @@ impl World {
                 if *destroy {
                     let _ = provider.destroy(handle).await;
                 } else {
-                    let _ = provider.kill_tagged(handle, std::slice::from_ref(tag)).await;
+                    let _ = provider
+                        .kill_tagged(handle, std::slice::from_ref(tag))
+                        .await;
                 }
             }
         }
