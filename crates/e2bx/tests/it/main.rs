@@ -10,4 +10,5 @@ mod cli_remote;
 mod cli_shell;
 mod mcp_bench;
 mod mcp_clients;
+mod mcp_lifetime;
 mod mcp_support;

@@ -63,6 +63,10 @@ pub struct McpArgs {
     /// Bytes of output kept per stream and per call (default 65536).
     #[arg(long, value_name = "BYTES")]
     pub max_output: Option<usize>,
+    /// HTTP: end a session (and its world) after this many seconds without a request
+    /// (default 1800); a client that vanished without ending its session is cleaned up so.
+    #[arg(long, value_name = "SECS")]
+    pub idle: Option<u64>,
     /// When a session ends, leave the background jobs that bash commands started (they
     /// are killed by default).
     #[arg(long)]

@@ -1,6 +1,6 @@
 //! The resolved settings of `e2bx mcp`: flags over the JSON config file over defaults.
 //!
-//! The file is one flat JSON object. Our keys: `timeout` (seconds), `max_output` (bytes),
+//! The file is one flat JSON object. Our keys: `timeout` and `idle` (seconds), `max_output` (bytes),
 //! `keep_background`, `conversation`, `state_dir`. The conversation provider's keys, in
 //! our snake_case or in the `sandbox@1` plugin's camelCase: `api_key`/`apiKey`,
 //! `api_url`/`apiUrl`, `domain`, `template`, `timeout_seconds`/`timeoutSeconds`,
@@ -17,6 +17,8 @@ use crate::error::{CliError, CliResult};
 
 /// Default [`Settings::timeout`].
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default [`Settings::idle`].
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(1800);
 /// Default [`Settings::max_output`].
 pub const DEFAULT_MAX_OUTPUT: usize = 64 * 1024;
 
@@ -30,8 +32,9 @@ const PROVIDER_KEYS: [(&str, &str); 7] = [
     ("domainAllowlist", "domain_allowlist"),
     ("allowOpenEgress", "allow_open_egress"),
 ];
-const OWN_KEYS: [&str; 5] = [
+const OWN_KEYS: [&str; 6] = [
     "timeout",
+    "idle",
     "max_output",
     "keep_background",
     "conversation",
@@ -45,6 +48,8 @@ pub struct Settings {
     pub timeout: Duration,
     /// Bytes kept per output stream.
     pub max_output: usize,
+    /// HTTP: how long a session may go without a request.
+    pub idle: Duration,
     /// Leave background jobs of bash commands running.
     pub keep_background: bool,
     /// The conversation every session joins (`--provider`).
@@ -82,6 +87,10 @@ impl Settings {
         if timeout.is_zero() {
             return Err(CliError::msg("mcp: the timeout must be at least 1 second"));
         }
+        let idle = a
+            .idle
+            .or(secs("idle")?)
+            .map_or(DEFAULT_IDLE, Duration::from_secs);
         let max_output = match a.max_output {
             Some(n) => n,
             None => secs("max_output")?.map_or(DEFAULT_MAX_OUTPUT, |n| {
@@ -114,6 +123,7 @@ impl Settings {
         Ok(Settings {
             timeout,
             max_output,
+            idle,
             keep_background,
             conversation,
             state_dir,

@@ -143,12 +143,10 @@ async fn http(shared: &Arc<Shared>, addr: &str, quiet: bool, ints: &mut Interrup
     let stop = CancellationToken::new();
     let config = StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token());
     let sessions = shared.clone();
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(shared.settings().idle);
     let service: StreamableHttpService<server::McpSession, LocalSessionManager> =
-        StreamableHttpService::new(
-            move || Ok(sessions.session()),
-            Arc::new(LocalSessionManager::default()),
-            config,
-        );
+        StreamableHttpService::new(move || Ok(sessions.session()), Arc::new(manager), config);
     let router = axum::Router::new().nest_service("/mcp", service);
     if !quiet {
         eprintln!("e2bx: MCP server on http://{local}/mcp");

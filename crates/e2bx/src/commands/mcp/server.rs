@@ -48,6 +48,11 @@ impl Shared {
         })
     }
 
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
     /// A new session.
     pub fn session(self: &Arc<Self>) -> McpSession {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
