@@ -52,6 +52,12 @@ async def alive(s, pidfile):
 async def world(s, shared_files):
     tools = {t.name for t in (await s.list_tools()).tools}
     assert TOOLS <= tools, tools
+    refused = None
+    try:
+        await s.call_tool("no_such_tool", {})
+    except Exception as e:  # the SDK raises the JSON-RPC error
+        refused = str(e)
+    assert refused is not None and "unknown tool no_such_tool" in refused, refused
 
     out = await bash(s, "echo hi; echo oops >&2; exit 3")
     assert out["exit_code"] == 3 and out["stdout"] == "hi\n" and out["stderr"] == "oops\n", out

@@ -230,7 +230,7 @@ impl McpSession {
             "terminal_write" => tools.terminal_write(parse(name, args)?).await,
             "terminal_read" => tools.terminal_read(parse(name, args)?, ct).await,
             "terminal_close" => tools.terminal_close(parse(name, args)?).await,
-            other => Err(format!("unknown tool {other}")),
+            other => Err(format!("unknown tool {other}")), // refused before: see call_tool
         }
     }
 }
@@ -265,6 +265,12 @@ impl ServerHandler for McpSession {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if !tool_list().iter().any(|t| t.name == request.name) {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool {}", request.name),
+                None,
+            ));
+        }
         let ct = context.ct.clone();
         let limit = self.inner.shared.settings.timeout;
         // bash enforces its own timeout (and kills on it); the bound here is for the rest,
