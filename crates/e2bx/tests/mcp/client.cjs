@@ -68,6 +68,7 @@ async function world(c) {
   assert.ok((await call(c, 'list_dir', { path: 'js' })).includes('notes.txt'));
   const found = await call(c, 'search', { pattern: 'GAM+A', path: 'js', ignore_case: true });
   assert.ok(found.includes('notes.txt:3:gamma'), found);
+  assert.equal(await call(c, 'search', { pattern: 'zeta', path: 'js' }), 'no matches');
   out = await bash(c, 'cat js/notes.txt');
   assert.equal(out.stdout, 'alpha\nbeta\ngamma\n');
   err = await call(c, 'bash', { command: 'true', colour: 1 }, { error: true });

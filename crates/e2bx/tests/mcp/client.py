@@ -85,6 +85,10 @@ async def world(s, shared_files):
     assert "notes.txt" in listing, listing
     found = await call(s, "search", {"pattern": "gam+a", "path": "py"})
     assert "notes.txt:3:gamma" in found, found
+    assert await call(s, "search", {"pattern": "zeta", "path": "py"}) == "no matches"
+    err = await call(s, "search", {"pattern": "x", "path": "py/nope"}, error=True)
+    # --local: the error names the path as the agent sees it, never the real root.
+    assert ("search /py/nope: grep: /py/nope:" if shared_files else "py/nope") in err, err
     out = await bash(s, "cat py/notes.txt")
     assert out["stdout"] == "alpha\nbeta\ngamma\n", out
 

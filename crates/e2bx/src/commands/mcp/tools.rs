@@ -22,6 +22,10 @@ use super::world::World;
 const MAX_FILE: u64 = 16 << 20;
 /// Default number of lines of read_file.
 const DEFAULT_LINES: u64 = 2000;
+/// Lines of matches `search` returns at most.
+const SEARCH_LINES: usize = 1000;
+/// The marker of grep's own exit status on the search command's stderr.
+const STATUS: &str = "e2bx-search-status:";
 /// Terminals one session may hold open.
 const MAX_TERMINALS: usize = 16;
 /// Grace between SIGTERM and SIGKILL when a terminal is closed.
@@ -266,8 +270,13 @@ impl Tools<'_> {
             }
             World::Provider { .. } => {
                 let cmd = r#"ls -lA --color=never -- "$E2BX_PATH""#;
-                self.helper("list_dir", cmd, &sandbox_path(&path), None, ct)
-                    .await
+                let path = sandbox_path(&path);
+                let (out, err, code) = self.helper("list_dir", cmd, &path, None, ct).await?;
+                if code == Some(0) {
+                    Ok(out)
+                } else {
+                    Err(format!("list_dir {path}: {}", err.trim()))
+                }
             }
         }
     }
@@ -276,8 +285,10 @@ impl Tools<'_> {
     pub async fn search(&self, a: p::Search, ct: &CancellationToken) -> ToolResult {
         let path = a.path.unwrap_or_else(|| ".".into());
         let flags = if a.ignore_case { "-rnIEi" } else { "-rnIE" };
+        // grep's own status goes to stderr (the pipeline's is head's): 0 matches, 1 none,
+        // 141 cut by head (more than 1000 lines); anything else is grep's error.
         let cmd = format!(
-            r#"grep {flags} --color=never -e "$E2BX_PATTERN" -- "$E2BX_PATH" | head -n 1000"#
+            r#"{{ grep {flags} --color=never -e "$E2BX_PATTERN" -- "$E2BX_PATH"; echo "{STATUS}$?" >&2; }} | head -n {SEARCH_LINES}"#
         );
         let (path, root) = match self.world {
             World::Seams { local_root, .. } => match local_root {
@@ -292,19 +303,30 @@ impl Tools<'_> {
             },
             World::Provider { .. } => (sandbox_path(&path), None),
         };
-        let out = self
-            .helper("search", &cmd, &path, Some(&a.pattern), ct)
-            .await?;
-        let out = match root {
-            Some(root) => {
-                let prefix = root.trim_end_matches('/').to_owned();
-                out.lines()
-                    .map(|l| l.strip_prefix(&prefix).unwrap_or(l))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            }
-            None => out,
+        // --local: the real root never shows, in matches or in errors.
+        let virt = |text: &str| match &root {
+            Some(root) => text.replace(root.trim_end_matches('/'), ""),
+            None => text.to_owned(),
         };
+        let (stdout, stderr, code) = self
+            .helper("search", &cmd, &path, Some(&a.pattern), ct)
+            .await
+            .map_err(|e| virt(&e))?;
+        let mut status = code;
+        let mut errors = String::new();
+        for line in stderr.lines() {
+            match line.strip_prefix(STATUS) {
+                Some(n) => status = n.trim().parse().ok(),
+                None => {
+                    errors.push_str(line);
+                    errors.push('\n');
+                }
+            }
+        }
+        if !matches!(status, Some(0 | 1 | 141)) {
+            return Err(virt(&format!("search {path}: {}", errors.trim())));
+        }
+        let out = virt(&stdout);
         Ok(if out.trim().is_empty() {
             "no matches".into()
         } else {
@@ -313,7 +335,7 @@ impl Tools<'_> {
     }
 
     /// Runs a fixed helper command line with the path (and pattern) in the environment,
-    /// never in the command text; its stdout, or its stderr as the error.
+    /// never in the command text: stdout, stderr and the exit code.
     async fn helper(
         &self,
         op: &str,
@@ -321,7 +343,7 @@ impl Tools<'_> {
         path: &str,
         pattern: Option<&str>,
         ct: &CancellationToken,
-    ) -> ToolResult {
+    ) -> Result<(String, String, Option<i32>), String> {
         let mut env = std::collections::BTreeMap::new();
         env.insert("E2BX_PATH".to_owned(), path.to_owned());
         if let Some(pat) = pattern {
@@ -364,12 +386,7 @@ impl Tools<'_> {
                 (o.stdout, o.stderr, o.exit_code)
             }
         };
-        // grep: 1 is "no match"; with `| head` the pipeline's status is head's.
-        if code == Some(0) || (code == Some(1) && stderr.trim().is_empty()) {
-            Ok(stdout)
-        } else {
-            Err(format!("{op} {path}: {}", stderr.trim()))
-        }
+        Ok((stdout, stderr, code))
     }
 
     fn terminal(&self, id: &str) -> Result<Arc<Mutex<TerminalSession>>, String> {
