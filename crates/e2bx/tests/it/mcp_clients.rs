@@ -163,3 +163,47 @@ async fn py_conversation_reconnect_stdio() {
 async fn py_conversation_reconnect_http() {
     conversation(py().await, true).await;
 }
+
+/// The E2B conversation provider (`sandbox-e2b`) on an emulator of this process, configured
+/// by a file in the `sandbox@1` plugin's own keys: a file written by one server's session is
+/// read by the next server's (the recorded sandbox is found again), and it stays one
+/// sandbox, kept after the sessions end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn py_conversation_reconnect_e2b_provider() {
+    let c = py().await;
+    let r = Remote::start().await;
+    let state = tempdir();
+    let config = state.path().join("plugin.json");
+    let plugin = serde_json::json!({
+        "apiKey": r.emu.api_key(),
+        "apiUrl": r.emu.api_url(),
+        "template": "conversation",
+        "timeoutSeconds": 600,
+        "domainAllowlist": true,
+        "allowOpenEgress": false,
+    });
+    std::fs::write(&config, plugin.to_string()).unwrap();
+    let args = vec![
+        "--provider".to_owned(),
+        "e2b".to_owned(),
+        "--conversation".to_owned(),
+        "chat-e2b".to_owned(),
+        "--config".to_owned(),
+        arg(&config),
+        "--state-dir".to_owned(),
+        arg(state.path()),
+        // Only envd's URL as a flag: the plugin has no key for it (E2B routes by domain),
+        // and a stdio client passes the server a minimal environment.
+        "--sandbox-url".to_owned(),
+        r.emu.sandbox_url(),
+    ];
+    c.run("conv-write", Transport::Stdio(&args), &[]).await;
+    c.run("conv-read", Transport::Stdio(&args), &[]).await;
+    let listed = r.client().list_all(ListQuery::new()).await.expect("list");
+    assert_eq!(
+        listed.len(),
+        1,
+        "one conversation sandbox, kept: {listed:?}"
+    );
+    r.emu.shutdown().await;
+}
