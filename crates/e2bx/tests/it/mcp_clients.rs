@@ -207,3 +207,34 @@ async fn py_conversation_reconnect_e2b_provider() {
     );
     r.emu.shutdown().await;
 }
+
+/// Without `--conversation`, each session's conversation sandbox is its own and is
+/// destroyed when the session ends (on HTTP: two sessions, two sandboxes, none left).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_provider_sessions_get_their_own_sandbox_destroyed_at_the_end() {
+    let c = js().await;
+    let state = tempdir();
+    let args = vec![
+        "--provider".to_owned(),
+        "local".to_owned(),
+        "--state-dir".to_owned(),
+        arg(state.path()),
+    ];
+    let server = HttpServer::start(&args, &[]).await;
+    c.run("conv-write", Transport::Http(&server.url), &[]).await;
+    // A second session does not find the first one's file.
+    c.run("conv-missing", Transport::Http(&server.url), &[])
+        .await;
+    let sandboxes = state.path().join("local-sandboxes");
+    for _ in 0..100 {
+        if std::fs::read_dir(&sandboxes).unwrap().count() == 0 {
+            server.stop().await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "sandboxes left: {:?}",
+        std::fs::read_dir(&sandboxes).unwrap().collect::<Vec<_>>()
+    );
+}

@@ -121,6 +121,8 @@ async function main() {
     await close(b);
   } else if (scenario === 'conv-write') {
     await call(a.client, 'write_file', { path: 'conv.txt', content: 'kept' });
+  } else if (scenario === 'conv-missing') {
+    await call(a.client, 'read_file', { path: 'conv.txt' }, { error: true });
   } else if (scenario === 'conv-read') {
     assert.ok((await call(a.client, 'read_file', { path: 'conv.txt' })).includes('     1\tkept'));
   } else {

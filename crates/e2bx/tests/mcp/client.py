@@ -6,6 +6,7 @@ usage: client.py SCENARIO TRANSPORT...
              world-local  the same, for --local (sessions share the directory's files)
              conv-write   write a file in the named conversation
              conv-read    read it back (a reconnect)
+             conv-missing the file is not there (another conversation)
   TRANSPORT  stdio CMD ARGS...   (the client starts the server)
              http URL
 Prints "MCP PY OK" when every check holds; any failed check raises.
@@ -146,6 +147,8 @@ async def main():
                 await other_session(s2, scenario == "world-local", tid)
         elif scenario == "conv-write":
             await call(s, "write_file", {"path": "conv.txt", "content": "kept"})
+        elif scenario == "conv-missing":
+            await call(s, "read_file", {"path": "conv.txt"}, error=True)
         elif scenario == "conv-read":
             got = await call(s, "read_file", {"path": "conv.txt"})
             assert "     1\tkept" in got, got

@@ -137,6 +137,20 @@ fn tool<T: rmcp::schemars::JsonSchema + 'static>(
     Tool::new(name, description, schema_for_type::<T>())
 }
 
+/// The names of [`tool_list`]'s tools.
+const TOOL_NAMES: [&str; 10] = [
+    "bash",
+    "read_file",
+    "write_file",
+    "edit_file",
+    "list_dir",
+    "search",
+    "terminal_start",
+    "terminal_write",
+    "terminal_read",
+    "terminal_close",
+];
+
 /// The tools, in the order clients list them.
 pub fn tool_list() -> Vec<Tool> {
     vec![
@@ -265,7 +279,7 @@ impl ServerHandler for McpSession {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        if !tool_list().iter().any(|t| t.name == request.name) {
+        if !TOOL_NAMES.contains(&request.name.as_ref()) {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool {}", request.name),
                 None,
@@ -295,5 +309,22 @@ impl ServerHandler for McpSession {
             Err(text) => CallToolResult::error(vec![ContentBlock::text(text)]),
         };
         Ok(result.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_names_match_the_list() {
+        let listed: Vec<String> = tool_list().iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(listed, TOOL_NAMES);
+        for t in tool_list() {
+            assert_eq!(
+                t.input_schema.get("type"),
+                Some(&serde_json::json!("object"))
+            );
+        }
     }
 }
