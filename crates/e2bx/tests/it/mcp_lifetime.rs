@@ -76,3 +76,55 @@ async fn a_client_that_goes_away_ends_its_command_tree() {
         running(server_pid as i32)
     );
 }
+
+/// The HTTP server refuses browsers (any `Origin`) and non-loopback `Host`s, and refuses
+/// to listen on a non-loopback address at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_refuses_browsers_foreign_hosts_and_public_addresses() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let dir = tempdir();
+    let server =
+        crate::mcp_support::HttpServer::start(&["--local".to_owned(), arg(dir.path())], &[]).await;
+    let addr = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    let status = |host: &str, origin: Option<&str>| {
+        let (addr, host) = (addr.clone(), host.to_owned());
+        let origin = origin
+            .map(|o| format!("Origin: {o}\r\n"))
+            .unwrap_or_default();
+        async move {
+            let mut s = tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connect");
+            let req = format!(
+                "POST /mcp HTTP/1.1\r\nHost: {host}\r\n{origin}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            s.write_all(req.as_bytes()).await.expect("send");
+            let mut head = vec![0u8; 12];
+            s.read_exact(&mut head).await.expect("status line");
+            String::from_utf8_lossy(&head[9..12]).into_owned()
+        }
+    };
+    assert_eq!(status(&addr, None).await, "200", "a plain client is served");
+    assert_eq!(status(&addr, Some("https://evil.example")).await, "403");
+    assert_eq!(status("evil.example", None).await, "403");
+    server.stop().await;
+
+    let out = tokio::process::Command::new(bin())
+        .args(["mcp", "--http", "0.0.0.0:0", "--local", &arg(dir.path())])
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("only loopback addresses"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

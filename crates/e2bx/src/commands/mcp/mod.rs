@@ -141,7 +141,11 @@ async fn http(shared: &Arc<Shared>, addr: &str, quiet: bool, ints: &mut Interrup
         .map_err(|e| CliError::msg(format!("--http {addr}: cannot listen: {e}")))?;
     let local = listener.local_addr()?;
     let stop = CancellationToken::new();
-    let config = StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token());
+    // Loopback Host only (rmcp's default), and no browser: a request carrying any Origin is
+    // refused, so a web page cannot drive the world through the user's browser.
+    let config = StreamableHttpServerConfig::default()
+        .enforce_origin_validation()
+        .with_cancellation_token(stop.child_token());
     let sessions = shared.clone();
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(shared.settings().idle);
