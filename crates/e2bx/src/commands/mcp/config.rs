@@ -41,8 +41,9 @@ const OWN_KEYS: [&str; 6] = [
     "state_dir",
 ];
 
-/// What the server runs with.
-#[derive(Debug, Clone)]
+/// What the server runs with. `Debug` shows the provider's key names, never their values
+/// (the API key is among them).
+#[derive(Clone)]
 pub struct Settings {
     /// The longest any call may take.
     pub timeout: Duration,
@@ -58,6 +59,20 @@ pub struct Settings {
     pub state_dir: PathBuf,
     /// The provider's keys from the file, in snake_case (secrets included: never printed).
     pub provider: Map<String, Value>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("timeout", &self.timeout)
+            .field("max_output", &self.max_output)
+            .field("idle", &self.idle)
+            .field("keep_background", &self.keep_background)
+            .field("conversation", &self.conversation)
+            .field("state_dir", &self.state_dir)
+            .field("provider_keys", &self.provider.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl Settings {
@@ -225,6 +240,11 @@ mod tests {
         assert_eq!(s.provider["api_key"], "k");
         assert_eq!(s.provider["timeout_seconds"], 600);
         assert_eq!(s.provider["allow_open_egress"], true);
+        let shown = format!("{s:?}");
+        assert!(
+            shown.contains("api_key") && !shown.contains("\"k\""),
+            "{shown}"
+        );
         let s = Settings::from_parts(&args(&[]), obj(r#"{"api_key":"k","template":"t"}"#))
             .expect("snake case");
         assert_eq!(s.provider["template"], "t");

@@ -22,7 +22,7 @@ pub use args::McpArgs;
 use args::ProviderKind;
 use config::Settings;
 use server::Shared;
-use world::{Opener, local_provider, provider_error};
+use world::{Opener, local_provider};
 
 use crate::cli::Global;
 use crate::error::{CliError, CliResult};
@@ -94,7 +94,6 @@ fn provider_opener(kind: ProviderKind, s: &Settings, g: &Global) -> CliResult<Op
             Arc::new(sandbox_e2b::E2bSandboxes::new(cfg).map_err(|e| CliError::msg(e.to_string()))?)
         }
     };
-    let _ = provider_error;
     Ok(Opener::Provider {
         provider,
         kind: match kind {
