@@ -89,6 +89,8 @@ pub enum Command {
     /// Create, list and remove team volumes (directories that outlive sandboxes).
     #[command(subcommand)]
     Volume(crate::commands::volume::VolumeCommand),
+    /// Serve the execution world to AI agents as an MCP server (stdio, or --http).
+    Mcp(crate::commands::mcp::McpArgs),
 }
 
 /// `e2bx run`.

@@ -17,10 +17,11 @@ fn stdin_fd() -> BorrowedFd<'static> {
 /// `(cols, rows)` of the terminal on stdin (or stdout), 80x24 when unknown.
 pub fn size() -> (u32, u32) {
     for fd in [rustix::stdio::stdin(), rustix::stdio::stdout()] {
-        if let Ok(ws) = termios::tcgetwinsize(fd) {
-            if ws.ws_col > 0 && ws.ws_row > 0 {
-                return (u32::from(ws.ws_col), u32::from(ws.ws_row));
-            }
+        if let Ok(ws) = termios::tcgetwinsize(fd)
+            && ws.ws_col > 0
+            && ws.ws_row > 0
+        {
+            return (u32::from(ws.ws_col), u32::from(ws.ws_row));
         }
     }
     (80, 24)

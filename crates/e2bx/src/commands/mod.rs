@@ -4,6 +4,7 @@
 
 pub mod cp;
 pub mod fs;
+pub mod mcp;
 pub mod run;
 pub mod sandbox;
 #[cfg(feature = "embedded")]
@@ -32,6 +33,9 @@ pub async fn dispatch(cli: &Cli, ints: &mut Interrupts) -> CliResult {
                 "this e2bx was built without the embedded emulator (feature `embedded`); `e2bx serve` needs it",
             ));
         }
+    }
+    if let Command::Mcp(a) = &cli.command {
+        return mcp::mcp(a, g, ints).await;
     }
     let backend = interruptible(ints, Backend::open(g)).await?;
     let r = with_backend(cli, &backend, ints).await;
@@ -77,7 +81,7 @@ async fn with_backend(cli: &Cli, backend: &Backend, ints: &mut Interrupts) -> Cl
             })
             .await
         }
-        Command::Sandbox(_) | Command::Serve(_) | Command::Volume(_) => {
+        Command::Sandbox(_) | Command::Serve(_) | Command::Volume(_) | Command::Mcp(_) => {
             Err(CliError::msg("unreachable command"))
         }
     };

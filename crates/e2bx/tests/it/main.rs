@@ -9,3 +9,7 @@ mod cli_hostile;
 mod cli_remote;
 mod cli_shell;
 mod cli_snapshots;
+mod mcp_bench;
+mod mcp_clients;
+mod mcp_lifetime;
+mod mcp_support;
