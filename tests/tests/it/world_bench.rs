@@ -170,7 +170,10 @@ fn tiny_latency_run_reports_round_trips_for_every_contender() {
     }
     // The tables print the round-trip columns, and the summary has a row per operation
     // with a cell per contender.
-    assert!(stdout.contains("xRTT") && stdout.contains(" seq "), "{stdout}");
+    assert!(
+        stdout.contains("xRTT") && stdout.contains(" seq "),
+        "{stdout}"
+    );
     let summary = stdout
         .split("== sequential round trips per operation")
         .nth(1)
@@ -185,10 +188,9 @@ fn tiny_latency_run_reports_round_trips_for_every_contender() {
     }
     let targets = report["targets"].as_array().unwrap();
     assert!(
-        targets.iter().any(|t| t["name"]
-            .as_str()
-            .unwrap()
-            .contains("round trips <=")),
+        targets
+            .iter()
+            .any(|t| t["name"].as_str().unwrap().contains("round trips <=")),
         "{targets:?}"
     );
     assert!(

@@ -121,10 +121,8 @@ where
         let mut link_free = not_before;
         let mut buf = vec![0u8; 64 << 10];
         loop {
-            let n = match from.read(&mut buf).await {
-                Ok(n) => n,
-                Err(_) => 0,
-            };
+            // A read error ends this direction as an end of stream would.
+            let n: usize = from.read(&mut buf).await.unwrap_or_default();
             if n > 0 {
                 // A full window holds the sender back until the receiver has read.
                 let Ok(permit) = w.acquire_many(n as u32).await else {
@@ -140,7 +138,10 @@ where
             link_free = start + serial;
             let at = link_free + shape.rtt / 2;
             if n == 0 {
-                let _ = tx.send(Chunk { data: Vec::new(), at });
+                let _ = tx.send(Chunk {
+                    data: Vec::new(),
+                    at,
+                });
                 return;
             }
             if tx

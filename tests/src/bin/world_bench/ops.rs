@@ -100,13 +100,21 @@ where
 
 /// The payload of a write figure (`op_write_4k`, `op_write_1m`).
 async fn payload(figure: &str) -> Bytes {
-    let size = if figure.ends_with("4k") { 4096 } else { 1 << 20 };
+    let size = if figure.ends_with("4k") {
+        4096
+    } else {
+        1 << 20
+    };
     Bytes::from(data::vec(size).await)
 }
 
 /// The size a read figure reads.
 fn read_size(figure: &str) -> usize {
-    if figure.ends_with("4k") { 4096 } else { 1 << 20 }
+    if figure.ends_with("4k") {
+        4096
+    } else {
+        1 << 20
+    }
 }
 
 fn check_len(what: &str, got: usize, want: usize) -> Result<(), AnyError> {
@@ -130,9 +138,8 @@ async fn kill_made(client: &Client, made: &Made) {
 /// Raw e2b-core: one envd request per operation (`Start`, `/files`, a filesystem RPC).
 async fn raw_op(c: &Ctx<'_>, figure: &str) -> Result<Outcome, AnyError> {
     let (api, dir, n) = (c.api, c.dir, var("WB_OP_ITER"));
-    let start_true = |api: Arc<dyn EnvdApi>| async move {
-        raw::start_ok(&api, StartProcess::new("true")).await
-    };
+    let start_true =
+        |api: Arc<dyn EnvdApi>| async move { raw::start_ok(&api, StartProcess::new("true")).await };
     match figure {
         "op_exec" => timed(n, |_| start_true(api.clone())).await,
         f if f.starts_with("op_read") => {

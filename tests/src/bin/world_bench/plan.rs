@@ -42,7 +42,11 @@ const FLOOD: &[&str] = &["tokio", "local", "raw", "ours", "js", "py"];
 
 /// The latency mode's operations: id, what it times, contenders.
 const OPS: &[(&str, &str, &[&str])] = &[
-    ("op_exec", "exec `true`", &["raw", "ours", "sandbox", "js", "py"]),
+    (
+        "op_exec",
+        "exec `true`",
+        &["raw", "ours", "sandbox", "js", "py"],
+    ),
     ("op_read_4k", "read 4 KiB", FILE_OP),
     ("op_read_1m", "read 1 MiB", FILE_OP),
     ("op_write_4k", "write 4 KiB", FILE_OP),
@@ -67,8 +71,7 @@ const TRANSFER: &[&str] = &["curl", "raw", "ours", "js", "py"];
 fn is_fs(figure: &str) -> bool {
     figure.starts_with("files")
         || figure.starts_with("bw_")
-        || (figure.starts_with("op_")
-            && !matches!(figure, "op_exec" | "op_create" | "op_connect"))
+        || (figure.starts_with("op_") && !matches!(figure, "op_exec" | "op_create" | "op_connect"))
 }
 
 /// The contender's name on a figure (`ours` is subprocess-e2b or fs-e2b).
@@ -76,9 +79,7 @@ pub fn display(contender: &str, figure: &str) -> &'static str {
     match contender {
         "tokio" => "bare tokio",
         "local" => "LocalSubprocess",
-        "raw" if figure.starts_with("files") || figure.starts_with("bw_") => {
-            "raw e2b-core /files"
-        }
+        "raw" if figure.starts_with("files") || figure.starts_with("bw_") => "raw e2b-core /files",
         "raw" if figure.starts_with("op_read") || figure.starts_with("op_write") => {
             "raw e2b-core /files"
         }
@@ -217,12 +218,12 @@ pub fn setup_script(figure: &str, dir: &str, opts: &super::opts::Opts) -> String
     let rest = match figure {
         "op_read_4k" | "op_stat" => format!("head -c 4096 /dev/urandom > {dir}/r.bin"),
         "op_read_1m" => format!("head -c 1048576 /dev/urandom > {dir}/r.bin"),
-        "op_list" => format!(
-            "mkdir -p {dir}/list && for i in $(seq 1 100); do : > {dir}/list/f$i; done"
-        ),
-        "op_remove" => format!(
-            "mkdir -p {dir}/rm && for i in $(seq 0 {n}); do : > {dir}/rm/$i; done"
-        ),
+        "op_list" => {
+            format!("mkdir -p {dir}/list && for i in $(seq 1 100); do : > {dir}/list/f$i; done")
+        }
+        "op_remove" => {
+            format!("mkdir -p {dir}/rm && for i in $(seq 0 {n}); do : > {dir}/rm/$i; done")
+        }
         "op_rename" => format!(": > {dir}/a"),
         "bw_down" => format!("head -c {} /dev/urandom > {dir}/big.bin", opts.large_bytes),
         _ => "true".to_owned(),

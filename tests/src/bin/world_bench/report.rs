@@ -333,7 +333,11 @@ pub fn latency_targets(results: &[FigureResult], rtt_ms: u64) -> Vec<Target> {
             let (v, vs) = (value(Kind::Latency, m), r.value_of(sdk));
             let x = v / vs;
             t.push(Target {
-                name: format!("{fig}: {} p50 <= 1.1x {}", display(c, fig), display(sdk, fig)),
+                name: format!(
+                    "{fig}: {} p50 <= 1.1x {}",
+                    display(c, fig),
+                    display(sdk, fig)
+                ),
                 holds: x.is_finite().then_some(x <= 1.1),
                 detail: format!("{x:.2}x ({v:.1} vs {vs:.1} ms)"),
             });
