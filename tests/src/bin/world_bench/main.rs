@@ -2,7 +2,12 @@
 //! by side, against one emulator, in one run.
 //!
 //! Run: `cargo run --release -p integration-tests --bin world-bench -- [--quick | --tiny]
-//! [--json PATH]` (`--help` lists the options).
+//! [--json PATH] [--rtt-ms 50 [--bandwidth-mbit 200]]` (`--help` lists the options).
+//!
+//! With `--rtt-ms` above 0 (the latency mode) it measures single operations instead, each
+//! contender reaching the emulator through a link with that round trip (`link.rs`), and
+//! prints each operation's sequential round trips next to the official SDKs' (`ops.rs`,
+//! `report.rs`).
 //!
 //! Figures: exec `true` sequential (p50/p99), rounds of 64 and 256 concurrent execs (p50
 //! per round, errors), 1 MiB write+read x100 and 256 MiB write+read (MiB/s), a 512 MiB
