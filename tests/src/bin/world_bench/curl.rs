@@ -1,6 +1,6 @@
 //! The curl contender: one plain `curl` process per `POST /files` and per `GET /files`
-//! (`--data-binary @file` up, without `Expect: 100-continue`; the download to a file on
-//! disk, SHA-256 checked), and the command line both the loopback and the latency figures
+//! (`--data-binary @file` up, without `Expect: 100-continue`; the download on curl's
+//! stdout, SHA-256 checked as it streams, as every contender checks it), and the command line both the loopback and the latency figures
 //! use ([`plain`]).
 
 use std::path::Path;
@@ -43,7 +43,6 @@ pub async fn run(figure: &str) -> Result<Outcome, AnyError> {
     let dir = std::env::temp_dir().join(format!("world-bench-curl-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let src = dir.join("up.bin");
-    let dst = dir.join("down.bin");
     let url = format!("{}/files?path=/home/user/wb-curl.bin", sandbox.envd_url());
     let mut headers = vec![
         format!("E2b-Sandbox-Id: {}", sandbox.id()),
@@ -76,17 +75,17 @@ pub async fn run(figure: &str) -> Result<Outcome, AnyError> {
             Ok(())
         },
         || async {
-            let s = plain(&headers)
-                .arg("-o")
-                .arg(&dst)
+            let mut c = plain(&headers)
                 .arg(&url)
-                .status()
-                .await?;
+                .stdout(std::process::Stdio::piped())
+                .spawn()?;
+            let out = c.stdout.take().ok_or("curl: no stdout")?;
+            let hash = data::hash_of(tokio_util::io::ReaderStream::new(out)).await?;
+            let s = c.wait().await?;
             if !s.success() {
                 return Err(format!("curl download: {s}").into());
             }
-            let f = tokio::fs::File::open(&dst).await?;
-            data::hash_of(tokio_util::io::ReaderStream::new(f)).await
+            Ok(hash)
         },
     )
     .await;
