@@ -176,3 +176,68 @@ where
     reader.abort();
     result
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// An echo server on loopback: every byte back, then EOF after the client's EOF.
+    async fn echo() -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.into_split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                    let _ = w.shutdown().await;
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn bytes_cross_in_order_and_whole_and_no_sooner_than_the_round_trips() {
+        let shape = Shape {
+            rtt: Duration::from_millis(20),
+            bytes_per_sec: Some(50e6),
+        };
+        let link = Link::start(echo().await, shape).await.unwrap();
+        let t0 = Instant::now();
+        let s = TcpStream::connect(link.addr).await.unwrap();
+        let (mut r, mut w) = s.into_split();
+        let sent: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let data = sent.clone();
+        let writer = tokio::spawn(async move {
+            w.write_all(&data).await.unwrap();
+            w.shutdown().await.unwrap();
+        });
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).await.unwrap();
+        writer.await.unwrap();
+        assert!(got == sent, "{} bytes back of {}", got.len(), sent.len());
+        // The link's floor (the handshake, then a round trip, and 3 MB each way at
+        // 50 MB/s, both directions overlapping): a lower bound the link sets, not a speed.
+        assert!(
+            t0.elapsed() >= Duration::from_millis(40 + 60),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn only_loopback_upstreams() {
+        let shape = Shape {
+            rtt: Duration::ZERO,
+            bytes_per_sec: None,
+        };
+        let err = Link::start("192.0.2.1:80".parse().unwrap(), shape)
+            .await
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("loopback only"), "{err}");
+    }
+}
