@@ -81,11 +81,100 @@ async function flood(sbx) {
   return { samples_ms: [secs * 1000], ops: 1, errors: 0, bytes: size, secs }
 }
 
+// The latency mode: WB_WARM untimed runs of f(i), then n timed ones (i counts on).
+async function timed(n, f) {
+  const warm = num('WB_WARM')
+  for (let i = 0; i < warm; i++) await f(i)
+  const samples = []
+  await mark('start')
+  const t0 = now()
+  for (let i = warm; i < warm + n; i++) {
+    const t = now()
+    await f(i)
+    samples.push(now() - t)
+  }
+  const secs = (now() - t0) / 1000
+  await mark('end')
+  return { samples_ms: samples, ops: n, errors: 0, bytes: 0, secs }
+}
+
+function checkLen(what, got, want) {
+  if (got !== want) throw new Error(`${what}: ${got} bytes, not ${want}`)
+}
+
+// One latency figure: an operation (op_*) or a transfer (bw_*) on the files WB_SETUP
+// prepared in WB_DIR (world-bench's plan.rs says which).
+async function latency(sbx, figure) {
+  await sbx.commands.run(process.env.WB_SETUP)
+  const dir = process.env.WB_DIR
+  const n = num('WB_OP_ITER')
+  const size = figure.endsWith('4k') ? 4096 : 1 << 20
+  if (figure === 'op_exec') return timed(n, () => sbx.commands.run('true'))
+  if (figure.startsWith('op_read')) {
+    return timed(n, async () => {
+      const b = await sbx.files.read(`${dir}/r.bin`, { format: 'bytes' })
+      checkLen(figure, b.length, size)
+    })
+  }
+  if (figure.startsWith('op_write')) {
+    const data = crypto.randomBytes(size)
+    return timed(n, () => sbx.files.write(`${dir}/w.bin`, data))
+  }
+  if (figure === 'op_stat') return timed(n, () => sbx.files.getInfo(`${dir}/r.bin`))
+  if (figure === 'op_list') {
+    return timed(n, async () => checkLen('list', (await sbx.files.list(`${dir}/list`)).length, 100))
+  }
+  if (figure === 'op_mkdir') return timed(n, (i) => sbx.files.makeDir(`${dir}/m${i}`))
+  if (figure === 'op_remove') return timed(n, (i) => sbx.files.remove(`${dir}/rm/${i}`))
+  if (figure === 'op_rename') {
+    return timed(n, (i) =>
+      i % 2 === 0 ? sbx.files.rename(`${dir}/a`, `${dir}/b`) : sbx.files.rename(`${dir}/b`, `${dir}/a`)
+    )
+  }
+  if (figure === 'op_create') {
+    const made = []
+    const out = await timed(num('WB_CREATE_N'), async () => {
+      const s = await Sandbox.create('base', { timeoutMs: 600_000 })
+      made.push(s)
+      await s.commands.run('true')
+    })
+    for (const s of made) await s.kill()
+    return out
+  }
+  if (figure === 'op_connect') {
+    return timed(num('WB_CREATE_N'), async () => {
+      const s = await Sandbox.connect(sbx.sandboxId)
+      await s.commands.run('true')
+    })
+  }
+  const big = num('WB_LARGE_BYTES')
+  const transfer = async (f) => {
+    await mark('start')
+    const t0 = now()
+    await f()
+    const secs = (now() - t0) / 1000
+    await mark('end')
+    return { samples_ms: [secs * 1000], ops: 1, errors: 0, bytes: big, secs }
+  }
+  if (figure === 'bw_up') {
+    const data = crypto.randomBytes(big)
+    return transfer(() => sbx.files.write(`${dir}/big.bin`, data))
+  }
+  if (figure === 'bw_down') {
+    return transfer(async () => {
+      const b = await sbx.files.read(`${dir}/big.bin`, { format: 'bytes' })
+      checkLen('download', b.length, big)
+    })
+  }
+  throw new Error(`unknown figure ${figure}`)
+}
+
 async function main() {
   const sbx = await Sandbox.create('base', { timeoutMs: 3_600_000 })
   const figure = process.env.WB_FIGURE || ''
   let out
-  if (figure === 'exec_seq') out = await execSeq(sbx)
+  if (figure.startsWith('op_') || figure.startsWith('bw_')) out = await latency(sbx, figure)
+  else if (figure === 'exec_seq') out = await execSeq(sbx)
   else if (figure.startsWith('exec_c')) out = await execConc(sbx)
   else if (figure === 'files_small') out = await files(sbx, num('WB_SMALL_N'), num('WB_SMALL_BYTES'))
   else if (figure === 'files_large') out = await files(sbx, 1, num('WB_LARGE_BYTES'))

@@ -90,10 +90,126 @@ async def flood(sbx):
     return {"samples_ms": [secs * 1000], "ops": 1, "errors": 0, "bytes": size, "secs": secs}
 
 
+async def timed(n, f):
+    """The latency mode: WB_WARM untimed runs of f(i), then n timed ones (i counts on)."""
+    warm = num("WB_WARM")
+    for i in range(warm):
+        await f(i)
+    samples = []
+    mark("start")
+    t0 = time.perf_counter()
+    for i in range(warm, warm + n):
+        t = time.perf_counter()
+        await f(i)
+        samples.append((time.perf_counter() - t) * 1000)
+    secs = time.perf_counter() - t0
+    mark("end")
+    return {"samples_ms": samples, "ops": n, "errors": 0, "bytes": 0, "secs": secs}
+
+
+def check_len(what, got, want):
+    if got != want:
+        raise RuntimeError(f"{what}: {got} bytes, not {want}")
+
+
+async def latency(sbx, figure):
+    """One latency figure: an operation (op_*) or a transfer (bw_*) on the files WB_SETUP
+    prepared in WB_DIR (world-bench's plan.rs says which)."""
+    await sbx.commands.run(os.environ["WB_SETUP"])
+    d = os.environ["WB_DIR"]
+    n = num("WB_OP_ITER")
+    size = 4096 if figure.endswith("4k") else 1 << 20
+
+    async def run_true(_):
+        await sbx.commands.run("true")
+
+    async def read(_):
+        b = await sbx.files.read(f"{d}/r.bin", format="bytes")
+        check_len(figure, len(b), size)
+
+    async def stat(_):
+        await sbx.files.get_info(f"{d}/r.bin")
+
+    async def listing(_):
+        check_len("list", len(await sbx.files.list(f"{d}/list")), 100)
+
+    async def mkdir(i):
+        await sbx.files.make_dir(f"{d}/m{i}")
+
+    async def remove(i):
+        await sbx.files.remove(f"{d}/rm/{i}")
+
+    async def rename(i):
+        a, b = f"{d}/a", f"{d}/b"
+        await sbx.files.rename(*((a, b) if i % 2 == 0 else (b, a)))
+
+    simple = {
+        "op_exec": run_true,
+        "op_read_4k": read,
+        "op_read_1m": read,
+        "op_stat": stat,
+        "op_list": listing,
+        "op_mkdir": mkdir,
+        "op_remove": remove,
+        "op_rename": rename,
+    }
+    if figure in simple:
+        return await timed(n, simple[figure])
+    if figure.startswith("op_write"):
+        data = os.urandom(size)
+
+        async def write(_):
+            await sbx.files.write(f"{d}/w.bin", data)
+
+        return await timed(n, write)
+    if figure == "op_create":
+        made = []
+
+        async def create(_):
+            s = await AsyncSandbox.create("base", timeout=600)
+            made.append(s)
+            await s.commands.run("true")
+
+        out = await timed(num("WB_CREATE_N"), create)
+        for s in made:
+            await s.kill()
+        return out
+    if figure == "op_connect":
+
+        async def connect(_):
+            s = await AsyncSandbox.connect(sbx.sandbox_id)
+            await s.commands.run("true")
+
+        return await timed(num("WB_CREATE_N"), connect)
+    big = num("WB_LARGE_BYTES")
+    if figure == "bw_up":
+        data = os.urandom(big)
+
+        async def transfer():
+            await sbx.files.write(f"{d}/big.bin", data)
+
+    elif figure == "bw_down":
+
+        async def transfer():
+            b = await sbx.files.read(f"{d}/big.bin", format="bytes")
+            check_len("download", len(b), big)
+
+    else:
+        raise RuntimeError(f"unknown figure {figure}")
+    mark("start")
+    t0 = time.perf_counter()
+    await transfer()
+    secs = time.perf_counter() - t0
+    mark("end")
+    return {"samples_ms": [secs * 1000], "ops": 1, "errors": 0, "bytes": big, "secs": secs}
+
+
 async def main():
     sbx = await AsyncSandbox.create("base", timeout=3600)
     figure = os.environ.get("WB_FIGURE", "")
-    if figure == "exec_seq":
+    if figure.startswith(("op_", "bw_")):
+        out = await latency(sbx, figure)
+    elif figure == "exec_seq":
         out = await exec_seq(sbx)
     elif figure.startswith("exec_c"):
         out = await exec_conc(sbx)

@@ -89,3 +89,116 @@ fn tiny_run_reports_every_contender_on_every_figure() {
     assert!(targets.iter().all(|t| t["name"].is_string()));
     assert!(stdout.contains("== targets"), "{stdout}");
 }
+
+/// The latency mode's operations, in the order they print.
+const OPS: &[&str] = &[
+    "op_exec",
+    "op_read_4k",
+    "op_read_1m",
+    "op_write_4k",
+    "op_write_1m",
+    "op_stat",
+    "op_list",
+    "op_mkdir",
+    "op_remove",
+    "op_rename",
+    "op_create",
+    "op_connect",
+];
+
+#[test]
+fn tiny_latency_run_reports_round_trips_for_every_contender() {
+    let rtt_ms = 5.0;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("latency.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_world-bench"))
+        .args(["--tiny", "--rtt-ms", "5", "--json"])
+        .arg(&json)
+        .output()
+        .expect("world-bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "world-bench failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["options"]["rtt_ms"], 5);
+    let figures = report["figures"].as_array().expect("figures");
+    let ids: Vec<&str> = figures.iter().map(|f| f["id"].as_str().unwrap()).collect();
+    let mut want_ids = OPS.to_vec();
+    want_ids.extend(["bw_up", "bw_down"]);
+    assert_eq!(ids, want_ids);
+    for f in figures {
+        let id = f["id"].as_str().unwrap();
+        let want: &[&str] = match id {
+            "op_exec" | "op_stat" | "op_create" => &["raw", "ours", "sandbox", "js", "py"],
+            i if i.starts_with("op_read") || i.starts_with("op_write") => {
+                &["curl", "raw", "ours", "sandbox", "js", "py"]
+            }
+            i if i.starts_with("bw_") => &["curl", "raw", "ours", "js", "py"],
+            _ => &["raw", "ours", "js", "py"],
+        };
+        let contenders = f["contenders"].as_array().unwrap();
+        let got: Vec<&str> = contenders
+            .iter()
+            .map(|c| c["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(got, want, "{id}");
+        for c in contenders {
+            let who = format!("{id}/{}", c["id"]);
+            assert!(c["error"].is_null(), "{who} failed: {}", c["error"]);
+            assert!(c["ops"].as_u64().unwrap() > 0, "{who}");
+            assert!(c["value"].as_f64().unwrap() > 0.0, "{who}: {c}");
+            let reqs = c["requests_per_op"].as_f64().unwrap();
+            assert!(reqs >= 1.0, "{who}: {reqs} emulator requests per op");
+            if id.starts_with("op_") {
+                // Every request crosses the link: an operation takes at least one round
+                // trip (a floor the link sets, not a speed asserted).
+                let rt = c["round_trips_p50"].as_f64().unwrap();
+                assert!(rt >= 1.0, "{who}: p50 of {rt} round trips of {rtt_ms} ms");
+                assert!(
+                    c["p50_ms"].as_f64().unwrap() >= rtt_ms,
+                    "{who}: faster than the link"
+                );
+            } else {
+                assert_eq!(c["bytes"].as_u64().unwrap(), 1 << 20, "{who}");
+                assert!(c["round_trips_p50"].is_null(), "{who}");
+            }
+        }
+    }
+    // The tables print the round-trip columns, and the summary has a row per operation
+    // with a cell per contender.
+    assert!(
+        stdout.contains("xRTT") && stdout.contains(" seq "),
+        "{stdout}"
+    );
+    let summary = stdout
+        .split("== sequential round trips per operation")
+        .nth(1)
+        .expect("the round-trip summary");
+    for op in OPS {
+        let name = op.trim_start_matches("op_");
+        let row = summary
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{summary}"));
+        assert!(row.contains('(') && !row.contains("failed"), "{row}");
+    }
+    let targets = report["targets"].as_array().unwrap();
+    assert!(
+        targets
+            .iter()
+            .any(|t| t["name"].as_str().unwrap().contains("round trips <=")),
+        "{targets:?}"
+    );
+    assert!(
+        targets
+            .iter()
+            .any(|t| t["name"].as_str().unwrap().starts_with("bw_up")),
+        "{targets:?}"
+    );
+    assert!(targets.iter().all(|t| !t["holds"].is_null()), "{targets:?}");
+    assert!(stdout.contains("== targets"), "{stdout}");
+}

@@ -1,14 +1,41 @@
-//! The curl contender: one `curl` process per `POST /files` and per `GET /files`, the
-//! payload streamed from a file on disk (`-T`), the download to a file on disk (SHA-256 checked).
+//! The curl contender: one plain `curl` process per `POST /files` and per `GET /files`
+//! (`--data-binary @file` up, without `Expect: 100-continue`; the download on curl's
+//! stdout, SHA-256 checked as it streams, as every contender checks it), and the command line both the loopback and the latency figures
+//! use ([`plain`]).
 
-use std::io::Write as _;
+use std::path::Path;
 
 use futures::StreamExt as _;
+use tokio::io::AsyncWriteExt as _;
 
 use super::child::{AnyError, Outcome};
 use super::files::{self, Body};
 use super::opts::var;
 use super::{data, sandbox_env};
+
+/// `curl -sS -f --noproxy '*'` with `headers` and no `Expect: 100-continue` (whose wait
+/// costs a round trip, or a second when the server does not answer it): the fastest
+/// honest curl for a single request.
+pub fn plain(headers: &[String]) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new("curl");
+    c.args(["-sS", "-f", "--noproxy", "*", "-H", "Expect:"]);
+    for h in headers {
+        c.arg("-H").arg(h);
+    }
+    c
+}
+
+/// Writes `size` bytes of the test data to `path`, chunk by chunk (the caller's data,
+/// prepared before the timing).
+pub async fn write_file(path: &Path, size: u64) -> Result<(), AnyError> {
+    let mut f = tokio::io::BufWriter::new(tokio::fs::File::create(path).await?);
+    let mut chunks = std::pin::pin!(data::stream(size));
+    while let Some(b) = chunks.next().await {
+        f.write_all(&b).await?;
+    }
+    f.flush().await?;
+    Ok(())
+}
 
 /// curl on a file figure.
 pub async fn run(figure: &str) -> Result<Outcome, AnyError> {
@@ -16,7 +43,6 @@ pub async fn run(figure: &str) -> Result<Outcome, AnyError> {
     let dir = std::env::temp_dir().join(format!("world-bench-curl-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let src = dir.join("up.bin");
-    let dst = dir.join("down.bin");
     let url = format!("{}/files?path=/home/user/wb-curl.bin", sandbox.envd_url());
     let mut headers = vec![
         format!("E2b-Sandbox-Id: {}", sandbox.id()),
@@ -25,57 +51,41 @@ pub async fn run(figure: &str) -> Result<Outcome, AnyError> {
     if let Some(t) = sandbox.access_token() {
         headers.push(format!("X-Access-Token: {}", t.expose()));
     }
-    let curl = |extra: &[&str]| {
-        let mut c = tokio::process::Command::new("curl");
-        c.args(["-sS", "-f", "--noproxy", "*"]);
-        for h in &headers {
-            c.arg("-H").arg(h);
-        }
-        c.args(extra).arg(&url);
-        c
-    };
-    // The source file is the caller's data, not curl's work: written before the timing,
-    // chunk by chunk (this process's peak RSS is then curl's, not the payload's).
     let size = var(if figure == "files_small" {
         "WB_SMALL_BYTES"
     } else {
         "WB_LARGE_BYTES"
     });
-    {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&src)?);
-        let mut chunks = std::pin::pin!(data::stream(size));
-        while let Some(b) = chunks.next().await {
-            f.write_all(&b)?;
-        }
-        f.flush()?;
-    }
+    write_file(&src, size).await?;
+    let upload_from = format!("@{}", src.display());
     let out = files::run(
         figure,
         |_: Body| async {
-            let s = curl(&[
-                "-X",
-                "POST",
-                "-H",
-                "Content-Type: application/octet-stream",
-                "-T",
-                &src.display().to_string(),
-                "-o",
-                "/dev/null",
-            ])
-            .status()
-            .await?;
+            let s = plain(&headers)
+                .args(["-H", "Content-Type: application/octet-stream"])
+                .arg("--data-binary")
+                .arg(&upload_from)
+                .args(["-o", "/dev/null"])
+                .arg(&url)
+                .status()
+                .await?;
             if !s.success() {
                 return Err(format!("curl upload: {s}").into());
             }
             Ok(())
         },
         || async {
-            let s = curl(&["-o", &dst.display().to_string()]).status().await?;
+            let mut c = plain(&headers)
+                .arg(&url)
+                .stdout(std::process::Stdio::piped())
+                .spawn()?;
+            let out = c.stdout.take().ok_or("curl: no stdout")?;
+            let hash = data::hash_of(tokio_util::io::ReaderStream::new(out)).await?;
+            let s = c.wait().await?;
             if !s.success() {
                 return Err(format!("curl download: {s}").into());
             }
-            let f = tokio::fs::File::open(&dst).await?;
-            data::hash_of(tokio_util::io::ReaderStream::new(f)).await
+            Ok(hash)
         },
     )
     .await;

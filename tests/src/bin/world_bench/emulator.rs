@@ -70,6 +70,16 @@ impl Emulator {
         })
     }
 
+    /// The emulator's listen address (from `E2B_API_URL`, `http://127.0.0.1:N`).
+    pub fn addr(&self) -> Result<std::net::SocketAddr, AnyError> {
+        let url = &self.vars["E2B_API_URL"];
+        let hostport = url.strip_prefix("http://").unwrap_or(url);
+        Ok(hostport
+            .trim_end_matches('/')
+            .parse()
+            .map_err(|e| format!("the emulator's address {url}: {e}"))?)
+    }
+
     /// Every counter now, keyed `"<plane> <route key>"`.
     pub async fn counters(&self) -> Result<Counts, AnyError> {
         let url = format!("{}/_emulator/counters", self.vars["E2B_API_URL"]);

@@ -2,7 +2,12 @@
 //! by side, against one emulator, in one run.
 //!
 //! Run: `cargo run --release -p integration-tests --bin world-bench -- [--quick | --tiny]
-//! [--json PATH]` (`--help` lists the options).
+//! [--json PATH] [--rtt-ms 50 [--bandwidth-mbit 200]]` (`--help` lists the options).
+//!
+//! With `--rtt-ms` above 0 (the latency mode) it measures single operations instead, each
+//! contender reaching the emulator through a link with that round trip (`link.rs`), and
+//! prints each operation's sequential round trips next to the official SDKs' (`ops.rs`,
+//! `report.rs`).
 //!
 //! Figures: exec `true` sequential (p50/p99), rounds of 64 and 256 concurrent execs (p50
 //! per round, errors), 1 MiB write+read x100 and 256 MiB write+read (MiB/s), a 512 MiB
@@ -23,7 +28,9 @@ mod curl;
 mod data;
 mod emulator;
 mod files;
+mod link;
 mod local;
+mod ops;
 mod opts;
 mod ours;
 mod plan;
@@ -79,6 +86,9 @@ fn main() {
 
 /// Child mode: one contender on one figure.
 async fn contender(id: &str, figure: &str) -> Result<child::Outcome, AnyError> {
+    if figure.starts_with("op_") || figure.starts_with("bw_") {
+        return ops::run(id, figure).await;
+    }
     match id {
         "tokio" => local::tokio_run(figure).await,
         "local" => local::local_run(figure).await,
@@ -93,22 +103,66 @@ async fn contender(id: &str, figure: &str) -> Result<child::Outcome, AnyError> {
 
 fn orchestrate(rt: &tokio::runtime::Runtime, opts: &opts::Opts) -> Result<(), AnyError> {
     let emu = rt.block_on(emulator::Emulator::start())?;
+    // The latency mode's links: one for the operations (the round trip only), one for
+    // the transfers (and the bandwidth).
+    let links = if opts.rtt_ms > 0 {
+        let upstream = emu.addr()?;
+        let rtt = std::time::Duration::from_millis(opts.rtt_ms);
+        let ops = rt.block_on(link::Link::start(
+            upstream,
+            link::Shape {
+                rtt,
+                bytes_per_sec: None,
+            },
+        ))?;
+        let bw = rt.block_on(link::Link::start(
+            upstream,
+            link::Shape {
+                rtt,
+                bytes_per_sec: (opts.bandwidth_mbit > 0)
+                    .then(|| opts.bandwidth_mbit as f64 * 1e6 / 8.0),
+            },
+        ))?;
+        Some((ops, bw))
+    } else {
+        None
+    };
     let mut results = Vec::new();
     for fig in plan::figures(opts) {
         eprintln!("world-bench: {}", fig.title);
+        let url = links.as_ref().map(|(ops, bw)| {
+            if fig.id.starts_with("bw_") {
+                bw.url()
+            } else {
+                ops.url()
+            }
+        });
         let mut measures = Vec::new();
         for c in &fig.contenders {
             eprintln!("world-bench:   {}", plan::display(c, &fig.id));
-            measures.push(runner::run(rt.handle(), &emu, opts, &fig, c));
+            measures.push(runner::run(
+                rt.handle(),
+                &emu,
+                url.as_deref(),
+                opts,
+                &fig,
+                c,
+            ));
         }
         results.push(report::FigureResult {
             figure: fig,
             measures,
         });
     }
+    drop(links);
     rt.block_on(emu.stop());
-    report::print(&results);
-    let targets = report::targets(&results);
+    report::print(&results, opts.rtt_ms);
+    let targets = if opts.rtt_ms > 0 {
+        report::print_round_trips(&results, opts.rtt_ms);
+        report::latency_targets(&results, opts.rtt_ms)
+    } else {
+        report::targets(&results)
+    };
     report::print_targets(&targets);
     if let Some(path) = &opts.json {
         let j = report::json(opts, &results, &targets);

@@ -23,6 +23,13 @@ pub struct Opts {
     pub no_sdk: bool,
     /// Where to write the JSON report.
     pub json: Option<String>,
+    /// Latency mode when above 0: the per-operation figures through a link with this round
+    /// trip (`link.rs`) instead of the loopback figures.
+    pub rtt_ms: u64,
+    /// The link's bandwidth for the latency mode's transfer figures, Mbit/s (0: unlimited).
+    pub bandwidth_mbit: u64,
+    /// Timed runs of each operation in the latency mode.
+    pub op_iterations: u64,
 }
 
 impl Default for Opts {
@@ -38,6 +45,9 @@ impl Default for Opts {
             only: Vec::new(),
             no_sdk: false,
             json: None,
+            rtt_ms: 0,
+            bandwidth_mbit: 200,
+            op_iterations: 20,
         }
     }
 }
@@ -45,7 +55,11 @@ impl Default for Opts {
 /// The usage text.
 pub const USAGE: &str = "usage: world-bench [--quick | --tiny] [--iterations N] [--rounds N] \
 [--levels 64,256] [--small-n N] [--small-kib K] [--large-mib M] [--flood-mib M] \
-[--only raw,ours,...] [--no-sdk] [--json PATH]";
+[--only raw,ours,...] [--no-sdk] [--json PATH] [--rtt-ms MS [--bandwidth-mbit N] \
+[--op-iterations N]]\n\
+--rtt-ms above 0: each operation's latency and round trips, every contender through a \
+link with that round trip (and the transfers of --large-mib at --bandwidth-mbit, default \
+200; 0 is unlimited)";
 
 impl Opts {
     /// Parses the command line (after the program name).
@@ -78,6 +92,7 @@ impl Opts {
                     o.small_bytes = 64 << 10;
                     o.large_bytes = 1 << 20;
                     o.flood_bytes = 1 << 20;
+                    o.op_iterations = 3;
                 }
                 "--iterations" => o.iterations = num(val()?)?,
                 "--rounds" => o.rounds = num(val()?)?,
@@ -94,11 +109,19 @@ impl Opts {
                 "--only" => o.only = val()?.split(',').map(str::to_owned).collect(),
                 "--no-sdk" => o.no_sdk = true,
                 "--json" => o.json = Some(val()?),
+                "--rtt-ms" => o.rtt_ms = num(val()?)?,
+                "--bandwidth-mbit" => o.bandwidth_mbit = num(val()?)?,
+                "--op-iterations" => o.op_iterations = num(val()?)?,
                 "-h" | "--help" => return Err(USAGE.to_owned()),
                 other => return Err(format!("unknown option {other}\n{USAGE}")),
             }
         }
         Ok(o)
+    }
+
+    /// Timed sandbox creations (and connects) per contender: a quarter of the operations'.
+    pub fn create_iterations(&self) -> u64 {
+        (self.op_iterations / 4).max(2)
     }
 
     /// The `WB_*` variables a contender process reads.
@@ -112,6 +135,8 @@ impl Opts {
             ("WB_SMALL_BYTES", self.small_bytes.to_string()),
             ("WB_LARGE_BYTES", self.large_bytes.to_string()),
             ("WB_FLOOD_BYTES", self.flood_bytes.to_string()),
+            ("WB_OP_ITER", self.op_iterations.to_string()),
+            ("WB_CREATE_N", self.create_iterations().to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))

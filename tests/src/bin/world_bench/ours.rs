@@ -8,7 +8,8 @@ use super::files::{self, Body};
 use super::opts::var;
 use super::{data, local, sandbox_env};
 
-async fn spawn_true(p: &subprocess_e2b::E2bSubprocess) -> Result<(), AnyError> {
+/// One `spawn` of `true` through subprocess-e2b, waited for; a non-zero exit is an error.
+pub async fn spawn_true(p: &subprocess_e2b::E2bSubprocess) -> Result<(), AnyError> {
     let s = p.spawn(SpawnSpec::new("true"))?.wait().await?;
     if s.code != Some(0) {
         return Err(format!("true: {s:?}").into());

@@ -19,7 +19,7 @@ async fn start_true(api: &Arc<dyn EnvdApi>) -> Result<(), AnyError> {
 }
 
 /// One envd `Start` of `spec`, run to its end; a non-zero exit is an error.
-async fn start_ok(api: &Arc<dyn EnvdApi>, spec: StartProcess) -> Result<(), AnyError> {
+pub async fn start_ok(api: &Arc<dyn EnvdApi>, spec: StartProcess) -> Result<(), AnyError> {
     let out = api.start_process(spec).await?.wait_output().await?;
     if out.end.exit_code != 0 {
         return Err(format!("exit code {}", out.end.exit_code).into());

@@ -48,7 +48,8 @@ impl FigureResult {
     fn baselines(&self) -> &'static [&'static str] {
         match self.figure.id.as_str() {
             f if f.starts_with("exec") => &["raw", "rawsh", "js", "py", "local", "tokio"],
-            f if f.starts_with("files") => &["curl", "raw"],
+            f if f.starts_with("files") || f.starts_with("bw_") => &["curl", "raw"],
+            f if f.starts_with("op_") => &["js", "py"],
             _ => &["raw"],
         }
     }
@@ -58,13 +59,29 @@ fn per_op(n: f64, ops: u64) -> f64 {
     if ops == 0 { f64::NAN } else { n / ops as f64 }
 }
 
-/// Prints the tables.
-pub fn print(results: &[FigureResult]) {
+/// p50 in round trips (`p50 / rtt`); NaN without a link or a latency figure.
+fn round_trips(kind: Kind, m: &Measure, rtt_ms: u64) -> f64 {
+    if rtt_ms == 0 || kind != Kind::Latency {
+        return f64::NAN;
+    }
+    value(kind, m) / rtt_ms as f64
+}
+
+/// The sequential round trips of an operation: its p50 in round trips, rounded.
+fn sequential(kind: Kind, m: &Measure, rtt_ms: u64) -> Option<u64> {
+    let x = round_trips(kind, m, rtt_ms);
+    x.is_finite().then(|| x.round() as u64)
+}
+
+/// Prints the tables (with the round-trip columns `xRTT`, p50 / RTT, and `seq`, that
+/// rounded, when `rtt_ms` is above 0).
+pub fn print(results: &[FigureResult], rtt_ms: u64) {
     for r in results {
         let kind = r.figure.kind();
+        let rt_cols = rtt_ms > 0 && kind == Kind::Latency;
         println!("\n== {}", r.figure.title);
         println!(
-            "  {:<22} {:>9} {:>9} {:>6} {:>9} {:>8} {:>9} {:>9}  ratios",
+            "  {:<22} {:>9} {:>9}{} {:>6} {:>9} {:>8} {:>9} {:>9}  ratios",
             "contender",
             if kind == Kind::Latency {
                 "p50 ms"
@@ -72,6 +89,11 @@ pub fn print(results: &[FigureResult]) {
                 "MiB/s"
             },
             if kind == Kind::Latency { "p99 ms" } else { "" },
+            if rt_cols {
+                format!(" {:>6} {:>4}", "xRTT", "seq")
+            } else {
+                String::new()
+            },
             "errors",
             "RSS MiB",
             "req/op",
@@ -104,8 +126,17 @@ pub fn print(results: &[FigureResult]) {
                         .then(|| format!("{:.2}x {}", v / base, display(b, &r.figure.id)))
                 })
                 .collect();
+            let rt = if rt_cols {
+                format!(
+                    " {:>6.2} {:>4}",
+                    round_trips(kind, m, rtt_ms),
+                    sequential(kind, m, rtt_ms).map_or("-".into(), |n| n.to_string())
+                )
+            } else {
+                String::new()
+            };
             println!(
-                "  {name:<22} {v:>9.2} {p99:>9} {:>6} {:>9.1} {:>8.2} {:>9.2} {:>9.2}  {}",
+                "  {name:<22} {v:>9.2} {p99:>9}{rt} {:>6} {:>9.1} {:>8.2} {:>9.2} {:>9.2}  {}",
                 m.outcome.errors,
                 m.peak_rss_mib,
                 per_op(reqs as f64, m.outcome.ops),
@@ -230,6 +261,114 @@ pub fn targets(results: &[FigureResult]) -> Vec<Target> {
     t
 }
 
+/// Emulator requests per operation (all routes, both planes); NaN when it failed.
+fn requests_per_op(m: &Measure) -> f64 {
+    if m.outcome.error.is_some() {
+        return f64::NAN;
+    }
+    per_op(m.requests.values().sum::<u64>() as f64, m.outcome.ops)
+}
+
+/// The columns of the round-trip summary.
+const RT_COLUMNS: &[(&str, &str)] = &[
+    ("curl", "curl"),
+    ("raw", "raw"),
+    ("ours", "ours"),
+    ("sandbox", "sandbox@1"),
+    ("js", "JS SDK"),
+    ("py", "Py SDK"),
+];
+
+/// Prints one line per operation: each contender's sequential round trips (p50 / RTT,
+/// rounded) and, in brackets, the emulator requests it made per operation.
+pub fn print_round_trips(results: &[FigureResult], rtt_ms: u64) {
+    println!(
+        "\n== sequential round trips per operation at {rtt_ms} ms (p50 / RTT rounded; \
+         emulator requests per op in brackets; ours: subprocess-e2b / fs-e2b)"
+    );
+    let mut head = format!("  {:<12}", "operation");
+    for (_, name) in RT_COLUMNS {
+        head.push_str(&format!(" {name:>11}"));
+    }
+    println!("{head}");
+    for r in results.iter().filter(|r| r.figure.kind() == Kind::Latency) {
+        let mut line = format!("  {:<12}", r.figure.id.trim_start_matches("op_"));
+        for (c, _) in RT_COLUMNS {
+            let cell = match r.get(c) {
+                None => "".to_owned(),
+                Some(m) if m.outcome.error.is_some() => "failed".to_owned(),
+                Some(m) => format!(
+                    "{} ({:.1})",
+                    sequential(Kind::Latency, m, rtt_ms).map_or("-".into(), |n| n.to_string()),
+                    requests_per_op(m)
+                ),
+            };
+            line.push_str(&format!(" {cell:>11}"));
+        }
+        println!("{line}");
+    }
+}
+
+/// The latency mode's targets: per operation, ours and the sandbox@1 provider at most
+/// 1.1x the faster official SDK's p50 and no more sequential round trips than it; the
+/// transfers at least 0.9x curl on the same link.
+pub fn latency_targets(results: &[FigureResult], rtt_ms: u64) -> Vec<Target> {
+    let mut t = Vec::new();
+    for r in results.iter().filter(|r| r.figure.kind() == Kind::Latency) {
+        let fig = r.figure.id.as_str();
+        let sdk = ["js", "py"]
+            .into_iter()
+            .filter(|s| r.value_of(s).is_finite())
+            .min_by(|a, b| r.value_of(a).total_cmp(&r.value_of(b)));
+        for c in ["ours", "sandbox"] {
+            let Some(m) = r.get(c) else { continue };
+            let Some(sdk) = sdk else {
+                t.push(Target {
+                    name: format!("{fig}: {} vs the faster SDK", display(c, fig)),
+                    holds: None,
+                    detail: "no official SDK measured".into(),
+                });
+                continue;
+            };
+            let (v, vs) = (value(Kind::Latency, m), r.value_of(sdk));
+            let x = v / vs;
+            t.push(Target {
+                name: format!(
+                    "{fig}: {} p50 <= 1.1x {}",
+                    display(c, fig),
+                    display(sdk, fig)
+                ),
+                holds: x.is_finite().then_some(x <= 1.1),
+                detail: format!("{x:.2}x ({v:.1} vs {vs:.1} ms)"),
+            });
+            let (a, b) = (
+                sequential(Kind::Latency, m, rtt_ms),
+                r.get(sdk)
+                    .and_then(|s| sequential(Kind::Latency, s, rtt_ms)),
+            );
+            t.push(Target {
+                name: format!(
+                    "{fig}: {} round trips <= {}'s",
+                    display(c, fig),
+                    display(sdk, fig)
+                ),
+                holds: a.zip(b).map(|(a, b)| a <= b),
+                detail: format!(
+                    "{} vs {} ({:.1} vs {:.1} requests/op)",
+                    a.map_or("-".into(), |n| n.to_string()),
+                    b.map_or("-".into(), |n| n.to_string()),
+                    requests_per_op(m),
+                    r.get(sdk).map_or(f64::NAN, requests_per_op)
+                ),
+            });
+        }
+    }
+    for fig in ["bw_up", "bw_down"] {
+        t.extend(ratio_target(results, fig, "ours", "curl", false, 0.9));
+    }
+    t
+}
+
 /// Prints the targets.
 pub fn print_targets(targets: &[Target]) {
     println!("\n== targets");
@@ -239,7 +378,7 @@ pub fn print_targets(targets: &[Target]) {
             Some(false) => "MISSED",
             None => "n/a",
         };
-        println!("  {mark:<7} {:<52} {}", t.name, t.detail);
+        println!("  {mark:<7} {:<56} {}", t.name, t.detail);
     }
 }
 
@@ -275,6 +414,7 @@ pub fn json(opts: &Opts, results: &[FigureResult], targets: &[Target]) -> Value 
                         "secs": num(m.outcome.secs),
                         "peak_rss_mib": num(m.peak_rss_mib),
                         "requests_per_op": num(per_op(reqs as f64, m.outcome.ops)),
+                        "round_trips_p50": num(round_trips(kind, m, opts.rtt_ms)),
                         "requests_per_op_by_route": requests_per_op,
                         "emulator_cpu_ms_per_op": num(per_op(m.emulator_cpu_ms, m.outcome.ops)),
                         "client_cpu_ms_per_op": num(per_op(m.client_cpu_ms, m.outcome.ops)),
@@ -300,6 +440,9 @@ pub fn json(opts: &Opts, results: &[FigureResult], targets: &[Target]) -> Value 
             "small_bytes": opts.small_bytes,
             "large_bytes": opts.large_bytes,
             "flood_bytes": opts.flood_bytes,
+            "rtt_ms": opts.rtt_ms,
+            "bandwidth_mbit": opts.bandwidth_mbit,
+            "op_iterations": opts.op_iterations,
         },
         "figures": figures,
         "targets": targets.iter().map(|t| json!({

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::child::{AnyError, Outcome};
 use super::emulator::{self, Counts, Emulator};
 use super::opts::Opts;
-use super::plan::Figure;
+use super::plan::{self, Figure};
 use super::sdk;
 
 /// One contender's figures on one figure.
@@ -66,10 +66,13 @@ fn command(contender: &str) -> Result<Command, AnyError> {
     }
 }
 
-/// Runs `contender` on `fig`; a contender that fails is a `Measure` with its error.
+/// Runs `contender` on `fig`; a contender that fails is a `Measure` with its error. With
+/// `link` (`http://127.0.0.1:N`), the contender reaches the emulator's control plane and
+/// envd only through it (the counters are still read from the emulator directly).
 pub fn run(
     rt: &tokio::runtime::Handle,
     emu: &Emulator,
+    link: Option<&str>,
     opts: &Opts,
     fig: &Figure,
     contender: &str,
@@ -82,7 +85,7 @@ pub fn run(
         emulator_cpu_ms: 0.0,
         client_cpu_ms: f64::NAN,
     };
-    if let Err(e) = run_into(rt, emu, opts, fig, contender, &mut m) {
+    if let Err(e) = run_into(rt, emu, link, opts, fig, contender, &mut m) {
         m.outcome.error = Some(e.to_string());
     }
     m
@@ -91,14 +94,24 @@ pub fn run(
 fn run_into(
     rt: &tokio::runtime::Handle,
     emu: &Emulator,
+    link: Option<&str>,
     opts: &Opts,
     fig: &Figure,
     contender: &str,
     m: &mut Measure,
 ) -> Result<(), AnyError> {
     let mut cmd = command(contender)?;
-    cmd.envs(&emu.vars)
-        .envs(opts.vars(&fig.id, fig.conc))
+    cmd.envs(&emu.vars);
+    if let Some(url) = link {
+        cmd.env("E2B_API_URL", url).env("E2B_SANDBOX_URL", url);
+    }
+    if fig.id.starts_with("op_") || fig.id.starts_with("bw_") {
+        let dir = plan::work_dir(contender);
+        cmd.env("WB_DIR", dir)
+            .env("WB_SETUP", plan::setup_script(&fig.id, dir, opts))
+            .env("WB_WARM", plan::WARM_UPS.to_string());
+    }
+    cmd.envs(opts.vars(&fig.id, fig.conc))
         .env("NO_PROXY", "127.0.0.1,localhost")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
