@@ -42,7 +42,9 @@ pub mod pty;
 pub mod rooted;
 pub mod sandbox;
 mod terminal;
+pub mod tree;
 pub mod tree_script;
+pub mod watch;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -60,3 +62,4 @@ pub use proc::{
 };
 pub use rooted::Rooted;
 pub use terminal::{TermSize, Terminal, TerminalBackend, TerminalSpec};
+pub use watch::{WatchEvent, WatchEventKind, WatchOptions, WatchStream};

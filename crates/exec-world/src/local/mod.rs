@@ -10,6 +10,7 @@ mod proc;
 mod pty;
 mod reap;
 mod tree;
+mod watch;
 
 pub use fs::LocalFs;
 pub use proc::LocalSubprocess;

@@ -1,0 +1,263 @@
+//! The world side of a tree transfer: one `sh` process of the acting user running `tar`,
+//! fed (upload) or read (download) over the [`Subprocess`] streams, and the plumbing
+//! between those streams and the blocking tar code on the host.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt as _;
+use tokio::io::AsyncWriteExt as _;
+
+use super::bridge::{ChanReader, ChanWriter};
+use super::{Meter, TreeOptions, TreeSummary, pack, unpack};
+use crate::error::{Error, ErrorKind};
+use crate::path::WorldPath;
+use crate::proc::{OutputStream, SpawnSpec, StdinMode, Subprocess};
+
+/// Exit codes of the scripts for refusals the host names precisely.
+const EXIT_LINK: i32 = 90;
+const EXIT_NOT_DIR: i32 = 91;
+const EXIT_NOT_EMPTY: i32 = 92;
+const EXIT_MISSING: i32 = 93;
+
+/// Upload: check the destination (absent or an empty directory, not a symlink), extract
+/// stdin into a fresh 0700 sibling directory, rename it onto the destination. The
+/// staging directory goes away on any failure.
+const UPLOAD: &str = r#"set -u
+dest=$1
+case $dest in */*) parent=${dest%/*} ;; *) parent=. ;; esac
+[ -n "$parent" ] || parent=/
+name=${dest##*/}
+if [ -L "$dest" ]; then echo "the destination is a symbolic link; refusing to write through it" >&2; exit 90; fi
+if [ -e "$dest" ]; then
+  [ -d "$dest" ] || { echo "the destination exists and is not a directory" >&2; exit 91; }
+  [ -z "$(ls -A -- "$dest")" ] || { echo "the destination directory is not empty" >&2; exit 92; }
+fi
+[ -d "$parent" ] || { echo "the destination's parent directory does not exist" >&2; exit 93; }
+stage=$(mktemp -d -- "$parent/.$name.tree-XXXXXXXXXX") || exit 1
+trap 'rm -rf -- "$stage"' EXIT
+tar -x -p --no-same-owner -f - -C "$stage" || exit 1
+mv -T -- "$stage" "$dest" || exit 1
+trap - EXIT
+"#;
+
+/// Download: the directory as a tar stream on stdout.
+const DOWNLOAD: &str = r#"set -u
+src=$1
+[ -e "$src" ] || { echo "the source does not exist" >&2; exit 93; }
+[ -d "$src" ] || { echo "the source is not a directory" >&2; exit 91; }
+exec tar -c -f - -C "$src" .
+"#;
+
+/// Most stderr bytes kept for an error message.
+const MAX_STDERR: usize = 16 << 10;
+
+async fn drain_stderr(s: Option<OutputStream>) -> String {
+    let mut buf = Vec::new();
+    if let Some(mut s) = s {
+        while let Some(Ok(chunk)) = s.next().await {
+            let room = MAX_STDERR.saturating_sub(buf.len());
+            buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        }
+    }
+    String::from_utf8_lossy(&buf).trim().to_string()
+}
+
+/// The error a failed script exit stands for.
+fn script_error(op: &str, path: &WorldPath, code: Option<i32>, stderr: &str) -> Error {
+    let detail = if stderr.is_empty() {
+        format!("tar exited with {code:?}")
+    } else {
+        stderr.to_string()
+    };
+    let kind = match code {
+        Some(EXIT_LINK) => ErrorKind::InvalidPath,
+        Some(EXIT_NOT_DIR) => ErrorKind::NotADirectory,
+        Some(EXIT_NOT_EMPTY) => ErrorKind::NotEmpty,
+        Some(EXIT_MISSING) => ErrorKind::NotFound,
+        _ if stderr.contains("Permission denied") => ErrorKind::PermissionDenied,
+        _ if stderr.contains("No such file or directory") => ErrorKind::NotFound,
+        _ if stderr.contains("No space left") => ErrorKind::TooLarge,
+        _ => ErrorKind::Other,
+    };
+    Error::new(kind)
+        .with_op(op)
+        .with_path(path)
+        .with_detail(detail)
+}
+
+fn spawn(
+    world: &dyn Subprocess,
+    script: &str,
+    path: &WorldPath,
+    stdin: bool,
+) -> Result<crate::proc::Child, Error> {
+    let spec = SpawnSpec::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("sh")
+        .arg(path.as_str())
+        .env("LC_ALL", "C")
+        .stdin(if stdin {
+            StdinMode::Piped
+        } else {
+            StdinMode::Null
+        });
+    world.spawn(spec)
+}
+
+fn joined(e: tokio::task::JoinError) -> Error {
+    Error::other(format!("tree transfer worker failed: {e}"))
+}
+
+/// Uploads the local directory `local` to the world path `dest` (absolute in `world`'s
+/// view; absent or an empty directory) as one tar stream into one `tar` process of the
+/// acting user. Returns what moved. See the [module docs](super).
+pub async fn upload(
+    world: &dyn Subprocess,
+    local: &Path,
+    dest: &WorldPath,
+    opts: &TreeOptions,
+) -> Result<TreeSummary, Error> {
+    let at = |e: Error| {
+        if e.op().is_none() {
+            e.with_op("upload")
+        } else {
+            e
+        }
+    };
+    // Count first: a tree over the limits is refused before anything is started.
+    let root = local.to_path_buf();
+    let survey_opts = TreeOptions {
+        progress: None,
+        ..opts.clone()
+    };
+    tokio::task::spawn_blocking(move || pack::survey(&root, &mut Meter::new(&survey_opts)))
+        .await
+        .map_err(joined)?
+        .map_err(at)?;
+
+    let mut child = spawn(world, UPLOAD, dest, true).map_err(at)?;
+    let mut stdin = child
+        .take_stdin()
+        .ok_or_else(|| Error::other("upload: the tar process has no stdin"))?;
+    let stdout = child.take_stdout();
+    let stderr = child.take_stderr();
+    let (writer, mut rx) = ChanWriter::new();
+    let root = local.to_path_buf();
+    let mut meter = Meter::new(opts);
+    let packer = tokio::task::spawn_blocking(move || pack::pack(&root, writer, &mut meter));
+    let feed = async {
+        let mut broken = None;
+        while let Some(chunk) = rx.recv().await {
+            if broken.is_none()
+                && let Err(e) = stdin.write_all(&chunk).await
+            {
+                broken = Some(e);
+            }
+        }
+        let packed = packer.await.map_err(joined).and_then(|r| r);
+        if packed.is_err() && broken.is_none() {
+            // The archive is incomplete: a block that is no tar header makes tar fail,
+            // so the script removes its staging directory and renames nothing.
+            let _ = stdin.write_all(&[0xff; 1024]).await;
+        }
+        if broken.is_none()
+            && let Err(e) = stdin.shutdown().await
+        {
+            broken = Some(e);
+        }
+        drop(stdin);
+        (packed, broken)
+    };
+    let drain_out = async {
+        if let Some(mut s) = stdout {
+            while s.next().await.is_some() {}
+        }
+    };
+    let ((packed, broken), err_text, ()) = futures::join!(feed, drain_stderr(stderr), drain_out);
+    let sum = match packed {
+        Ok(sum) => sum,
+        Err(e) => {
+            let _ = child.wait().await;
+            return Err(at(e));
+        }
+    };
+    let status = child.wait().await.map_err(at)?;
+    if !status.success() {
+        return Err(script_error("upload", dest, status.code, &err_text));
+    }
+    if let Some(e) = broken {
+        return Err(Error::io("upload: feeding tar", e).with_path(dest));
+    }
+    Ok(sum)
+}
+
+/// Downloads the world directory `src` (absolute in `world`'s view) to the local path
+/// `local` (absent or an empty directory) from one `tar -c` process of the acting user,
+/// extracted by [`extract`](super::extract)'s rules. See the [module docs](super).
+pub async fn download(
+    world: &dyn Subprocess,
+    src: &WorldPath,
+    local: &Path,
+    opts: &TreeOptions,
+) -> Result<TreeSummary, Error> {
+    let child = spawn(world, DOWNLOAD, src, false);
+    let mut child = child.map_err(|e| e.with_op("download"))?;
+    let stdout = child.take_stdout();
+    let stderr = child.take_stderr();
+    let (tx, reader) = ChanReader::new();
+    let dest = local.to_path_buf();
+    let mut meter = Meter::new(opts);
+    let extractor =
+        tokio::task::spawn_blocking(move || unpack::stage_archive(reader, &dest, &mut meter));
+    let child_ref = &child;
+    let extract = async move {
+        let r = extractor.await.map_err(joined).and_then(|r| r);
+        if r.is_err() {
+            // Refused or failed: end tar (its output is not wanted any more).
+            let _ = child_ref.terminate(Duration::from_secs(2)).await;
+        }
+        r
+    };
+    let pump = async move {
+        let mut tx = Some(tx);
+        if let Some(mut s) = stdout {
+            while let Some(item) = s.next().await {
+                let item: std::io::Result<Bytes> =
+                    item.map_err(|e| std::io::Error::other(e.to_string()));
+                // After the extractor is done, the rest (tar's padding) is drained.
+                if let Some(t) = &tx
+                    && t.send(item).await.is_err()
+                {
+                    tx = None;
+                }
+            }
+        }
+    };
+    let (extracted, (), err_text) = futures::join!(extract, pump, drain_stderr(stderr));
+    let status = child.wait().await;
+    match (extracted, status) {
+        (Ok((stage, sum)), Ok(st)) if st.success() => {
+            unpack::finish(&stage, local)?;
+            Ok(sum)
+        }
+        (Ok((stage, _)), Ok(st)) => {
+            // tar failed (an unreadable file, a missing source): what arrived is not the
+            // world's tree; nothing is kept.
+            unpack::discard(&stage);
+            Err(script_error("download", src, st.code, &err_text))
+        }
+        (Ok((stage, _)), Err(e)) => {
+            unpack::discard(&stage);
+            Err(e.with_op("download"))
+        }
+        (Err(e), Ok(st))
+            if !st.success() && e.kind() == ErrorKind::Other && !err_text.is_empty() =>
+        {
+            Err(script_error("download", src, st.code, &err_text))
+        }
+        (Err(e), _) => Err(e),
+    }
+}
