@@ -11,6 +11,7 @@
 //! | `read_stream` | the same, streamed in chunks of at most 1 MiB (no process runs while it streams) |
 //! | `write` | a holder of the acting user checks the parent (made when asked) and the target, makes a random sibling staging dir (0700) and creates `data` in it; envd's `POST /files` writes `/proc/PID/fd/FD`, the file the holder created and holds; on `commit` (stdin) the holder sets the mode, renames it over the target and prints the record of the new inode through its descriptor. Three requests: start, upload, commit |
 //! | `create_if_absent` | the same holder and upload, committed with a hard link to the target (fails if anything exists there) |
+//! | `watch` | a check of the directory as the acting user (exists, a directory, readable and searchable: else `PermissionDenied`), then envd's `WatchDir` stream; a broken stream is reported as an overflow event and reopened (see `src/watch.rs`) |
 //! | `mkdir` / `remove` / `rename` | shell commands (`mkdir [-p]`, `rmdir` / `rm [-rf]`, `mv -T`) |
 //!
 //! Root (envd's `/files` routes and file RPCs) never acts on a path the user controls:
@@ -34,6 +35,7 @@ mod options;
 mod read;
 mod scripts;
 mod shell;
+mod watch;
 mod write;
 
 pub use fs::E2bFs;

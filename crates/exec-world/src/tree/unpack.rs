@@ -276,7 +276,7 @@ fn unpack_into(archive: impl Read, stage: &Path, meter: &mut Meter) -> Result<Tr
                     let _ = f.set_modified(t);
                 }
                 if k.is_gnu_sparse() {
-                    sum.sparse.push(shown.clone());
+                    sum.sparse.push(parts.join("/"));
                 }
                 sum.files += 1;
                 sum.bytes += size;
@@ -323,11 +323,11 @@ fn unpack_into(archive: impl Read, stage: &Path, meter: &mut Meter) -> Result<Tr
                 sum.files += 1;
             }
             EntryType::Char | EntryType::Block | EntryType::Fifo => {
-                sum.skipped.push((shown, SkipReason::Special));
+                sum.skipped.push((parts.join("/"), SkipReason::Special));
             }
             EntryType::XGlobalHeader | EntryType::XHeader => continue,
             _ => {
-                sum.skipped.push((shown, SkipReason::Unsupported));
+                sum.skipped.push((parts.join("/"), SkipReason::Unsupported));
             }
         }
         meter.entry();

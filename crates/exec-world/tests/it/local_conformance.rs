@@ -32,6 +32,16 @@ async fn world() -> World {
 }
 
 exec_world::fs_conformance_tests!(world);
+
+mod watch {
+    use super::world;
+    exec_world::watch_conformance_tests!(world);
+}
+
+mod tree {
+    use super::world;
+    exec_world::tree_conformance_tests!(world);
+}
 exec_world::proc_conformance_tests!(world);
 exec_world::terminal_conformance_tests!(world);
 
