@@ -219,17 +219,15 @@ pub async fn watch_overflow(world: &World) {
         .watch(&dir, WatchOptions::default())
         .await
         .expect("watch");
-    // Nobody reads while the world makes more than a queue's worth of creations, then
-    // removes them all (twice the events).
-    let n = max + 1000;
-    change(
-        world,
-        &dir,
-        &format!(
-            "i=0; while [ $i -lt {n} ]; do : > f$i; i=$((i+1)); done; find . -name 'f*' -delete"
-        ),
-    )
-    .await;
+    // Nobody reads while the world makes twice a queue's worth of creations, then removes
+    // them all. Long names: a remote watcher's events must also outgrow the buffers on
+    // the way (sockets) before the watcher's own queue fills.
+    let n = 2 * max;
+    let long = "n".repeat(200);
+    let script = format!(
+        "i=0; while [ $i -lt {n} ]; do : > f${{i}}_{long}; i=$((i+1)); done; find . -name 'f*' -delete"
+    );
+    change(world, &dir, &script).await;
     let mut seen = Vec::new();
     let mut count = 0u64;
     let fut = async {
