@@ -39,6 +39,21 @@ use std::sync::Arc;
 pub use remote::{download, upload};
 pub use unpack::extract;
 
+/// The entries and file content bytes of the local tree at `root` (never following a
+/// symlink): what an [`upload`] of it will move, for a progress bar's totals.
+///
+/// ```no_run
+/// # fn demo() -> Result<(), exec_world::Error> {
+/// let (entries, bytes) = exec_world::tree::local_totals("src".as_ref())?;
+/// # let _ = (entries, bytes); Ok(()) }
+/// ```
+pub fn local_totals(root: &std::path::Path) -> Result<(u64, u64), crate::Error> {
+    let unlimited = TreeOptions::default()
+        .max_bytes(u64::MAX)
+        .max_entries(u64::MAX);
+    pack::survey(root, &mut Meter::new(&unlimited))
+}
+
 /// Progress of a transfer so far: content bytes and entries done.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TreeProgress {
