@@ -8,3 +8,4 @@ mod cli_embedded;
 mod cli_hostile;
 mod cli_remote;
 mod cli_shell;
+mod cli_tree;
