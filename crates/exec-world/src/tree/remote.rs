@@ -37,7 +37,9 @@ fi
 [ -d "$parent" ] || { echo "the destination's parent directory does not exist" >&2; exit 93; }
 stage=$(mktemp -d -- "$parent/.$name.tree-XXXXXXXXXX") || exit 1
 trap 'rm -rf -- "$stage"' EXIT
-tar -x -p --no-same-owner -f - -C "$stage" || exit 1
+if [ -n "${2:-}" ]; then trap 'rm -rf -- "$stage"; rm -f -- "$2"' EXIT; src=$2; else src=-; fi
+tar -x -p --no-same-owner -f "$src" -C "$stage" || exit 1
+[ -z "${2:-}" ] || rm -f -- "$2"
 mv -T -- "$stage" "$dest" || exit 1
 trap - EXIT
 "#;
@@ -93,11 +95,21 @@ fn spawn(
     path: &WorldPath,
     stdin: bool,
 ) -> Result<crate::proc::Child, Error> {
+    spawn_with(world, script, &[path.as_str()], stdin)
+}
+
+/// `sh -c SCRIPT sh ARGS…` in the world, `LC_ALL=C`.
+fn spawn_with(
+    world: &dyn Subprocess,
+    script: &str,
+    args: &[&str],
+    stdin: bool,
+) -> Result<crate::proc::Child, Error> {
     let spec = SpawnSpec::new("sh")
         .arg("-c")
         .arg(script)
         .arg("sh")
-        .arg(path.as_str())
+        .args(args.iter().map(|a| a.to_string()))
         .env("LC_ALL", "C")
         .stdin(if stdin {
             StdinMode::Piped
@@ -190,6 +202,93 @@ pub async fn upload(
     }
     if let Some(e) = broken {
         return Err(Error::io("upload: feeding tar", e).with_path(dest));
+    }
+    Ok(sum)
+}
+
+/// [`upload`] for worlds whose process stdin is slow (E2B's is one `SendInput` request
+/// per 64 KiB): the same archive is written first as one file beside the destination
+/// through `fs` (for fs-e2b: envd's `/files` into a file a process of the acting user
+/// holds, streamed, atomic), then one `tar` of the acting user extracts it and removes
+/// it. `fs` and `world` must see the same paths. Same contract as [`upload`]; the world
+/// briefly holds the archive too (the tree's size again).
+pub async fn upload_via_file(
+    fs: &dyn crate::Fs,
+    world: &dyn Subprocess,
+    local: &Path,
+    dest: &WorldPath,
+    opts: &TreeOptions,
+) -> Result<TreeSummary, Error> {
+    let at = |e: Error| {
+        if e.op().is_none() {
+            e.with_op("upload")
+        } else {
+            e
+        }
+    };
+    let root = local.to_path_buf();
+    let survey_opts = TreeOptions {
+        progress: None,
+        ..opts.clone()
+    };
+    tokio::task::spawn_blocking(move || pack::survey(&root, &mut Meter::new(&survey_opts)))
+        .await
+        .map_err(joined)?
+        .map_err(at)?;
+    let name = dest
+        .as_str()
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or("tree");
+    let parent = dest.parent().unwrap_or_else(WorldPath::root);
+    let suffix = format!(
+        "{:x}{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    );
+    let archive = parent.join(&format!(".{name}.tree-{suffix}.tar"))?;
+    let (writer, rx) = ChanWriter::new();
+    let root = local.to_path_buf();
+    let mut meter = Meter::new(opts);
+    let packer = tokio::task::spawn_blocking(move || pack::pack(&root, writer, &mut meter));
+    let body = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<Bytes, Error>(b), rx))
+    });
+    let written = fs
+        .write(
+            &archive,
+            Box::pin(body),
+            crate::WriteOptions::default().mode(0o600),
+        )
+        .await;
+    let packed = packer.await.map_err(joined)?;
+    let sum = match (packed, written) {
+        (Ok(sum), Ok(_)) => sum,
+        (p, w) => {
+            if w.is_ok() {
+                let _ = fs.remove(&archive, false).await;
+            }
+            return Err(at(p
+                .err()
+                .or(w.err())
+                .unwrap_or_else(|| Error::other("upload failed"))));
+        }
+    };
+    let mut child =
+        spawn_with(world, UPLOAD, &[dest.as_str(), archive.as_str()], false).map_err(at)?;
+    let (err_text, ()) = futures::join!(drain_stderr(child.take_stderr()), async {
+        if let Some(mut s) = child.take_stdout() {
+            while s.next().await.is_some() {}
+        }
+    });
+    let status = child.wait().await.map_err(at)?;
+    if !status.success() {
+        let _ = fs.remove(&archive, false).await;
+        return Err(script_error("upload", dest, status.code, &err_text));
     }
     Ok(sum)
 }
