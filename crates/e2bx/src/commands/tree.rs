@@ -94,7 +94,9 @@ async fn down(fs: &E2bFs, proc: &E2bSubprocess, src: &str, dst: &Path, quiet: bo
     let bar = TreeBar::new(None, quiet);
     let b2 = bar.clone();
     let opts = TreeOptions::default().progress(move |p| b2.set(p.files, p.bytes));
-    let res = tree::download(proc, &abs, &target, &opts).await;
+    // Through one archive file read by fs-e2b (envd `/files`): E2B streams process
+    // output as events, slower for a large tree.
+    let res = tree::download_via_file(fs, proc, &abs, &target, &opts).await;
     bar.finish();
     let sum = res.map_err(|e| fs_error(src, &e))?;
     report(&sum, quiet);

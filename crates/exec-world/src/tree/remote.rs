@@ -52,6 +52,17 @@ src=$1
 exec tar -c -f - -C "$src" .
 "#;
 
+/// Download through a file: the directory archived into a fresh private file in the
+/// temp directory, whose path is printed.
+const DOWNLOAD_TO_FILE: &str = r#"set -u
+src=$1
+[ -e "$src" ] || { echo "the source does not exist" >&2; exit 93; }
+[ -d "$src" ] || { echo "the source is not a directory" >&2; exit 91; }
+f=$(mktemp "${TMPDIR:-/tmp}/.tree-XXXXXXXXXX.tar") || exit 1
+tar -c -f "$f" -C "$src" . || { rm -f -- "$f"; exit 1; }
+printf '%s\n' "$f"
+"#;
+
 /// Most stderr bytes kept for an error message.
 const MAX_STDERR: usize = 16 << 10;
 
@@ -359,4 +370,66 @@ pub async fn download(
         }
         (Err(e), _) => Err(e),
     }
+}
+
+/// [`download`] for worlds whose process output is slow (E2B streams it as events): one
+/// `tar` of the acting user archives the directory into a private temp file, which is
+/// read through `fs` (for fs-e2b: held open by a process of the user and streamed by
+/// envd's `/files`), extracted by [`extract`](super::extract)'s rules, then removed.
+/// `fs` and `world` must see the same paths. Same contract as [`download`].
+pub async fn download_via_file(
+    fs: &dyn crate::Fs,
+    world: &dyn Subprocess,
+    src: &WorldPath,
+    local: &Path,
+    opts: &TreeOptions,
+) -> Result<TreeSummary, Error> {
+    let mut child =
+        spawn(world, DOWNLOAD_TO_FILE, src, false).map_err(|e| e.with_op("download"))?;
+    let stdout = child.take_stdout();
+    let (out, err_text) = futures::join!(
+        async {
+            let mut buf = Vec::new();
+            if let Some(mut s) = stdout {
+                while let Some(Ok(c)) = s.next().await {
+                    buf.extend_from_slice(&c);
+                }
+            }
+            String::from_utf8_lossy(&buf).trim().to_string()
+        },
+        drain_stderr(child.take_stderr())
+    );
+    let status = child.wait().await.map_err(|e| e.with_op("download"))?;
+    if !status.success() {
+        return Err(script_error("download", src, status.code, &err_text));
+    }
+    let archive = WorldPath::new(out.as_str())?;
+    let r = async {
+        let mut body = fs.read_stream(&archive).await?;
+        let (tx, reader) = ChanReader::new();
+        let dest = local.to_path_buf();
+        let mut meter = Meter::new(opts);
+        let extractor =
+            tokio::task::spawn_blocking(move || unpack::extract_metered(reader, &dest, &mut meter));
+        let pump = async move {
+            // Ends when the extractor is done (the rest is tar's padding) or failed.
+            while let Some(item) = body.next().await {
+                let item = item.map_err(|e| std::io::Error::other(e.to_string()));
+                if tx.send(item).await.is_err() {
+                    break;
+                }
+            }
+        };
+        let (extracted, ()) = futures::join!(extractor, pump);
+        extracted.map_err(joined)?
+    }
+    .await;
+    let _ = fs.remove(&archive, false).await;
+    r.map_err(|e| {
+        if e.op().is_none() {
+            e.with_op("download")
+        } else {
+            e
+        }
+    })
 }
