@@ -9,6 +9,11 @@
 //! so the destination appears whole or not at all (files atomic, and a failure leaves
 //! nothing behind).
 //!
+//! [`upload_via_file`] and [`download_via_file`] keep the same contract but move the
+//! archive as one file through an [`Fs`](crate::Fs) of the same world (for E2B, envd's
+//! `/files`, several times faster than process stdin/stdout there); the one `tar` process
+//! then reads or writes that file.
+//!
 //! The host never writes outside the destination: an archive entry with `..`, an absolute
 //! path, or a path through a symlink (one the archive itself made, since the staging
 //! directory starts empty) is refused with [`ErrorKind::InvalidPath`](crate::ErrorKind::InvalidPath)
