@@ -163,17 +163,31 @@ pub async fn watch_recursive(world: &World) {
         is(WatchEventKind::Created, "new"),
     )
     .await;
-    // A directory made while watching: what is made in it after it appears is seen
-    // (whether it was made before or after the watch on it was added).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    change(world, &dir, "printf 2 > new/y").await;
-    until(
-        &mut rec,
-        &mut seen,
-        "file in new subdir",
-        is(WatchEventKind::Created, "new/y"),
-    )
-    .await;
+    // A directory made while watching gets its own watch; a remote watcher adds it
+    // asynchronously, so files are made until one is reported (bounded).
+    let mut got = false;
+    for k in 0..20 {
+        change(world, &dir, &format!("printf 2 > new/y{k}")).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(1500);
+        while let Ok(Some(item)) = tokio::time::timeout_at(deadline, rec.next()).await {
+            let ev = item.expect("watch event");
+            let expected = seen.last().map(|l: &WatchEvent| l.seq + 1).unwrap_or(0);
+            assert_eq!(ev.seq, expected, "sequence numbers go up by one");
+            let hit = ev.kind == WatchEventKind::Created && ev.path.starts_with("new/y");
+            seen.push(ev);
+            if hit {
+                got = true;
+                break;
+            }
+        }
+        if got {
+            break;
+        }
+    }
+    assert!(
+        got,
+        "a file in a directory made while watching is reported: {seen:?}"
+    );
 
     change(world, &dir, "printf 3 > marker").await;
     let mut flat_seen = Vec::new();
