@@ -73,8 +73,11 @@ pub enum Command {
     Run(RunArgs),
     /// An interactive login shell (bash) in the sandbox, on a PTY.
     Shell(ShellArgs),
-    /// Copy one file up (local -> sbx:PATH) or down (sbx:PATH -> local), streamed.
+    /// Copy one file (or with -r a directory tree) up (local -> sbx:PATH) or down
+    /// (sbx:PATH -> local), streamed.
     Cp(CpArgs),
+    /// Print the changes under a sandbox directory as they happen, until Ctrl-C.
+    Watch(WatchArgs),
     /// List a sandbox directory.
     Ls(PathArgs),
     /// Write a sandbox file's bytes to stdout.
@@ -134,14 +137,40 @@ pub struct ShellArgs {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Examples:\n  e2bx --sandbox dev cp ./data.csv sbx:data/\n  \
-e2bx --sandbox dev cp :/home/user/out.tar.gz .\n\
-A destination ending in / or naming a directory receives the source's file name."
+e2bx --sandbox dev cp :/home/user/out.tar.gz .\n  \
+e2bx --sandbox dev cp -r ./repo sbx:/home/user/\n  \
+e2bx --sandbox dev cp -r :build ./build-out\n\
+A destination ending in / or naming a directory receives the source's file name.\n\
+With -r the tree moves as one tar stream through one `tar` of the sandbox user; it appears\n\
+whole at the destination (which must not exist, or be an empty directory) or not at all.\n\
+Modes and symlinks are kept; FIFOs, sockets and devices are reported and skipped; an\n\
+archive entry that would land outside the destination is refused."
 )]
 pub struct CpArgs {
+    /// Copy a directory tree.
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
     /// Source: a local file, or sbx:PATH / :PATH in the sandbox.
     pub src: String,
     /// Destination: sbx:PATH / :PATH in the sandbox, or a local path.
     pub dst: String,
+}
+
+/// `e2bx watch`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Prints one line per change: SEQ KIND PATH (KIND: created, written, removed,\n\
+renamed, metadata, overflow; PATH relative to the watched directory). With --json, one\n\
+object a line: {\"seq\":0,\"kind\":\"created\",\"path\":\"a.txt\"}. An `overflow` line means\n\
+changes were lost: rescan. Example: e2bx --sandbox dev watch -r /home/user/project"
+)]
+pub struct WatchArgs {
+    /// Sandbox directory (relative: the user's home); an `sbx:` or `:` prefix is accepted.
+    #[arg(default_value = ".")]
+    pub path: String,
+    /// Watch subdirectories too.
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
 }
 
 /// `e2bx ls|cat|stat`.

@@ -24,6 +24,8 @@ pub mod proc;
 pub mod sandbox;
 mod sandbox_fork;
 pub mod terminal;
+pub mod tree;
+pub mod watch;
 
 use std::any::Any;
 use std::future::Future;
@@ -150,6 +152,36 @@ macro_rules! __fs_test_names {
     };
 }
 
+/// The watch tests, by name.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __watch_test_names {
+    ($cb:ident!($($pre:tt)*)) => {
+        $crate::$cb! { $($pre)* [
+            watch_create_write_remove_rename,
+            watch_recursive,
+            watch_overflow,
+            watch_stops_on_drop,
+            watch_permission_and_kinds,
+        ] }
+    };
+}
+
+/// The tree-transfer tests, by name.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tree_test_names {
+    ($cb:ident!($($pre:tt)*)) => {
+        $crate::$cb! { $($pre)* [
+            tree_round_trip_hashed,
+            tree_special_files_reported,
+            tree_limits,
+            tree_hostile_destinations,
+            tree_hostile_archives,
+        ] }
+    };
+}
+
 /// The process tests, by name.
 #[doc(hidden)]
 #[macro_export]
@@ -197,6 +229,22 @@ macro_rules! fs_conformance_tests {
     };
 }
 
+/// One `#[tokio::test]` per watch conformance test; `$make` is an `async fn() -> World`.
+#[macro_export]
+macro_rules! watch_conformance_tests {
+    ($make:path) => {
+        $crate::__watch_test_names!(__conformance_tests!($make, watch,));
+    };
+}
+
+/// One `#[tokio::test]` per tree-transfer conformance test; `$make` is an `async fn() -> World`.
+#[macro_export]
+macro_rules! tree_conformance_tests {
+    ($make:path) => {
+        $crate::__tree_test_names!(__conformance_tests!($make, tree,));
+    };
+}
+
 /// One `#[tokio::test]` per process conformance test; `$make` is an `async fn() -> World`.
 #[macro_export]
 macro_rules! proc_conformance_tests {
@@ -217,6 +265,16 @@ macro_rules! terminal_conformance_tests {
 /// sandbox) across tests: give each test its own empty scratch directory.
 pub fn fs_tests() -> Vec<(&'static str, TestFn)> {
     crate::__fs_test_names!(__conformance_list!(fs,))
+}
+
+/// The watch tests as `(name, fn)`.
+pub fn watch_tests() -> Vec<(&'static str, TestFn)> {
+    crate::__watch_test_names!(__conformance_list!(watch,))
+}
+
+/// The tree-transfer tests as `(name, fn)`.
+pub fn tree_tests() -> Vec<(&'static str, TestFn)> {
+    crate::__tree_test_names!(__conformance_list!(tree,))
 }
 
 /// The process tests as `(name, fn)`.

@@ -9,6 +9,7 @@ use futures::Stream;
 
 use crate::error::Error;
 use crate::path::{Target, WorldPath};
+use crate::watch::{WatchOptions, WatchStream};
 
 /// A stream of file bytes, in order; an `Err` item ends it.
 ///
@@ -212,6 +213,8 @@ pub struct FsCapabilities {
     pub large_files: bool,
     /// `Metadata::mtime` is reported.
     pub mtime: bool,
+    /// [`Fs::watch`] is implemented (else it returns `Unsupported`).
+    pub watch: bool,
 }
 
 /// The files of an execution world.
@@ -287,6 +290,18 @@ pub trait Fs: Send + Sync {
     /// Renames `from` to `to` (POSIX `rename`: replaces a file at `to` atomically; onto a
     /// non-empty directory: NotEmpty or AlreadyExists).
     async fn rename(&self, from: &WorldPath, to: &WorldPath) -> Result<(), Error>;
+
+    /// Watches directory `p` (and its subdirectories when `opts.recursive`): a stream of
+    /// [`WatchEvent`](crate::WatchEvent)s with paths relative to `p`, numbered in order,
+    /// with an explicit overflow event wherever events were lost. Dropping the stream
+    /// stops the watch. NotFound, NotADirectory, or PermissionDenied when the acting user
+    /// cannot read `p`. Backends without [`FsCapabilities::watch`]: `Unsupported`.
+    async fn watch(&self, p: &WorldPath, opts: WatchOptions) -> Result<WatchStream, Error> {
+        let _ = opts;
+        Err(Error::unsupported("watching a directory")
+            .with_op("watch")
+            .with_path(self.resolve(p)))
+    }
 
     /// The canonical [`Target`] of `p`: resolved against the cwd and normalized
     /// lexically (no I/O; symlinks are not followed).

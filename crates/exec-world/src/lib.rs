@@ -41,6 +41,8 @@ mod proc;
 pub mod rooted;
 pub mod sandbox;
 mod terminal;
+pub mod tree;
+pub mod watch;
 
 pub use error::{BoxError, Error, ErrorKind, SharedError};
 pub use fs::{
@@ -55,3 +57,4 @@ pub use proc::{
 };
 pub use rooted::Rooted;
 pub use terminal::{TermSize, Terminal, TerminalBackend, TerminalSpec};
+pub use watch::{WatchEvent, WatchEventKind, WatchOptions, WatchStream};

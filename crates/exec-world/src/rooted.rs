@@ -24,6 +24,7 @@ use crate::fs::{
     ByteStream, Created, DirEntry, Fs, FsCapabilities, Metadata, Version, WriteOptions,
 };
 use crate::path::WorldPath;
+use crate::watch::{WatchOptions, WatchStream};
 
 /// How many symlinks one resolution may follow (Linux's `MAXSYMLINKS`).
 const MAX_LINKS: usize = 40;
@@ -312,5 +313,22 @@ impl Fs for Rooted {
             .rename(&real_from, &real_to)
             .await
             .map_err(|e| self.unroot(e, &v_to))
+    }
+
+    /// Watches the directory `p` resolves to inside the root. Events name paths relative
+    /// to it, and the inner backend's recursive watch never descends through a symlink,
+    /// so nothing outside the root is watched through this view.
+    async fn watch(&self, p: &WorldPath, opts: WatchOptions) -> Result<WatchStream, Error> {
+        let (real, v) = self.resolve_in_root(p, true).await?;
+        let events = self
+            .inner
+            .watch(&real, opts)
+            .await
+            .map_err(|e| self.unroot(e, &v))?;
+        let fallback = v.to_string();
+        Ok(WatchStream::new(futures::StreamExt::map(
+            events,
+            move |r| r.map_err(|e| e.map_path(|_| fallback.clone())),
+        )))
     }
 }

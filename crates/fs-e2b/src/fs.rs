@@ -213,7 +213,16 @@ impl Fs for E2bFs {
             exclusive_create: true,
             large_files: true,
             mtime: true,
+            watch: true,
         }
+    }
+
+    async fn watch(
+        &self,
+        p: &WorldPath,
+        opts: exec_world::WatchOptions,
+    ) -> Result<exec_world::WatchStream, Error> {
+        crate::watch::watch(self, self.resolve(p), opts).await
     }
 
     async fn stat(&self, p: &WorldPath) -> Result<Metadata, Error> {

@@ -13,6 +13,7 @@
 //! | `read_head` (inherent) | a holder of the acting user opens the file (`O_NONBLOCK`, kind checked on the descriptor) and copies at most `max` bytes to its output: one request |
 //! | `write_file` (inherent) | `write` with parents made and a final link followed with the user's rights |
 //! | `create_if_absent` | the same holder and upload, committed with a hard link to the target (fails if anything exists there) |
+//! | `watch` | a check of the directory as the acting user (exists, a directory, readable and searchable: else `PermissionDenied`), then envd's `WatchDir` stream; a broken stream is reported as an overflow event and reopened (see `src/watch.rs`) |
 //! | `mkdir` / `remove` / `rename` | `perl` as the acting user (`mkdir`, `rmdir` / `unlink` / a recursive remove, `rename`; `mv -T` across file systems) |
 //!
 //! Root (envd's `/files` routes and file RPCs) never acts on a path the user controls:
@@ -43,6 +44,7 @@ mod options;
 mod read;
 mod scripts;
 mod shell;
+mod watch;
 mod write;
 
 pub use fs::E2bFs;

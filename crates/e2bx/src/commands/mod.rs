@@ -11,7 +11,9 @@ pub mod sandbox;
 pub mod serve;
 pub mod shell;
 pub mod snapshot;
+pub mod tree;
 pub mod volume;
+pub mod watch;
 
 use std::future::Future;
 
@@ -62,7 +64,18 @@ async fn with_backend(cli: &Cli, backend: &Backend, ints: &mut Interrupts) -> Cl
                 );
             }
             interruptible(ints, async {
-                cp::cp(&session.fs().await?, a, g.quiet).await
+                if a.recursive {
+                    let proc = session.subprocess(None).await?;
+                    tree::cp_tree(&session.fs().await?, &proc, a, g.quiet).await
+                } else {
+                    cp::cp(&session.fs().await?, a, g.quiet).await
+                }
+            })
+            .await
+        }
+        Command::Watch(a) => {
+            interruptible(ints, async {
+                watch::watch(&session.fs().await?, a, g.json).await
             })
             .await
         }

@@ -260,7 +260,17 @@ impl Fs for LocalFs {
             exclusive_create: true,
             large_files: true,
             mtime: true,
+            watch: true,
         }
+    }
+
+    async fn watch(
+        &self,
+        p: &WorldPath,
+        opts: crate::watch::WatchOptions,
+    ) -> Result<crate::watch::WatchStream, Error> {
+        let (abs, _) = self.local(p);
+        super::watch::watch(&abs, opts)
     }
 
     async fn stat(&self, p: &WorldPath) -> Result<Metadata, Error> {

@@ -7,6 +7,7 @@ mod owners;
 mod proc;
 mod pty;
 mod tree;
+mod watch;
 
 pub use fs::LocalFs;
 pub use proc::LocalSubprocess;

@@ -30,6 +30,16 @@ async fn world() -> World {
 }
 
 exec_world_conformance::fs_conformance_tests!(world);
+
+mod watch {
+    use super::world;
+    exec_world_conformance::watch_conformance_tests!(world);
+}
+
+mod tree {
+    use super::world;
+    exec_world_conformance::tree_conformance_tests!(world);
+}
 exec_world_conformance::proc_conformance_tests!(world);
 exec_world_conformance::terminal_conformance_tests!(world);
 

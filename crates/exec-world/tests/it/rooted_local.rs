@@ -58,6 +58,16 @@ async fn world() -> World {
 
 exec_world_conformance::fs_conformance_tests!(world);
 
+mod watch {
+    use super::world;
+    exec_world_conformance::watch_conformance_tests!(world);
+}
+
+mod tree {
+    use super::world;
+    exec_world_conformance::tree_conformance_tests!(world);
+}
+
 #[tokio::test]
 async fn dot_dot_and_absolute_paths_stay_inside() {
     let (_g, root, _) = tree();

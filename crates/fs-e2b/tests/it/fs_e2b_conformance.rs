@@ -6,3 +6,13 @@ use crate::fs_e2b_support;
 use fs_e2b_support::world;
 
 exec_world_conformance::fs_conformance_tests!(world);
+
+mod watch {
+    use super::world;
+    exec_world_conformance::watch_conformance_tests!(world);
+}
+
+mod tree {
+    use super::world;
+    exec_world_conformance::tree_conformance_tests!(world);
+}
