@@ -7,6 +7,7 @@ mod support;
 
 mod control_api;
 mod control_bin;
+mod control_boundary;
 mod control_drop;
 mod control_faults;
 mod control_isolation;
