@@ -63,8 +63,8 @@ fn dir_like(out: &mut Vec<MaskEntry>, rel: &Path, host: &Path, ids: IdMap, opaqu
     out.push(MaskEntry::Dir {
         rel: rel.to_path_buf(),
         mode,
-        uid: ids.to_host(uid),
-        gid: ids.to_host(gid),
+        uid: ids.host_id(uid),
+        gid: ids.host_id(gid),
         opaque,
     });
 }

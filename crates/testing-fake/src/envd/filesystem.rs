@@ -69,7 +69,7 @@ impl FsCtx {
 
     /// The host uid and gid of `user`'s files.
     pub(crate) fn host_ids(&self, user: &TemplateUser) -> (u32, u32) {
-        (self.ids.to_host(user.uid), self.ids.to_host(user.gid))
+        (self.ids.host_id(user.uid), self.ids.host_id(user.gid))
     }
 
     /// envd's `EnsureDirs`: create each missing component (0755, chowned).
@@ -300,12 +300,12 @@ pub(crate) fn entry_info(ctx: &FsCtx, path: &str) -> std::io::Result<EntryInfo> 
         mode,
         permissions: go_mode_string(md.mode()),
         owner: {
-            let uid = ctx.ids.from_host(md.uid());
+            let uid = ctx.ids.sandbox_id(md.uid());
             t.user_by_uid(uid)
                 .map_or_else(|| uid.to_string(), |u| u.name.clone())
         },
         group: {
-            let gid = ctx.ids.from_host(md.gid());
+            let gid = ctx.ids.sandbox_id(md.gid());
             t.group_by_gid(gid)
                 .map_or_else(|| gid.to_string(), str::to_string)
         },

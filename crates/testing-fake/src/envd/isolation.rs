@@ -28,6 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, Once, mpsc};
 
 use super::cgroup::{self, SandboxCgroup};
+use super::limits::Limits;
 use super::rootfs::{self, Layout};
 use super::userns::{self, IdMap};
 
@@ -182,6 +183,8 @@ pub(crate) struct Spec {
     /// The sandbox's ids on the host: with [`IdMap::SANDBOX`] a user namespace maps
     /// them and the host's root is idmapped into the sandbox.
     pub ids: IdMap,
+    /// The template's `(cpu_count, memory_mb)`: the sandbox's limits.
+    pub limits: (u32, u32),
 }
 
 /// The namespaces of a sandbox, opened from the holder's `/proc/<pid>/ns`.
@@ -198,6 +201,8 @@ pub(crate) struct NsFds {
     cgroup: Option<(Arc<SandboxCgroup>, OwnedFd)>,
     /// The sandbox's user namespace ([`userns`]), joined last.
     user: Option<OwnedFd>,
+    /// The sandbox's CPU, memory and process-count groups, joined first.
+    limits: Arc<Limits>,
 }
 
 /// The holder process: a pidfd (signals never hit a recycled pid) and its reaper thread.
@@ -378,6 +383,7 @@ impl Isolation {
             layout,
             offline,
             ids,
+            limits,
         } = spec;
         check_denied(Step::Overlay)?;
         if layout.overlay.is_none() {
@@ -386,10 +392,19 @@ impl Isolation {
                 std::io::Error::other("the sandbox has no upper layer"),
             ));
         }
-        Isolation::start_with(&layout, offline, ids)
+        Isolation::start_with(&layout, offline, ids, limits)
     }
 
-    fn start_with(layout: &Layout, offline: bool, ids: IdMap) -> Result<Isolation, BoundaryError> {
+    fn start_with(
+        layout: &Layout,
+        offline: bool,
+        ids: IdMap,
+        (cpus, memory_mb): (u32, u32),
+    ) -> Result<Isolation, BoundaryError> {
+        static SWEPT: Once = Once::new();
+        SWEPT.call_once(super::limits::sweep_stale);
+        let limits = Arc::new(Limits::create(cpus, memory_mb));
+        let holder_limits = limits.clone();
         let mount_err = |e| BoundaryError::new(Step::MountNamespace, e);
         std::fs::create_dir_all(&layout.newroot).map_err(mount_err)?;
         if let Some(lower) = &layout.idmapped_lower {
@@ -416,7 +431,7 @@ impl Isolation {
         let offsets = time_offsets();
         let parent = std::process::id();
         let layout = layout.clone();
-        let cg = SandboxCgroup::create(ids.to_host(0)).map(Arc::new);
+        let cg = SandboxCgroup::create(ids.host_id(0)).map(Arc::new);
         let holder_cg = cg.clone();
         // The holder is spawned and reaped by a thread of its own, so PR_SET_PDEATHSIG
         // (which fires when the forking *thread* ends) kills it exactly when the emulator
@@ -436,7 +451,9 @@ impl Isolation {
                     if let Some(cg) = &holder_cg {
                         cgroup::remove(&cg.dir);
                     }
+                    holder_limits.remove();
                 };
+                let pre_limits = holder_limits.clone();
                 let ops = match rootfs::plan(&Layout {
                     fresh_proc,
                     cgroup2: holder_cg.is_some(),
@@ -475,6 +492,7 @@ impl Isolation {
                         if !(ppid as u32 == parent || (fresh_proc && ppid == 0)) {
                             return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                         }
+                        pre_limits.join_self()?;
                         if let Some(off) = &offsets {
                             enter_new_time(off);
                         }
@@ -590,6 +608,7 @@ impl Isolation {
             time,
             cgroup,
             user,
+            limits,
         }));
         iso.ns_ino = Some(ino);
         Ok(iso)
@@ -598,6 +617,14 @@ impl Isolation {
     /// True when processes and file operations run in the private namespace.
     pub(crate) fn enabled(&self) -> bool {
         self.ns.is_some()
+    }
+
+    /// The template limits the host could not apply (`cpu`, `memory`, `pids`).
+    pub(crate) fn missing_limits(&self) -> Vec<&'static str> {
+        self.ns
+            .as_ref()
+            .map(|ns| ns.limits.missing.clone())
+            .unwrap_or_else(|| vec!["cpu", "memory", "pids"])
     }
 
     /// True when the sandbox's root is the writable overlay.
@@ -688,6 +715,7 @@ const DROPPED_CAPS: [libc::c_int; 13] = [
 /// a child's `pre_exec`, then drop [`DROPPED_CAPS`] from its bounding set (raw syscalls
 /// only; the PID namespace comes from the forking [`FsWorker`] thread).
 pub(crate) fn join_in_child(ns: &NsFds) -> std::io::Result<()> {
+    ns.limits.join_self()?;
     if let Some((cg, fd)) = &ns.cgroup {
         cg.join_self()?;
         // SAFETY: setns on an fd opened before fork.

@@ -11,8 +11,8 @@
 //! the current boot and the mount point of the namespace's new root.
 
 // Handlers return a ready `Response` as the error of early exits; boxing it buys nothing.
-#[allow(clippy::result_large_err)]
 mod allowlist;
+#[allow(clippy::result_large_err)]
 mod auth;
 mod cgroup;
 #[allow(clippy::result_large_err)]
@@ -22,6 +22,7 @@ mod cors;
 mod files;
 mod filesystem;
 mod isolation;
+mod limits;
 mod paths;
 mod process;
 mod pty;
@@ -161,7 +162,7 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path, ids: IdMap) -> Result<
         if root && ids != IdMap::IDENTITY {
             let mut d = p.as_path();
             while d.starts_with(tree) {
-                chown_path(d, ids.to_host(0), ids.to_host(0))
+                chown_path(d, ids.host_id(0), ids.host_id(0))
                     .map_err(io_err(format!("chown {}", d.display())))?;
                 match d.parent() {
                     Some(parent) => d = parent,
@@ -182,7 +183,7 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path, ids: IdMap) -> Result<
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(d.mode))
             .map_err(io_err(format!("chmod {}", p.display())))?;
         if root {
-            chown_path(&p, ids.to_host(owner.uid), ids.to_host(owner.gid))
+            chown_path(&p, ids.host_id(owner.uid), ids.host_id(owner.gid))
                 .map_err(io_err(format!("chown {}", p.display())))?;
         }
     }
@@ -193,7 +194,7 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path, ids: IdMap) -> Result<
             copy_skel(
                 Path::new("/etc/skel"),
                 &home,
-                root.then_some((ids.to_host(u.uid), ids.to_host(u.gid))),
+                root.then_some((ids.host_id(u.uid), ids.host_id(u.gid))),
             );
         }
     }
@@ -215,7 +216,7 @@ pub(crate) const UPPER: &str = "upper";
 /// directory they merge with.
 fn seed_upper(t: &Template, upper: &Path, ids: IdMap) -> Result<(), EnvdError> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let root_id = ids.to_host(0);
+    let root_id = ids.host_id(0);
     let mkdir = |rel: &str, default_mode: u32| -> Result<PathBuf, EnvdError> {
         let p = upper.join(rel);
         std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
@@ -335,6 +336,7 @@ impl Envd {
                 },
                 offline: !cfg.allow_internet,
                 ids,
+                limits: (cfg.template.cpu_count, cfg.template.memory_mb),
             };
             isolation::Isolation::start(spec)?
         };
@@ -453,6 +455,20 @@ impl Envd {
         self.iso.shutdown();
         let root = self.cfg.root.clone();
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(root)).await;
+    }
+
+    /// The template limits (`cpu`, `memory`, `pids`) this host could not apply to the
+    /// sandbox (empty when all hold).
+    ///
+    /// ```no_run
+    /// # fn f(envd: &testing_fake::envd::Envd) {
+    /// if !envd.missing_limits().is_empty() {
+    ///     eprintln!("unlimited: {:?}", envd.missing_limits());
+    /// }
+    /// # }
+    /// ```
+    pub fn missing_limits(&self) -> Vec<&'static str> {
+        self.iso.missing_limits()
     }
 
     /// True when processes and file operations run in a private mount namespace.

@@ -9,7 +9,7 @@
 //!
 //! The host's system files (owned by host uid 0) reach the sandbox through an idmapped
 //! mount with this namespace ([`super::rootfs`]), so they show as root's inside and
-//! `sudo` accepts them; what the sandbox (or envd, through [`IdMap::to_host`]) writes is
+//! `sudo` accepts them; what the sandbox (or envd, through [`IdMap::host_id`]) writes is
 //! stored on the host with the shifted ids.
 
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -34,7 +34,7 @@ impl IdMap {
     pub(crate) const SANDBOX: IdMap = IdMap { base: HOST_BASE };
 
     /// The host id of sandbox id `id`.
-    pub(crate) fn to_host(self, id: u32) -> u32 {
+    pub(crate) fn host_id(self, id: u32) -> u32 {
         if self.base == 0 || id >= RANGE {
             return id;
         }
@@ -42,7 +42,7 @@ impl IdMap {
     }
 
     /// The sandbox id of host id `id` (`nobody` when the sandbox cannot name it).
-    pub(crate) fn from_host(self, id: u32) -> u32 {
+    pub(crate) fn sandbox_id(self, id: u32) -> u32 {
         if self.base == 0 {
             id
         } else if (self.base..self.base + RANGE).contains(&id) {
@@ -119,7 +119,7 @@ pub(crate) fn create(map: IdMap) -> std::io::Result<OwnedFd> {
         if status != 0 {
             return Err(std::io::Error::from_raw_os_error(status.into()));
         }
-        let line = format!("0 {} {RANGE}\n", map.to_host(0));
+        let line = format!("0 {} {RANGE}\n", map.host_id(0));
         std::fs::write(format!("/proc/{pid}/uid_map"), &line)?;
         std::fs::write(format!("/proc/{pid}/gid_map"), &line)?;
         Ok(OwnedFd::from(std::fs::File::open(format!(
@@ -146,11 +146,11 @@ mod tests {
     #[test]
     fn ids_shift_into_the_range_and_back() {
         let m = IdMap::SANDBOX;
-        assert_eq!(m.to_host(0), HOST_BASE);
-        assert_eq!(m.to_host(1000), HOST_BASE + 1000);
-        assert_eq!(m.from_host(HOST_BASE + 1000), 1000);
-        assert_eq!(m.from_host(0), OVERFLOW);
-        assert_eq!(IdMap::IDENTITY.to_host(5), 5);
-        assert_eq!(IdMap::IDENTITY.from_host(5), 5);
+        assert_eq!(m.host_id(0), HOST_BASE);
+        assert_eq!(m.host_id(1000), HOST_BASE + 1000);
+        assert_eq!(m.sandbox_id(HOST_BASE + 1000), 1000);
+        assert_eq!(m.sandbox_id(0), OVERFLOW);
+        assert_eq!(IdMap::IDENTITY.host_id(5), 5);
+        assert_eq!(IdMap::IDENTITY.sandbox_id(5), 5);
     }
 }

@@ -467,3 +467,55 @@ async fn host_files_outside_the_allowlist_are_unreachable_even_via_sudo() {
     // `/home` holds only the template's home; `/root`, `/srv`, `/mnt`, `/opt` are empty.
     assert!(out.contains("user"), "{out}");
 }
+
+/// A memory hog (twice the template's memory) and a fork bomb end inside their sandbox;
+/// another sandbox's command keeps working. Where the host offers no cgroup controllers
+/// the sandbox says which limits are missing, and this test says so and checks nothing else.
+#[tokio::test]
+async fn a_memory_hog_and_a_fork_bomb_end_inside_their_sandbox() {
+    let a = boot("base", None).await;
+    let b = boot("base", None).await;
+    require_isolation(&a);
+    let missing = a.envd.missing_limits();
+    if !missing.is_empty() {
+        eprintln!("SKIPPED: this host applies no {missing:?} limits to sandboxes");
+        return;
+    }
+    // base: 512 MiB; the hog touches 1 GiB.
+    let (out, _, code) = root_sh(
+        &a,
+        "python3 -c \"b = b'a' * (1 << 30); print('survived', len(b))\"",
+    )
+    .await;
+    assert!(!out.contains("survived"), "{out}");
+    assert_ne!(code, 0);
+    // The bomb: forks stop at the sandbox's process limit (its children end by themselves).
+    let (out, err, code) = root_sh(
+        &a,
+        "python3 -c \"
+import os, time
+n = 0
+try:
+    while n < 3000:
+        if os.fork() == 0:
+            time.sleep(2)
+            os._exit(0)
+        n += 1
+    print('unbounded', n)
+except OSError:
+    print('bounded', n)
+\"",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let n: u32 = out
+        .trim()
+        .strip_prefix("bounded ")
+        .unwrap_or_else(|| panic!("{out}"))
+        .parse()
+        .unwrap();
+    assert!(n < 1024, "{n} forks");
+    // Another sandbox and the emulator are fine meanwhile.
+    let (out, err, code) = root_sh(&b, "echo alive").await;
+    assert_eq!((out.as_str(), code), ("alive\n", 0), "{err}");
+}
