@@ -15,6 +15,7 @@ mod control_lifecycle;
 mod control_list;
 mod envd_files;
 mod envd_filesystem;
+mod envd_bench;
 mod envd_isolation;
 mod envd_process;
 mod proxy_ports;
