@@ -71,6 +71,10 @@ impl Backend {
         let emu = Emulator::start(EmulatorConfig::default())
             .await
             .map_err(|e| CliError::msg(format!("cannot start the embedded E2B emulator: {e}")))?;
+        // Loud whatever `quiet` says: the sandbox is not a boundary.
+        if testing_fake::envd::isolation_opted_out() {
+            eprintln!("e2bx: {}", testing_fake::envd::NO_ISOLATION_BANNER);
+        }
         if !quiet {
             eprintln!(
                 "e2bx: no E2B_API_KEY set; using the embedded E2B emulator (sandboxes are local and end with this command)"

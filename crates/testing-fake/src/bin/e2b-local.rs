@@ -5,6 +5,11 @@
 //! processes killed, the temporary root removed). Logs go to stderr and never contain the
 //! key. Counters and fault rules are reachable at `/_emulator/counters` and
 //! `/_emulator/faults` with the same `X-API-KEY`.
+//!
+//! Every sandbox is a boundary (user, PID, mount and network namespaces, an allowlisted
+//! root filesystem; see the crate's README): a sandbox whose boundary cannot be built is not
+//! created. `--no-isolation` (or `E2B_LOCAL_NO_ISOLATION=1`) runs sandboxes as plain host
+//! processes instead, and is announced on stderr at every start.
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -30,10 +35,35 @@ struct Args {
     /// API key clients must send (default: a random `e2b_<40 hex>`).
     #[arg(long, env = "E2B_LOCAL_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// Run sandboxes WITHOUT the boundary, as plain host processes with this process's
+    /// rights (same as `E2B_LOCAL_NO_ISOLATION=1`). Only for code you trust.
+    #[arg(long)]
+    no_isolation: bool,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.no_isolation {
+        // SAFETY: no other thread exists yet (the runtime is built below).
+        unsafe { std::env::set_var("E2B_LOCAL_NO_ISOLATION", "1") };
+    }
+    if testing_fake::envd::isolation_opted_out() {
+        eprintln!("{}", testing_fake::envd::NO_ISOLATION_BANNER);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("e2b-local: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -41,7 +71,6 @@ async fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let args = Args::parse();
     let cfg = EmulatorConfig {
         bind: SocketAddr::new(args.bind, args.port),
         api_key: args.api_key,

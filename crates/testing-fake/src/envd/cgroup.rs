@@ -32,8 +32,10 @@ pub(crate) struct SandboxCgroup {
 }
 
 impl SandboxCgroup {
-    /// A fresh subtree, or `None` where the host has no usable cgroup2 (logged once).
-    pub(crate) fn create() -> Option<SandboxCgroup> {
+    /// A fresh subtree delegated to host uid `owner` (the sandbox's root: it may make
+    /// cgroups below it and move its processes), or `None` where the host has no usable
+    /// cgroup2 (logged once).
+    pub(crate) fn create(owner: u32) -> Option<SandboxCgroup> {
         static N: AtomicU64 = AtomicU64::new(0);
         static SWEPT: std::sync::Once = std::sync::Once::new();
         let own = exec_world_sys::mounts::own_cgroup_dir()?;
@@ -43,6 +45,17 @@ impl SandboxCgroup {
         let made = std::fs::create_dir(&dir).and_then(|()| {
             if !dir.join("cgroup.kill").exists() {
                 return Err(std::io::Error::other("no cgroup.kill (kernel < 5.14)"));
+            }
+            for f in [
+                "",
+                "cgroup.procs",
+                "cgroup.threads",
+                "cgroup.subtree_control",
+            ] {
+                let p = dir.join(f);
+                if owner != 0 && p.exists() {
+                    std::os::unix::fs::chown(&p, Some(owner), Some(owner))?;
+                }
             }
             std::fs::OpenOptions::new()
                 .write(true)

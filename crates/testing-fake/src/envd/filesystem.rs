@@ -29,6 +29,8 @@ use crate::template::{Template, TemplateUser};
 pub(crate) struct FsCtx {
     pub(crate) tree: PathBuf,
     pub(crate) isolated: bool,
+    /// How the sandbox's ids are stored on the host.
+    pub(crate) ids: super::userns::IdMap,
     pub(crate) template: Arc<Template>,
 }
 
@@ -61,7 +63,13 @@ impl FsCtx {
         if !self.isolated {
             return Ok(());
         }
-        std::os::unix::fs::chown(host, Some(user.uid), Some(user.gid))
+        let (uid, gid) = self.host_ids(user);
+        std::os::unix::fs::chown(host, Some(uid), Some(gid))
+    }
+
+    /// The host uid and gid of `user`'s files.
+    pub(crate) fn host_ids(&self, user: &TemplateUser) -> (u32, u32) {
+        (self.ids.host_id(user.uid), self.ids.host_id(user.gid))
     }
 
     /// envd's `EnsureDirs`: create each missing component (0755, chowned).
@@ -291,12 +299,16 @@ pub(crate) fn entry_info(ctx: &FsCtx, path: &str) -> std::io::Result<EntryInfo> 
         size: md.size() as i64,
         mode,
         permissions: go_mode_string(md.mode()),
-        owner: t
-            .user_by_uid(md.uid())
-            .map_or_else(|| md.uid().to_string(), |u| u.name.clone()),
-        group: t
-            .group_by_gid(md.gid())
-            .map_or_else(|| md.gid().to_string(), str::to_string),
+        owner: {
+            let uid = ctx.ids.sandbox_id(md.uid());
+            t.user_by_uid(uid)
+                .map_or_else(|| uid.to_string(), |u| u.name.clone())
+        },
+        group: {
+            let gid = ctx.ids.sandbox_id(md.gid());
+            t.group_by_gid(gid)
+                .map_or_else(|| gid.to_string(), str::to_string)
+        },
         modified_time: timestamp(md.mtime(), md.mtime_nsec()),
         symlink_target,
         metadata: read_metadata(&host),

@@ -24,26 +24,167 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, Once, mpsc};
 
 use super::cgroup::{self, SandboxCgroup};
+use super::limits::Limits;
 use super::rootfs::{self, Layout};
+use super::userns::{self, IdMap};
 
 fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
+}
+
+/// A part of the sandbox boundary, named in the error when it cannot be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The emulator is not root on the host.
+    Root,
+    /// The sandbox's user namespace (root inside is nobody on the host).
+    UserNamespace,
+    /// The PID namespace (the sandbox sees only its own processes).
+    PidNamespace,
+    /// The mount namespace and the sandbox's root filesystem.
+    MountNamespace,
+    /// The root filesystem's allowlist layer.
+    Allowlist,
+    /// The idmapped mount of the host's system files.
+    IdmappedMount,
+    /// The overlay holding the sandbox's writes.
+    Overlay,
+    /// The network namespace.
+    NetworkNamespace,
+}
+
+impl Step {
+    /// Every step, in the order a sandbox is built.
+    pub const ALL: [Step; 8] = [
+        Step::Root,
+        Step::UserNamespace,
+        Step::PidNamespace,
+        Step::MountNamespace,
+        Step::Allowlist,
+        Step::IdmappedMount,
+        Step::Overlay,
+        Step::NetworkNamespace,
+    ];
+
+    /// The short name (`user-namespace`, …), as `E2B_LOCAL_DENY_STEP` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Root => "root",
+            Step::UserNamespace => "user-namespace",
+            Step::PidNamespace => "pid-namespace",
+            Step::MountNamespace => "mount-namespace",
+            Step::Allowlist => "allowlist",
+            Step::IdmappedMount => "idmapped-mount",
+            Step::Overlay => "overlay",
+            Step::NetworkNamespace => "network-namespace",
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Step::Root => "the emulator is not root on the host",
+            Step::UserNamespace => "no user namespace for the sandbox",
+            Step::PidNamespace => "no PID namespace for the sandbox",
+            Step::MountNamespace => "no mount namespace (or root filesystem) for the sandbox",
+            Step::Allowlist => "the root filesystem's allowlist layer could not be written",
+            Step::IdmappedMount => "no idmapped mount of the host's system files",
+            Step::Overlay => "no overlay for the sandbox's writable root",
+            Step::NetworkNamespace => "no network namespace for the sandbox",
+        }
+    }
+
+    fn how(self) -> &'static str {
+        match self {
+            Step::Root => {
+                "run e2b-local as root (namespaces and mounts need it; sandbox root is still nobody on the host)"
+            }
+            Step::UserNamespace => {
+                "user namespaces must be enabled (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone is not needed as root); in a container, allow unshare(CLONE_NEWUSER) in its seccomp profile"
+            }
+            Step::PidNamespace | Step::MountNamespace | Step::NetworkNamespace => {
+                "run e2b-local as root on the host or in a container allowed to create namespaces (CAP_SYS_ADMIN, unshare not blocked by seccomp)"
+            }
+            Step::Allowlist => {
+                "the emulator's state directory must be on a filesystem that takes device nodes and trusted xattrs (ext4, xfs, btrfs, tmpfs)"
+            }
+            Step::IdmappedMount => {
+                "needs Linux 5.12 or later and a root filesystem with idmapped mounts (ext4, xfs, btrfs)"
+            }
+            Step::Overlay => {
+                "needs overlayfs (modprobe overlay) and a state directory whose path has no ',', ':' or '\\'"
+            }
+        }
+    }
+}
+
+/// A part of the sandbox boundary could not be built: what, why, and how to get it.
+#[derive(Debug)]
+pub struct BoundaryError {
+    step: Step,
+    source: std::io::Error,
+}
+
+impl BoundaryError {
+    pub(crate) fn new(step: Step, source: std::io::Error) -> BoundaryError {
+        BoundaryError { step, source }
+    }
+
+    /// The part that is missing.
+    pub fn step(&self) -> Step {
+        self.step
+    }
+}
+
+impl std::fmt::Display for BoundaryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot build the sandbox boundary ({}): {}: {}; {}; or run without the boundary (sandboxes as plain host processes) with e2b-local --no-isolation or E2B_LOCAL_NO_ISOLATION=1",
+            self.step.name(),
+            self.step.what(),
+            self.source,
+            self.step.how()
+        )
+    }
+}
+
+impl std::error::Error for BoundaryError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Fails `step` when `E2B_LOCAL_DENY_STEP` names it (a comma-separated list of
+/// [`Step::name`]s): how tests see that a boundary the kernel refuses is not built.
+fn check_denied(step: Step) -> Result<(), BoundaryError> {
+    let denied = std::env::var("E2B_LOCAL_DENY_STEP").unwrap_or_default();
+    if denied.split(',').any(|d| d.trim() == step.name()) {
+        return Err(BoundaryError::new(
+            step,
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "denied by E2B_LOCAL_DENY_STEP",
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What one sandbox's isolation is made of (see [`Layout`]), plus its network.
 pub(crate) struct Spec {
     /// The root filesystem.
     pub layout: Layout,
-    /// Files bound over host paths in read-only mode only (`/etc/passwd`, `/etc/group`;
-    /// the writable mode has them in the upper layer).
-    pub read_only_extra: Vec<(PathBuf, PathBuf)>,
     /// No internet access: a network namespace with only loopback.
     pub offline: bool,
+    /// The sandbox's ids on the host: with [`IdMap::SANDBOX`] a user namespace maps
+    /// them and the host's root is idmapped into the sandbox.
+    pub ids: IdMap,
+    /// The template's `(cpu_count, memory_mb)`: the sandbox's limits.
+    pub limits: (u32, u32),
 }
 
 /// The namespaces of a sandbox, opened from the holder's `/proc/<pid>/ns`.
@@ -58,6 +199,10 @@ pub(crate) struct NsFds {
     /// The sandbox's cgroup subtree and its cgroup namespace: a process joins the subtree,
     /// then the namespace (`None` without a usable cgroup2 on the host).
     cgroup: Option<(Arc<SandboxCgroup>, OwnedFd)>,
+    /// The sandbox's user namespace ([`userns`]), joined last.
+    user: Option<OwnedFd>,
+    /// The sandbox's CPU, memory and process-count groups, joined first.
+    limits: Arc<Limits>,
 }
 
 /// The holder process: a pidfd (signals never hit a recycled pid) and its reaper thread.
@@ -85,17 +230,24 @@ impl std::fmt::Debug for Isolation {
 }
 
 static DEGRADED: Once = Once::new();
-static NO_PIDNS: Once = Once::new();
 static NO_TIMENS: Once = Once::new();
-static NO_OVERLAY: Once = Once::new();
 
-/// True when this process may create mount namespaces (root with CAP_SYS_ADMIN).
-pub(crate) fn can_isolate() -> bool {
-    if std::env::var_os("E2B_LOCAL_NO_ISOLATION").is_some() {
-        return false;
-    }
+/// True when `E2B_LOCAL_NO_ISOLATION` is set (non-empty, not `0`).
+pub(crate) fn opted_out() -> bool {
+    std::env::var_os("E2B_LOCAL_NO_ISOLATION").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The boundary needs the host's root (namespaces, mounts, the id maps).
+pub(crate) fn require_root() -> Result<(), BoundaryError> {
+    check_denied(Step::Root)?;
     // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(BoundaryError::new(
+            Step::Root,
+            std::io::Error::from_raw_os_error(libc::EPERM),
+        ));
+    }
+    Ok(())
 }
 
 /// The inode of this process's namespace `kind` (`pid`, `net`, …).
@@ -149,6 +301,35 @@ fn enter_new_time(offsets: &CString) {
     }
 }
 
+/// A pipe on which the holder's `pre_exec` reports the [`Step`] that failed.
+fn failure_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two fds into an array we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(errno());
+    }
+    // SAFETY: fresh fds we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// In the holder's `pre_exec`: write `step`'s index to the failure pipe, return `e`.
+fn report(fd: libc::c_int, step: Step, e: std::io::Error) -> std::io::Error {
+    let i = Step::ALL.iter().position(|s| *s == step).unwrap_or(0) as u8;
+    // SAFETY: one byte from a local to an fd opened before fork.
+    unsafe { libc::write(fd, (&i as *const u8).cast(), 1) };
+    e
+}
+
+/// The step the holder's `pre_exec` reported, if any.
+fn read_failure(fd: &OwnedFd) -> Option<Step> {
+    let mut b = 0u8;
+    // SAFETY: reading one byte into a local from a non-blocking pipe.
+    let n = unsafe { libc::read(fd.as_raw_fd(), (&mut b as *mut u8).cast(), 1) };
+    (n == 1)
+        .then(|| Step::ALL.get(b as usize).copied())
+        .flatten()
+}
+
 /// In the holder's `pre_exec`: a new network namespace with loopback up.
 fn enter_new_net() -> std::io::Result<()> {
     // SAFETY: raw syscalls in the forked child; the ifreq lives on this stack.
@@ -178,11 +359,12 @@ fn enter_new_net() -> std::io::Result<()> {
 }
 
 impl Isolation {
-    /// No isolation: template paths are mapped under the sandbox root on the host.
-    pub(crate) fn off(reason: &str) -> Isolation {
+    /// No isolation (the explicit opt-out only): template paths are mapped under the
+    /// sandbox root on the host.
+    pub(crate) fn off() -> Isolation {
         DEGRADED.call_once(|| {
             tracing::warn!(
-                "sandbox isolation is off ({reason}): template paths map to directories under each sandbox root, users are not switched and the host is not protected"
+                "SANDBOX ISOLATION IS OFF (E2B_LOCAL_NO_ISOLATION / --no-isolation): sandboxes run as plain host processes with the emulator's rights; the host is not protected"
             );
         });
         Isolation {
@@ -194,66 +376,84 @@ impl Isolation {
         }
     }
 
-    /// Create the holder process and its namespaces: with the writable overlay root, or
-    /// (when the overlay cannot be mounted) the read-only root.
-    pub(crate) fn start(spec: Spec) -> std::io::Result<Isolation> {
+    /// Create the holder process and its namespaces, or say which part of the boundary
+    /// could not be built.
+    pub(crate) fn start(spec: Spec) -> Result<Isolation, BoundaryError> {
         let Spec {
             layout,
-            read_only_extra,
             offline,
+            ids,
+            limits,
         } = spec;
-        if layout.overlay.is_some() {
-            match Isolation::start_with(&layout, offline) {
-                Ok(iso) => return Ok(iso),
-                Err(e) => NO_OVERLAY.call_once(|| {
-                    tracing::warn!(
-                        "sandbox roots are read-only: the overlay root could not be mounted ({e})"
-                    );
-                }),
-            }
+        check_denied(Step::Overlay)?;
+        if layout.overlay.is_none() {
+            return Err(BoundaryError::new(
+                Step::Overlay,
+                std::io::Error::other("the sandbox has no upper layer"),
+            ));
         }
-        let mut mapped = layout.mapped;
-        mapped.extend(read_only_extra);
-        let ro = Layout {
-            mapped,
-            overlay: None,
-            ..layout
-        };
-        Isolation::start_with(&ro, offline)
+        Isolation::start_with(&layout, offline, ids, limits)
     }
 
-    fn start_with(layout: &Layout, offline: bool) -> std::io::Result<Isolation> {
-        std::fs::create_dir_all(&layout.newroot)?;
+    fn start_with(
+        layout: &Layout,
+        offline: bool,
+        ids: IdMap,
+        (cpus, memory_mb): (u32, u32),
+    ) -> Result<Isolation, BoundaryError> {
+        static SWEPT: Once = Once::new();
+        SWEPT.call_once(super::limits::sweep_stale);
+        let limits = Arc::new(Limits::create(cpus, memory_mb));
+        let holder_limits = limits.clone();
+        let mount_err = |e| BoundaryError::new(Step::MountNamespace, e);
+        std::fs::create_dir_all(&layout.newroot).map_err(mount_err)?;
+        if let Some(lower) = &layout.idmapped_lower {
+            std::fs::create_dir_all(lower).map_err(mount_err)?;
+        }
+        let user = if ids == IdMap::IDENTITY {
+            None
+        } else {
+            check_denied(Step::UserNamespace)?;
+            Some(userns::create(ids).map_err(|e| BoundaryError::new(Step::UserNamespace, e))?)
+        };
+        check_denied(Step::PidNamespace)?;
+        check_denied(Step::MountNamespace)?;
+        check_denied(Step::IdmappedMount)?;
+        if offline {
+            check_denied(Step::NetworkNamespace)?;
+        }
+        // The holder's pre_exec reports the step that failed here (one byte).
+        let (fail_r, fail_w) = failure_pipe().map_err(mount_err)?;
+        let fail_w_raw = fail_w.as_raw_fd();
+        let user_raw = user.as_ref().map_or(-1, |fd| fd.as_raw_fd());
         let writable = layout.overlay.is_some();
         let nr = rootfs::cstr(&layout.newroot);
         let offsets = time_offsets();
         let parent = std::process::id();
         let layout = layout.clone();
-        let cg = SandboxCgroup::create().map(Arc::new);
+        let cg = SandboxCgroup::create(ids.host_id(0)).map(Arc::new);
         let holder_cg = cg.clone();
         // The holder is spawned and reaped by a thread of its own, so PR_SET_PDEATHSIG
         // (which fires when the forking *thread* ends) kills it exactly when the emulator
         // dies, never earlier. The thread's PID namespace for children is a new one, so the
         // holder is its init.
-        let (tx, rx) = mpsc::channel::<std::io::Result<(u32, OwnedFd)>>();
+        let (tx, rx) = mpsc::channel::<Result<(u32, OwnedFd), BoundaryError>>();
         let thread = std::thread::Builder::new()
             .name("envd-holder".into())
             .spawn(move || {
                 // SAFETY: unshare affects only this thread's PID namespace for children.
                 let fresh_proc = unsafe { libc::unshare(libc::CLONE_NEWPID) } == 0;
                 if !fresh_proc {
-                    let e = errno();
-                    NO_PIDNS.call_once(|| {
-                        tracing::warn!(
-                            "sandboxes share the host's PID namespace ({e}): sandbox root sees host processes"
-                        );
-                    });
+                    let _ = tx.send(Err(BoundaryError::new(Step::PidNamespace, errno())));
+                    return;
                 }
                 let drop_cg = || {
                     if let Some(cg) = &holder_cg {
                         cgroup::remove(&cg.dir);
                     }
+                    holder_limits.remove();
                 };
+                let pre_limits = holder_limits.clone();
                 let ops = match rootfs::plan(&Layout {
                     fresh_proc,
                     cgroup2: holder_cg.is_some(),
@@ -262,11 +462,12 @@ impl Isolation {
                     Ok(ops) => ops,
                     Err(e) => {
                         drop_cg();
-                        let _ = tx.send(Err(e));
+                        let _ = tx.send(Err(BoundaryError::new(Step::Overlay, e)));
                         return;
                     }
                 };
                 let pre_cg = holder_cg.clone();
+                let user_raw = user_raw;
                 let mut cmd = Command::new("/bin/sleep");
                 cmd.arg("infinity")
                     .env_clear()
@@ -291,24 +492,30 @@ impl Isolation {
                         if !(ppid as u32 == parent || (fresh_proc && ppid == 0)) {
                             return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                         }
+                        pre_limits.join_self()?;
                         if let Some(off) = &offsets {
                             enter_new_time(off);
                         }
                         if offline {
-                            enter_new_net()?;
+                            enter_new_net()
+                                .map_err(|e| report(fail_w_raw, Step::NetworkNamespace, e))?;
                         }
                         // The sandbox's cgroup subtree, then a cgroup namespace rooted there.
                         let cgroup_ns = pre_cg.as_ref().is_some_and(|cg| {
                             cg.join_self().is_ok() && libc::unshare(libc::CLONE_NEWCGROUP) == 0
                         });
-                        rootfs::execute(&ops, &nr, !writable, cgroup_ns)
+                        rootfs::execute(&ops, &nr, !writable, cgroup_ns, user_raw)
+                            .map_err(|(step, e)| report(fail_w_raw, step, e))
                     });
                 }
-                let mut child: Child = match cmd.spawn() {
+                let spawned = cmd.spawn();
+                drop(fail_w);
+                let mut child: Child = match spawned {
                     Ok(c) => c,
                     Err(e) => {
                         drop_cg();
-                        let _ = tx.send(Err(e));
+                        let step = read_failure(&fail_r).unwrap_or(Step::MountNamespace);
+                        let _ = tx.send(Err(BoundaryError::new(step, e)));
                         return;
                     }
                 };
@@ -320,7 +527,7 @@ impl Isolation {
                     let _ = child.kill();
                     let _ = child.wait();
                     drop_cg();
-                    let _ = tx.send(Err(e));
+                    let _ = tx.send(Err(BoundaryError::new(Step::PidNamespace, e)));
                     return;
                 }
                 // SAFETY: a fresh fd we own.
@@ -329,10 +536,14 @@ impl Isolation {
                 let _ = child.wait();
                 // The sandbox is gone: whatever is left in its subtree goes with it.
                 drop_cg();
-            })?;
-        let (pid, pidfd) = rx
-            .recv()
-            .map_err(|_| std::io::Error::other("holder thread died"))??;
+            })
+            .map_err(|e| BoundaryError::new(Step::PidNamespace, e))?;
+        let (pid, pidfd) = rx.recv().map_err(|_| {
+            BoundaryError::new(
+                Step::PidNamespace,
+                std::io::Error::other("holder thread died"),
+            )
+        })??;
         let holder = Holder {
             pidfd,
             thread: Some(thread),
@@ -354,15 +565,32 @@ impl Isolation {
             }
             Ok(Some((OwnedFd::from(std::fs::File::open(&path)?), ino)))
         };
-        let (mnt, ino) = open("mnt")?.ok_or_else(|| std::io::Error::other("no mount namespace"))?;
-        let pid_ns = open("pid")?.map(|(fd, _)| fd);
-        let net = open("net")?.map(|(fd, _)| fd);
+        let step = |s: Step| move |e| BoundaryError::new(s, e);
+        let (mnt, ino) = open("mnt")
+            .map_err(step(Step::MountNamespace))?
+            .ok_or_else(|| {
+                BoundaryError::new(Step::MountNamespace, std::io::Error::other("not entered"))
+            })?;
+        let pid_ns = Some(
+            open("pid")
+                .map_err(step(Step::PidNamespace))?
+                .ok_or_else(|| {
+                    BoundaryError::new(Step::PidNamespace, std::io::Error::other("not entered"))
+                })?
+                .0,
+        );
+        let net = open("net")
+            .map_err(step(Step::NetworkNamespace))?
+            .map(|(fd, _)| fd);
         if offline && net.is_none() {
-            return Err(std::io::Error::other("no network namespace"));
+            return Err(BoundaryError::new(
+                Step::NetworkNamespace,
+                std::io::Error::other("not entered"),
+            ));
         }
-        let time = open("time")?.map(|(fd, _)| fd);
+        let time = open("time").ok().flatten().map(|(fd, _)| fd);
         // Only when the holder really entered a cgroup namespace of its own (the subtree).
-        let cgroup = match (cg, open("cgroup")?) {
+        let cgroup = match (cg, open("cgroup").ok().flatten()) {
             (Some(cg), Some((fd, _))) => Some((cg, fd)),
             _ => None,
         };
@@ -379,6 +607,8 @@ impl Isolation {
             net,
             time,
             cgroup,
+            user,
+            limits,
         }));
         iso.ns_ino = Some(ino);
         Ok(iso)
@@ -387,6 +617,14 @@ impl Isolation {
     /// True when processes and file operations run in the private namespace.
     pub(crate) fn enabled(&self) -> bool {
         self.ns.is_some()
+    }
+
+    /// The template limits the host could not apply (`cpu`, `memory`, `pids`).
+    pub(crate) fn missing_limits(&self) -> Vec<&'static str> {
+        self.ns
+            .as_ref()
+            .map(|ns| ns.limits.missing.clone())
+            .unwrap_or_else(|| vec!["cpu", "memory", "pids"])
     }
 
     /// True when the sandbox's root is the writable overlay.
@@ -477,6 +715,7 @@ const DROPPED_CAPS: [libc::c_int; 13] = [
 /// a child's `pre_exec`, then drop [`DROPPED_CAPS`] from its bounding set (raw syscalls
 /// only; the PID namespace comes from the forking [`FsWorker`] thread).
 pub(crate) fn join_in_child(ns: &NsFds) -> std::io::Result<()> {
+    ns.limits.join_self()?;
     if let Some((cg, fd)) = &ns.cgroup {
         cg.join_self()?;
         // SAFETY: setns on an fd opened before fork.
@@ -495,6 +734,14 @@ pub(crate) fn join_in_child(ns: &NsFds) -> std::io::Result<()> {
             if unsafe { libc::setns(fd.as_raw_fd(), kind) } != 0 {
                 return Err(errno());
             }
+        }
+    }
+    // Last: the namespaces above are the host user namespace's, joined with the host
+    // root's rights; from here on the process's capabilities are the sandbox's only.
+    if let Some(fd) = &ns.user {
+        // SAFETY: setns on an fd opened before fork; the child is single-threaded.
+        if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWUSER) } != 0 {
+            return Err(errno());
         }
     }
     for cap in DROPPED_CAPS {

@@ -11,6 +11,7 @@
 //! the current boot and the mount point of the namespace's new root.
 
 // Handlers return a ready `Response` as the error of early exits; boxing it buys nothing.
+mod allowlist;
 #[allow(clippy::result_large_err)]
 mod auth;
 mod cgroup;
@@ -21,14 +22,17 @@ mod cors;
 mod files;
 mod filesystem;
 mod isolation;
+mod limits;
 mod paths;
 mod process;
 mod pty;
 mod rootfs;
+mod userns;
 mod watch;
 
 pub(crate) use auth::json_error;
 pub(crate) use files::{has_signature, signed_with};
+pub use isolation::{BoundaryError, Step};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,6 +44,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 
 use crate::template::{Template, TemplateUser};
+use userns::IdMap;
 
 /// The `PATH` envd gives every process (the standard one of E2B images).
 pub(crate) const SANDBOX_PATH: &str =
@@ -83,7 +88,29 @@ pub enum EnvdError {
     /// The template is inconsistent (e.g. a directory owned by an unknown user).
     #[error("invalid template: {0}")]
     Template(String),
+    /// A part of the sandbox boundary could not be built: the sandbox is not created
+    /// (the emulator never runs one without it unless told to, see
+    /// [`isolation_opted_out`]).
+    #[error("{0}")]
+    Boundary(#[from] isolation::BoundaryError),
 }
+
+/// True when the person running the emulator opted out of the sandbox boundary
+/// (`E2B_LOCAL_NO_ISOLATION` set to anything but empty or `0`; `e2b-local
+/// --no-isolation` sets it): sandboxes then run as plain host processes, and the emulator
+/// says so loudly at every start.
+///
+/// ```
+/// // Unset in a normal environment: every sandbox is isolated or not created.
+/// let _ = testing_fake::envd::isolation_opted_out();
+/// ```
+pub fn isolation_opted_out() -> bool {
+    isolation::opted_out()
+}
+
+/// What `e2b-local` and `e2bx` print on stderr at every start when
+/// [`isolation_opted_out`] holds.
+pub const NO_ISOLATION_BANNER: &str = "WARNING: E2B emulator sandbox isolation is OFF (--no-isolation / E2B_LOCAL_NO_ISOLATION): sandboxes run as plain host processes with this process's rights and can read, change and reach everything it can. Only run code you trust.";
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EnvdError {
     let context = context.into();
@@ -117,8 +144,9 @@ fn chown_path(p: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     std::os::unix::fs::chown(p, Some(uid), Some(gid))
 }
 
-/// Lay out the sandbox tree from the template (first boot only).
-fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path) -> Result<(), EnvdError> {
+/// Lay out the sandbox tree from the template (first boot only); ids are stored on the
+/// host shifted by `ids`.
+fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path, ids: IdMap) -> Result<(), EnvdError> {
     use std::os::unix::fs::PermissionsExt;
     let t = &cfg.template;
     let marker = private.join("template");
@@ -130,15 +158,27 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path) -> Result<(), EnvdErro
     std::fs::write(&shadow, t.shadow()).map_err(io_err("writing shadow"))?;
     std::fs::set_permissions(&shadow, std::fs::Permissions::from_mode(0o640))
         .map_err(io_err("chmod shadow"))?;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
     for m in &t.mounts {
         let p = tree.join(m.trim_start_matches('/'));
         std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+        // The mount points (and the directories between) are root's inside.
+        if root && ids != IdMap::IDENTITY {
+            let mut d = p.as_path();
+            while d.starts_with(tree) {
+                chown_path(d, ids.host_id(0), ids.host_id(0))
+                    .map_err(io_err(format!("chown {}", d.display())))?;
+                match d.parent() {
+                    Some(parent) => d = parent,
+                    None => break,
+                }
+            }
+        }
     }
     if !first {
         return Ok(());
     }
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
     for d in &t.dirs {
         let owner = t
             .user(&d.owner)
@@ -148,7 +188,7 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path) -> Result<(), EnvdErro
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(d.mode))
             .map_err(io_err(format!("chmod {}", p.display())))?;
         if root {
-            chown_path(&p, owner.uid, owner.gid)
+            chown_path(&p, ids.host_id(owner.uid), ids.host_id(owner.gid))
                 .map_err(io_err(format!("chown {}", p.display())))?;
         }
     }
@@ -159,22 +199,29 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path) -> Result<(), EnvdErro
             copy_skel(
                 Path::new("/etc/skel"),
                 &home,
-                root.then_some((u.uid, u.gid)),
+                root.then_some((ids.host_id(u.uid), ids.host_id(u.gid))),
             );
         }
     }
     if root {
-        seed_upper(t, &private.join("upper"))?;
+        seed_upper(t, &private.join(UPPER), ids)?;
     }
     std::fs::write(&marker, format!("{}\n", t.id)).map_err(io_err("writing marker"))?;
     Ok(())
 }
 
+/// The per-sandbox writable upper layer of the root filesystem, under the sandbox's
+/// private directory: everything the sandbox writes outside its template paths lands
+/// here (a snapshot copies it with the sandbox tree).
+pub(crate) const UPPER: &str = "upper";
+
 /// The writable root's upper layer of a fresh sandbox: the template's accounts
 /// (`/etc/passwd`, `/etc/group`, `/etc/shadow`, `/etc/gshadow`, never the host's) and its
-/// passwordless sudoers. Directories copy the mode of the host directory they merge with.
-fn seed_upper(t: &Template, upper: &Path) -> Result<(), EnvdError> {
+/// passwordless sudoers, owned by the sandbox's root. Directories copy the mode of the host
+/// directory they merge with.
+fn seed_upper(t: &Template, upper: &Path, ids: IdMap) -> Result<(), EnvdError> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let root_id = ids.host_id(0);
     let mkdir = |rel: &str, default_mode: u32| -> Result<PathBuf, EnvdError> {
         let p = upper.join(rel);
         std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
@@ -182,6 +229,7 @@ fn seed_upper(t: &Template, upper: &Path) -> Result<(), EnvdError> {
         let mode = std::fs::metadata(&host).map_or(default_mode, |m| m.mode() & 0o7777);
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
             .map_err(io_err(format!("chmod {}", p.display())))?;
+        chown_path(&p, root_id, root_id).map_err(io_err(format!("chown {}", p.display())))?;
         Ok(p)
     };
     mkdir("", 0o755)?;
@@ -200,6 +248,7 @@ fn seed_upper(t: &Template, upper: &Path) -> Result<(), EnvdError> {
         std::fs::write(&p, text).map_err(io_err(format!("writing {}", p.display())))?;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
             .map_err(io_err(format!("chmod {}", p.display())))?;
+        chown_path(&p, root_id, root_id).map_err(io_err(format!("chown {}", p.display())))?;
     }
     Ok(())
 }
@@ -271,26 +320,39 @@ impl Envd {
             .map_err(io_err(format!("resolving {}", cfg.root.display())))?;
         let tree = root.join("fs");
         let private = root.join(".e2b");
-        lay_out(&cfg, &tree, &private)?;
+        let opted_out = isolation::opted_out();
+        let ids = if opted_out {
+            IdMap::IDENTITY
+        } else {
+            IdMap::SANDBOX
+        };
+        lay_out(&cfg, &tree, &private, ids)?;
 
-        let iso = if isolation::can_isolate() {
+        let iso = if opted_out {
+            isolation::Isolation::off()
+        } else {
+            isolation::require_root()?;
             let mut mapped: Vec<(PathBuf, PathBuf)> = cfg
                 .template
                 .mounts
                 .iter()
                 .map(|m| (PathBuf::from(m), tree.join(m.trim_start_matches('/'))))
                 .collect();
-            let upper = private.join("upper");
+            let upper = private.join(UPPER);
             volume_mount_points(&cfg.volumes, &upper)?;
             mapped.extend(cfg.volumes.iter().cloned());
             let work = private.join("work");
             std::fs::create_dir_all(&work)
                 .map_err(io_err(format!("creating {}", work.display())))?;
+            let mask = allowlist::mask(ids)
+                .map_err(|e| isolation::BoundaryError::new(isolation::Step::Allowlist, e))?;
             let spec = isolation::Spec {
                 layout: rootfs::Layout {
                     newroot: private.join("newroot"),
                     mapped,
                     overlay: upper.is_dir().then_some((upper, work)),
+                    mask: Some((private.join("mask"), mask)),
+                    idmapped_lower: Some(private.join("lower")),
                     boot_id: Some(new_boot_id(&private)?),
                     // The emulator's state (every sandbox's tree) is not for the sandbox.
                     hide: root
@@ -302,21 +364,11 @@ impl Envd {
                     fresh_proc: true,
                     cgroup2: false,
                 },
-                read_only_extra: vec![
-                    ("/etc/passwd".into(), private.join("passwd")),
-                    ("/etc/group".into(), private.join("group")),
-                    ("/etc/shadow".into(), private.join("shadow")),
-                ],
                 offline: !cfg.allow_internet,
+                ids,
+                limits: (cfg.template.cpu_count, cfg.template.memory_mb),
             };
-            match isolation::Isolation::start(spec) {
-                Ok(iso) => iso,
-                Err(e) => isolation::Isolation::off(&format!(
-                    "could not create the sandbox namespaces: {e}"
-                )),
-            }
-        } else {
-            isolation::Isolation::off("not running as root")
+            isolation::Isolation::start(spec)?
         };
         if !cfg.volumes.is_empty() && !iso.enabled() {
             iso.shutdown();
@@ -345,6 +397,7 @@ impl Envd {
         let fsctx = filesystem::FsCtx {
             tree: tree.clone(),
             isolated: iso.enabled(),
+            ids,
             template: Arc::new(cfg.template.clone()),
         };
         Ok(Arc::new(Envd {
@@ -438,6 +491,20 @@ impl Envd {
         self.iso.shutdown();
         let root = self.cfg.root.clone();
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(root)).await;
+    }
+
+    /// The template limits (`cpu`, `memory`, `pids`) this host could not apply to the
+    /// sandbox (empty when all hold).
+    ///
+    /// ```no_run
+    /// # fn f(envd: &testing_fake::envd::Envd) {
+    /// if !envd.missing_limits().is_empty() {
+    ///     eprintln!("unlimited: {:?}", envd.missing_limits());
+    /// }
+    /// # }
+    /// ```
+    pub fn missing_limits(&self) -> Vec<&'static str> {
+        self.iso.missing_limits()
     }
 
     /// True when processes and file operations run in a private mount namespace.

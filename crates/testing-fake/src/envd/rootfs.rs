@@ -17,9 +17,21 @@ use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::allowlist::MaskEntry;
+use super::isolation::Step;
+
 /// One step of building the new root, executed in the holder's `pre_exec`.
 pub(crate) enum Op {
     Overlay(CString, CString),
+    /// An overlayfs whiteout (a 0/0 character device).
+    Whiteout(CString),
+    /// Mark a directory opaque for overlayfs.
+    Opaque(CString),
+    /// chown a path.
+    Chown(CString, libc::uid_t, libc::gid_t),
+    /// A read-only, idmapped (with the sandbox's user namespace) clone of the host's root
+    /// mount, attached at this path: the system files, owned by root inside.
+    IdmappedRoot(CString),
     Tmpfs(CString, &'static CStr),
     Proc(CString),
     Devpts(CString),
@@ -47,6 +59,12 @@ pub(crate) struct Layout {
     pub mapped: Vec<(PathBuf, PathBuf)>,
     /// `(upper, work)` of the writable overlay; `None` = read-only tmpfs mode.
     pub overlay: Option<(PathBuf, PathBuf)>,
+    /// The overlay's lower layers, top first: the allowlist mask
+    /// ([`super::allowlist`]), then the mount point of the idmapped host root
+    /// ([`Op::IdmappedRoot`]; `/` itself when `None`, without a user namespace).
+    pub mask: Option<(PathBuf, Vec<MaskEntry>)>,
+    /// Mount point of the idmapped host root (see [`Layout::mask`]).
+    pub idmapped_lower: Option<PathBuf>,
     /// A file bound over `/proc/sys/kernel/random/boot_id`.
     pub boot_id: Option<PathBuf>,
     /// Host directories hidden behind an empty tmpfs (the emulator's state).
@@ -58,6 +76,10 @@ pub(crate) struct Layout {
     /// Mount the sandbox's cgroup subtree writable at `/sys/fs/cgroup`.
     pub cgroup2: bool,
 }
+
+/// The only host mounts (besides the root filesystem's allowlist) a writable root shows,
+/// read-only: the kernel's view of devices and cgroups, as any Linux system has it.
+const HOST_MOUNTS: [&str; 1] = ["/sys"];
 
 /// Device nodes a sandbox gets (bound from the host's `/dev`).
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
@@ -218,8 +240,8 @@ impl Planner<'_> {
         }
     }
 
-    /// Writable mode: the overlay holds the root filesystem; bind the host's other
-    /// top-level mounts (those directly on `/`) read-only on top of it.
+    /// Writable mode: the overlay holds the root filesystem; bind the host's
+    /// [`HOST_MOUNTS`] read-only on top of it (no other host mount: data lives there).
     fn host_submounts(&mut self) {
         let Some(root_id) = self
             .mounts
@@ -233,7 +255,7 @@ impl Planner<'_> {
         let mut tops: Vec<PathBuf> = self
             .mounts
             .iter()
-            .filter(|m| m.parent == root_id && m.path != Path::new("/") && !is_replaced(&m.path))
+            .filter(|m| m.parent == root_id && HOST_MOUNTS.iter().any(|h| m.path == Path::new(h)))
             .map(|m| m.path.clone())
             .collect();
         tops.sort();
@@ -242,6 +264,33 @@ impl Planner<'_> {
             match std::fs::metadata(&top) {
                 Ok(md) => self.bind_ro(&top, md.is_dir()),
                 Err(_) => continue,
+            }
+        }
+    }
+
+    /// The allowlist's mask layer on a tmpfs of its own at `dir` (outside the lower
+    /// layer's filesystem: overlayfs refuses overlapping layers).
+    fn mask(&mut self, dir: &Path, entries: &[MaskEntry]) {
+        self.ops.push(Op::Mkdir(cstr(dir)));
+        self.ops.push(Op::Tmpfs(cstr(dir), c"mode=0755,size=1m"));
+        for e in entries {
+            match e {
+                MaskEntry::Dir {
+                    rel,
+                    mode,
+                    uid,
+                    gid,
+                    opaque,
+                } => {
+                    let p = cstr(&dir.join(rel));
+                    self.ops.push(Op::Mkdir(p.clone()));
+                    self.ops.push(Op::Chmod(p.clone(), *mode as libc::mode_t));
+                    self.ops.push(Op::Chown(p.clone(), *uid, *gid));
+                    if *opaque {
+                        self.ops.push(Op::Opaque(p));
+                    }
+                }
+                MaskEntry::Whiteout(rel) => self.ops.push(Op::Whiteout(cstr(&dir.join(rel)))),
             }
         }
     }
@@ -334,7 +383,19 @@ pub(super) fn plan(l: &Layout) -> std::io::Result<Vec<Op>> {
     let nr = cstr(&l.newroot);
     match &l.overlay {
         Some((upper, work)) => {
-            let opts = overlay_options(upper, work)?;
+            let mut lowers: Vec<&Path> = Vec::new();
+            if let Some((dir, entries)) = &l.mask {
+                p.mask(dir, entries);
+                lowers.push(dir);
+            }
+            match &l.idmapped_lower {
+                Some(lower) => {
+                    p.ops.push(Op::IdmappedRoot(cstr(lower)));
+                    lowers.push(lower);
+                }
+                None => lowers.push(Path::new("/")),
+            }
+            let opts = overlay_options(&lowers, upper, work)?;
             p.ops.push(Op::Overlay(nr.clone(), opts));
             p.host_submounts();
         }
@@ -361,11 +422,11 @@ pub(super) fn plan(l: &Layout) -> std::io::Result<Vec<Op>> {
     Ok(p.ops)
 }
 
-/// `lowerdir=/,upperdir=…,workdir=…`; paths with a separator of the option syntax are
-/// refused (the caller falls back to read-only mode).
-fn overlay_options(upper: &Path, work: &Path) -> std::io::Result<CString> {
+/// `lowerdir=A:B,upperdir=…,workdir=…`; paths with a separator of the option syntax are
+/// refused.
+fn overlay_options(lowers: &[&Path], upper: &Path, work: &Path) -> std::io::Result<CString> {
     let bad = |p: &Path| p.as_os_str().as_bytes().iter().any(|b| b",:\\".contains(b));
-    if bad(upper) || bad(work) {
+    if bad(upper) || bad(work) || lowers.iter().any(|p| bad(p)) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!(
@@ -374,7 +435,14 @@ fn overlay_options(upper: &Path, work: &Path) -> std::io::Result<CString> {
             ),
         ));
     }
-    let mut s = b"lowerdir=/,upperdir=".to_vec();
+    let mut s = b"lowerdir=".to_vec();
+    for (i, l) in lowers.iter().enumerate() {
+        if i > 0 {
+            s.push(b':');
+        }
+        s.extend_from_slice(l.as_os_str().as_bytes());
+    }
+    s.extend_from_slice(b",upperdir=");
     s.extend_from_slice(upper.as_os_str().as_bytes());
     s.extend_from_slice(b",workdir=");
     s.extend_from_slice(work.as_os_str().as_bytes());
@@ -400,11 +468,13 @@ pub(super) fn execute(
     newroot: &CString,
     read_only_root: bool,
     cgroup_ns: bool,
-) -> std::io::Result<()> {
+    userns: libc::c_int,
+) -> Result<(), (Step, std::io::Error)> {
+    let ns = |e| (Step::MountNamespace, e);
     // SAFETY: plain syscalls on NUL-terminated strings prepared before fork.
     unsafe {
         if libc::unshare(libc::CLONE_NEWNS) != 0 {
-            return Err(errno());
+            return Err(ns(errno()));
         }
         let root = c"/";
         if libc::mount(
@@ -415,15 +485,20 @@ pub(super) fn execute(
             std::ptr::null(),
         ) != 0
         {
-            return Err(errno());
+            return Err(ns(errno()));
         }
         for op in ops {
             if matches!(op, Op::Cgroup2(_)) && !cgroup_ns {
                 continue;
             }
-            let rc = run_op(op);
+            let rc = run_op(op, userns);
             if rc != 0 {
-                return Err(errno());
+                let step = match op {
+                    Op::Overlay(..) => Step::Overlay,
+                    Op::IdmappedRoot(..) => Step::IdmappedMount,
+                    _ => Step::MountNamespace,
+                };
+                return Err((step, errno()));
             }
         }
         if read_only_root
@@ -439,20 +514,20 @@ pub(super) fn execute(
                 std::ptr::null(),
             ) != 0
         {
-            return Err(errno());
+            return Err(ns(errno()));
         }
         if libc::chdir(newroot.as_ptr()) != 0 {
-            return Err(errno());
+            return Err(ns(errno()));
         }
         let dot = c".";
         if libc::syscall(libc::SYS_pivot_root, dot.as_ptr(), dot.as_ptr()) != 0 {
-            return Err(errno());
+            return Err(ns(errno()));
         }
         if libc::umount2(dot.as_ptr(), libc::MNT_DETACH) != 0 {
-            return Err(errno());
+            return Err(ns(errno()));
         }
         if libc::chdir(root.as_ptr()) != 0 {
-            return Err(errno());
+            return Err(ns(errno()));
         }
     }
     Ok(())
@@ -462,7 +537,7 @@ pub(super) fn execute(
 ///
 /// # Safety
 /// Raw syscalls on the op's NUL-terminated strings.
-unsafe fn run_op(op: &Op) -> libc::c_int {
+unsafe fn run_op(op: &Op, userns: libc::c_int) -> libc::c_int {
     let tmpfs = c"tmpfs";
     let none = std::ptr::null::<libc::c_char>();
     // SAFETY: see the function's contract.
@@ -475,6 +550,7 @@ unsafe fn run_op(op: &Op) -> libc::c_int {
                 0,
                 opts.as_ptr().cast(),
             ),
+            Op::IdmappedRoot(p) => idmapped_root(p, userns),
             Op::Tmpfs(p, opts) => libc::mount(
                 tmpfs.as_ptr(),
                 p.as_ptr(),
@@ -551,6 +627,15 @@ unsafe fn run_op(op: &Op) -> libc::c_int {
                 }
             }
             Op::Chmod(p, mode) => libc::chmod(p.as_ptr(), *mode),
+            Op::Chown(p, uid, gid) => libc::lchown(p.as_ptr(), *uid, *gid),
+            Op::Whiteout(p) => libc::mknod(p.as_ptr(), libc::S_IFCHR, libc::makedev(0, 0)),
+            Op::Opaque(p) => libc::setxattr(
+                p.as_ptr(),
+                c"trusted.overlay.opaque".as_ptr(),
+                b"y".as_ptr().cast(),
+                1,
+                0,
+            ),
             Op::Hide(p) => {
                 let rc = libc::mount(
                     tmpfs.as_ptr(),
@@ -587,5 +672,73 @@ unsafe fn run_op(op: &Op) -> libc::c_int {
                 }
             }
         }
+    }
+}
+
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+/// [`Op::IdmappedRoot`]: clone the root mount (not its submounts), idmap it with the
+/// user namespace `userns`, attach it at `target`. 0 on success (errno set otherwise).
+///
+/// # Safety
+/// Raw syscalls on a NUL-terminated string.
+unsafe fn idmapped_root(target: &CStr, userns: libc::c_int) -> libc::c_int {
+    if userns < 0 {
+        // SAFETY: writing the thread's errno.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
+        return -1;
+    }
+    // SAFETY: see the function's contract.
+    unsafe {
+        let fd = libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c"/".as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        ) as libc::c_int;
+        if fd < 0 {
+            return -1;
+        }
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: userns as u64,
+        };
+        let mut rc = libc::syscall(
+            libc::SYS_mount_setattr,
+            fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ) as libc::c_int;
+        if rc == 0 {
+            rc = libc::syscall(
+                libc::SYS_move_mount,
+                fd,
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                target.as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH,
+            ) as libc::c_int;
+        }
+        let saved = last_errno();
+        libc::close(fd);
+        *libc::__errno_location() = saved;
+        rc
     }
 }

@@ -7,7 +7,7 @@ use crate::envd_support;
 
 use std::time::Instant;
 
-use envd_support::{Fake, boot, boot_named, boot_with, run};
+use envd_support::{Fake, boot, boot_with, run};
 
 fn exit_code(end: &serde_json::Value) -> i64 {
     end.get("exitCode").and_then(|c| c.as_i64()).unwrap_or(0)
@@ -336,27 +336,28 @@ async fn names_with_control_bytes_download_with_an_encoded_disposition() {
 }
 
 #[tokio::test]
-async fn without_the_overlay_the_root_is_read_only_and_still_private() {
-    // overlayfs options cannot name a directory with a ',': the root falls back to the
-    // read-only host view, everything else of the boundary holds.
-    let fake = boot_named("base", None, true, ",no-overlay").await;
-    require_isolation(&fake);
-    assert!(!fake.envd.has_writable_root());
-    let (_, _, code) = root_sh(&fake, "touch /usr/local/e2b-ro-test").await;
-    assert_ne!(code, 0, "the read-only root was written");
-    let (st, body) = download(&fake, "/etc/shadow", "root").await;
-    assert_eq!(st, 200);
-    assert!(String::from_utf8(body).unwrap().starts_with("root:*:"));
-    let (out, err, code) = root_sh(
-        &fake,
-        "tr '\\0' ' ' < /proc/1/cmdline; echo x > ~/h && cat ~/h",
-    )
-    .await;
-    assert_eq!(
-        (out.as_str(), code),
-        ("/bin/sleep infinity x\n", 0),
-        "{err}"
+async fn without_the_overlay_no_sandbox_is_created() {
+    // overlayfs options cannot name a directory with a ',': the writable root cannot be
+    // built, so the sandbox is not created (no read-only or host-backed fallback).
+    let dir = std::env::temp_dir().join(format!("envd-test-{}-,no-overlay", std::process::id()));
+    let cfg = testing_fake::envd::EnvdConfig {
+        sandbox_id: "itestnooverlay".into(),
+        template: testing_fake::template::Template::lookup("base").unwrap(),
+        root: dir.clone(),
+        access_token: None,
+        env_vars: Default::default(),
+        allow_internet: true,
+        volumes: Vec::new(),
+        hidden: Vec::new(),
+    };
+    let err = testing_fake::envd::Envd::boot(cfg).await.unwrap_err();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = err.to_string();
+    assert!(
+        text.contains("cannot build the sandbox boundary (overlay)"),
+        "{text}"
     );
+    assert!(text.contains("overlayfs"), "names how to get it: {text}");
 }
 
 /// The holder reaps like a real init: a process orphaned inside the sandbox (its parent
@@ -370,4 +371,153 @@ async fn orphans_that_end_leave_no_zombie() {
     let script = format!("sh -c 'sleep 0.2 & sleep 0.2 & exit 0'; sleep 1.5; {zombies}");
     let (out, err, _) = root_sh(&fake, &script).await;
     assert_eq!(out.trim(), "0", "zombies left in the sandbox: {err}");
+}
+
+/// Root in the sandbox is an unprivileged uid on the host: its user namespace maps 0 to
+/// the sandbox range, what it writes is owned there on the host and by root inside.
+#[tokio::test]
+async fn root_in_the_sandbox_is_nobody_on_the_host() {
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    let (out, err, code) = root_sh(
+        &fake,
+        "cat /proc/self/uid_map /proc/self/gid_map; echo x > /etc/e2b-owner-test; stat -c '%u %U' /etc/e2b-owner-test /usr/bin/sudo",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let words: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(
+        words,
+        [
+            "0",
+            "2000000000",
+            "65536",
+            "0",
+            "2000000000",
+            "65536",
+            "0",
+            "root",
+            "0",
+            "root"
+        ],
+        "{out}"
+    );
+    // The host process behind the sandbox's root runs as the shifted uid.
+    let (out, _, _) = root_sh(&fake, "sleep 30 >/dev/null 2>&1 & echo $!").await;
+    let inner: u32 = out.trim().parse().unwrap();
+    let host = (0..100)
+        .find_map(|_| {
+            let h = fake.envd.host_pid(inner);
+            if h.is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            h
+        })
+        .expect("the sandbox's sleep has a host pid");
+    let status = std::fs::read_to_string(format!("/proc/{host}/status")).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(uid_line.contains("2000000000"), "{uid_line}");
+    // No capability of the host's root: the host's clock, modules, raw sockets.
+    let (_, _, code) = root_sh(&fake, "exec 3<>/proc/sysrq-trigger").await;
+    assert_ne!(code, 0);
+}
+
+/// The root filesystem is an allowlist: a file planted on the host outside it (the
+/// checkout, `/var/lib`) is absent for `user` and for root via sudo.
+#[tokio::test]
+async fn host_files_outside_the_allowlist_are_unreachable_even_via_sudo() {
+    // Planted before the boot: the allowlist mask is computed at boot (see the README).
+    let planted = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("boundary-secret-{}", std::process::id()));
+    std::fs::write(&planted, "host secret\n").unwrap();
+    let var_lib =
+        std::path::PathBuf::from(format!("/var/lib/e2b-boundary-test-{}", std::process::id()));
+    std::fs::create_dir_all(&var_lib).unwrap();
+    std::fs::write(var_lib.join("secret"), "host secret\n").unwrap();
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    let script = format!(
+        "cat {p}; sudo -n cat {p}; cat {v}/secret; sudo -n cat {v}/secret; sudo -n ls /home /root /srv /mnt /opt; sudo -n cat /proc/1/root{p}; ls /",
+        p = planted.display(),
+        v = var_lib.display()
+    );
+    let (o, e, _) = run(&fake, &script, Some("user")).await;
+    let _ = std::fs::remove_file(&planted);
+    let _ = std::fs::remove_dir_all(&var_lib);
+    let out = String::from_utf8_lossy(&o);
+    let err = String::from_utf8_lossy(&e);
+    assert!(!out.contains("host secret"), "{out}");
+    assert!(err.contains("No such file or directory"), "{err}");
+    // `ls /`: the system's directories, none of the host's own.
+    let top: Vec<&str> = out.split_whitespace().collect();
+    for must in ["bin", "etc", "usr", "home", "tmp", "proc"] {
+        assert!(top.contains(&must), "{must} missing from / : {out}");
+    }
+    let first = planted
+        .components()
+        .nth(1)
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy()
+        .into_owned();
+    let system = [
+        "bin", "etc", "usr", "home", "tmp", "proc", "root", "var", "opt", "srv", "mnt",
+    ];
+    if !system.contains(&first.as_str()) {
+        assert!(!top.contains(&first.as_str()), "/{first} is visible: {out}");
+    }
+    // `/home` holds only the template's home; `/root`, `/srv`, `/mnt`, `/opt` are empty.
+    assert!(out.contains("user"), "{out}");
+}
+
+/// A memory hog (twice the template's memory) and a fork bomb end inside their sandbox;
+/// another sandbox's command keeps working. Where the host offers no cgroup controllers
+/// the sandbox says which limits are missing, and this test says so and checks nothing else.
+#[tokio::test]
+async fn a_memory_hog_and_a_fork_bomb_end_inside_their_sandbox() {
+    let a = boot("base", None).await;
+    let b = boot("base", None).await;
+    require_isolation(&a);
+    let missing = a.envd.missing_limits();
+    if !missing.is_empty() {
+        eprintln!("SKIPPED: this host applies no {missing:?} limits to sandboxes");
+        return;
+    }
+    // base: 512 MiB; the hog touches 1 GiB.
+    let (out, _, code) = root_sh(
+        &a,
+        "python3 -c \"b = b'a' * (1 << 30); print('survived', len(b))\"",
+    )
+    .await;
+    assert!(!out.contains("survived"), "{out}");
+    assert_ne!(code, 0);
+    // The bomb: forks stop at the sandbox's process limit (its children end by themselves).
+    let (out, err, code) = root_sh(
+        &a,
+        "python3 -c \"
+import os, time
+n = 0
+try:
+    while n < 3000:
+        if os.fork() == 0:
+            time.sleep(2)
+            os._exit(0)
+        n += 1
+    print('unbounded', n)
+except OSError:
+    print('bounded', n)
+\"",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let n: u32 = out
+        .trim()
+        .strip_prefix("bounded ")
+        .unwrap_or_else(|| panic!("{out}"))
+        .parse()
+        .unwrap();
+    assert!(n < 1024, "{n} forks");
+    // Another sandbox and the emulator are fine meanwhile.
+    let (out, err, code) = root_sh(&b, "echo alive").await;
+    assert_eq!((out.as_str(), code), ("alive\n", 0), "{err}");
 }

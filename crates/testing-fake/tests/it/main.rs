@@ -7,11 +7,13 @@ mod support;
 
 mod control_api;
 mod control_bin;
+mod control_boundary;
 mod control_drop;
 mod control_faults;
 mod control_isolation;
 mod control_lifecycle;
 mod control_list;
+mod envd_bench;
 mod envd_files;
 mod envd_filesystem;
 mod envd_isolation;

@@ -88,7 +88,8 @@ fn open_target(ctx: &FsCtx, path: &str, user: &TemplateUser) -> Result<std::fs::
             }
         })?;
     if !chowned && ctx.isolated {
-        std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid)).map_err(|e| {
+        let (uid, gid) = ctx.host_ids(user);
+        std::os::unix::fs::fchown(&file, Some(uid), Some(gid)).map_err(|e| {
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!(

@@ -1,0 +1,99 @@
+//! The emulator fails closed: a sandbox whose boundary cannot be built is not created, the
+//! error names the missing part and how to get it; the explicit opt-out is announced.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+
+/// `e2b-local` started with `envs`, its API URL and key.
+fn start(root: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> (Child, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_e2b-local"));
+    cmd.args(["--port", "0", "--root"])
+        .arg(root)
+        .args(args)
+        .env_remove("E2B_LOCAL_NO_ISOLATION")
+        .env_remove("E2B_LOCAL_DENY_STEP")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("e2b-local starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().expect("a line").expect("utf-8");
+    let api = next().trim_start_matches("E2B_API_URL=").to_owned();
+    let _sandbox = next();
+    let key = next().trim_start_matches("E2B_API_KEY=").to_owned();
+    (child, api, key)
+}
+
+/// SIGTERM, wait, and the child's stderr.
+fn stop(mut child: Child) -> String {
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: plain kill(2) on the child we spawned.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    child.wait().unwrap();
+    err
+}
+
+async fn create(api: &str, key: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .post(format!("{api}/v2/sandboxes"))
+        .header("X-API-KEY", key)
+        .json(&serde_json::json!({"templateID": "base"}))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_denied_namespace_fails_the_create_and_names_it() {
+    for (step, hint) in [
+        ("user-namespace", "user namespaces must be enabled"),
+        ("overlay", "overlayfs"),
+        ("idmapped-mount", "idmapped mounts"),
+    ] {
+        let root = tempfile::tempdir().unwrap();
+        let (child, api, key) = start(root.path(), &[], &[("E2B_LOCAL_DENY_STEP", step)]);
+        let (status, body) = create(&api, &key).await;
+        let listed = reqwest::Client::new()
+            .get(format!("{api}/sandboxes"))
+            .header("X-API-KEY", &key)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let err = stop(child);
+        assert_eq!(status, 500, "{step}: {body}");
+        assert!(
+            body.contains(&format!("cannot build the sandbox boundary ({step})")),
+            "{step}: {body}"
+        );
+        assert!(body.contains(hint), "{step}: how to get it: {body}");
+        assert!(body.contains("--no-isolation"), "{body}");
+        assert_eq!(listed.trim(), "[]", "{step}: nothing runs: {listed}");
+        assert!(!err.contains("ISOLATION IS OFF"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn the_opt_out_is_announced_at_start() {
+    let root = tempfile::tempdir().unwrap();
+    let (child, _, _) = start(root.path(), &["--no-isolation"], &[]);
+    let err = stop(child);
+    assert!(err.contains("sandbox isolation is OFF"), "{err}");
+    let (child, _, _) = start(root.path(), &[], &[("E2B_LOCAL_NO_ISOLATION", "1")]);
+    let err = stop(child);
+    assert!(err.contains("sandbox isolation is OFF"), "{err}");
+}
