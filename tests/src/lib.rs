@@ -1,8 +1,6 @@
-//! Cross-crate integration tests live in `tests/tests/`; this library holds what they and
-//! world-bench share beyond the emulator fixture (`emulator-fixture`): the official SDK
-//! installer.
-
-pub mod sdk_install;
+//! Cross-crate integration tests live in `tests/tests/`; what they share (the emulator, the
+//! official SDK installer) is the fixture crate `emulator-fixture`. This library holds the
+//! root README's example as a doctest.
 
 /// The root README's "local or E2B" example, compiled as a doctest.
 #[doc = include_str!("../../README.md")]

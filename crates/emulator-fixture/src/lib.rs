@@ -1,7 +1,8 @@
 //! The shared emulator fixture of the adapter crates' tests: an in-process E2B emulator
 //! (`testing-fake`), a client configured for it and a fresh sandbox, on 127.0.0.1 only.
-//! A dev-dependency of e2b-core, fs-e2b, subprocess-e2b, sandbox-e2b and the cross-crate
-//! tests.
+//! A dev-dependency of e2b-core, fs-e2b, subprocess-e2b, sandbox-e2b, e2bx and the
+//! cross-crate tests. [`sdk_install`] installs the official clients those tests drive, at
+//! the versions pinned in one place.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -9,6 +10,8 @@
 //! let _envd = sb.api.clone(); // what the adapters take
 //! # }
 //! ```
+
+pub mod sdk_install;
 
 use std::sync::Arc;
 use std::time::Duration;

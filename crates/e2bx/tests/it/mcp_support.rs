@@ -1,6 +1,6 @@
 //! Shared by the `e2bx mcp` tests: the official MCP clients (npm `@modelcontextprotocol/sdk`
-//! and PyPI `mcp`, pinned below) installed once into the target directory's `sdk-cache/`
-//! under a file lock (several test processes may ask at once), and the runs of the client
+//! and PyPI `mcp`, pinned in `tests/sdk/versions.txt`) installed once into the target
+//! directory's `sdk-cache/` (`emulator_fixture::sdk_install`), and the runs of the client
 //! scripts in `tests/mcp/` against a server on stdio (the client starts it) or on HTTP
 //! (started here on 127.0.0.1, port 0).
 //!
@@ -15,20 +15,17 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::support::bin;
+use emulator_fixture::sdk_install::{self, Registry};
 
-/// The TypeScript SDK version the tests run.
-pub const JS_SDK: &str = "@modelcontextprotocol/sdk@1.32.2";
-/// The Python SDK version the tests run.
-pub const PY_SDK: &str = "mcp==2.3.0";
+use crate::support::bin;
 
 fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn cache(sub: &str) -> PathBuf {
+fn target() -> PathBuf {
     let workspace = manifest().join("../..");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .map(|t| {
             if t.is_absolute() {
@@ -37,42 +34,16 @@ fn cache(sub: &str) -> PathBuf {
                 workspace.join(t)
             }
         })
-        .unwrap_or_else(|| workspace.join("target"));
-    target.join("sdk-cache").join(sub)
+        .unwrap_or_else(|| workspace.join("target"))
 }
 
-struct InstallLock(#[allow(dead_code)] std::fs::File);
-
-async fn install_lock() -> InstallLock {
-    let path = cache(".mcp-install.lock");
-    tokio::task::spawn_blocking(move || {
-        std::fs::create_dir_all(path.parent().expect("cache dir")).expect("cache dir");
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .expect("lock file");
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).expect("flock");
-        InstallLock(f)
-    })
-    .await
-    .expect("lock task")
-}
-
-async fn run_install(cmd: &mut Command, what: &str) {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
+/// Installs `name` at its pinned version; returns the directory for `NODE_PATH` /
+/// `PYTHONPATH`.
+async fn install(registry: Registry, name: &'static str) -> PathBuf {
+    tokio::task::spawn_blocking(move || sdk_install::install(&target(), registry, name))
         .await
-        .unwrap_or_else(|e| panic!("cannot run the {what} installer: {e}"));
-    assert!(
-        out.status.success(),
-        "installing {what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .expect("install task")
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A client: the program, its script, and the variable pointing it at the install.
@@ -85,72 +56,23 @@ pub struct McpClient {
 
 /// The TypeScript client (installed on first use).
 pub async fn js() -> McpClient {
-    let _lock = install_lock().await;
-    let dir = cache(&format!(
-        "mcp-node-{}",
-        JS_SDK.rsplit('@').next().unwrap_or("x")
-    ));
-    let marker = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
-    if !marker.exists() {
-        std::fs::create_dir_all(&dir).unwrap();
-        run_install(
-            Command::new("npm")
-                .arg("install")
-                .arg("--prefix")
-                .arg(&dir)
-                .args([JS_SDK, "--no-audit", "--no-fund", "--no-save"]),
-            JS_SDK,
-        )
-        .await;
-    }
-    assert!(
-        marker.exists(),
-        "npm did not install {JS_SDK} into {}",
-        dir.display()
-    );
     McpClient {
         program: "node",
         script: manifest().join("tests/mcp/client.cjs"),
-        path_var: ("NODE_PATH", dir.join("node_modules")),
+        path_var: (
+            "NODE_PATH",
+            install(Registry::Npm, "@modelcontextprotocol/sdk").await,
+        ),
         marker: "MCP JS OK",
     }
 }
 
 /// The Python client (installed on first use).
 pub async fn py() -> McpClient {
-    let _lock = install_lock().await;
-    let dir = cache(&format!(
-        "mcp-py-{}",
-        PY_SDK.rsplit('=').next().unwrap_or("x")
-    ));
-    let marker = dir.join("mcp/__init__.py");
-    if !marker.exists() {
-        std::fs::create_dir_all(&dir).unwrap();
-        run_install(
-            Command::new("python3")
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "--target",
-                ])
-                .arg(&dir)
-                .arg(PY_SDK),
-            PY_SDK,
-        )
-        .await;
-    }
-    assert!(
-        marker.exists(),
-        "pip did not install {PY_SDK} into {}",
-        dir.display()
-    );
     McpClient {
         program: "python3",
         script: manifest().join("tests/mcp/client.py"),
-        path_var: ("PYTHONPATH", dir),
+        path_var: ("PYTHONPATH", install(Registry::PyPi, "mcp").await),
         marker: "MCP PY OK",
     }
 }

@@ -337,7 +337,7 @@ pub trait SandboxProvider: Send + Sync {
     /// Creates a sandbox named `new_name` with the files `h` has at this instant (its
     /// commands are held still while they are copied) and none of its processes, replacing
     /// any other sandbox of that name; `h` keeps running, untouched. A `new_name` equal to
-    /// the source's own name is [`SandboxError::Invalid`].
+    /// the source's own name is refused with [`ErrorKind::InvalidSpec`](crate::ErrorKind::InvalidSpec).
     async fn fork(&self, h: &SandboxHandle, new_name: &str) -> Result<SandboxHandle, SandboxError>;
 
     /// What this provider offers.

@@ -1,13 +1,13 @@
 //! The official SDK contenders: the npm `e2b` package run by `tests/sdk/bench.cjs` with
 //! node, the PyPI `e2b` package run by `tests/sdk/bench.py` with python3. Installed as the
-//! SDK interop tests install them (`integration_tests::sdk_install`: the versions pinned in
+//! SDK interop tests install them (`emulator_fixture::sdk_install`: the versions pinned in
 //! `tests/sdk/versions.txt`, under `sdk-cache/` of the target directory this binary was
 //! built in).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use integration_tests::sdk_install::{self, Registry};
+use emulator_fixture::sdk_install::{self, Registry};
 
 use super::child::AnyError;
 

@@ -1,5 +1,5 @@
 //! Shared by the tests that drive the official E2B SDKs: install the npm / PyPI `e2b`
-//! package at the version pinned in `tests/sdk/versions.txt` (`integration_tests::sdk_install`;
+//! package at the version pinned in `tests/sdk/versions.txt` (`emulator_fixture::sdk_install`;
 //! `E2B_SDK_LATEST=1` for the newest) under the target directory (`CARGO_TARGET_DIR` when
 //! set, else the workspace `target/`) and run a script from `tests/sdk/` against a fresh
 //! in-process emulator (the script prints its marker, e.g. `SMOKE OK`, when every check holds).
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use integration_tests::sdk_install::{self, Registry};
+use emulator_fixture::sdk_install::{self, Registry};
 use testing_fake::{Emulator, EmulatorConfig};
 use tokio::process::Command;
 

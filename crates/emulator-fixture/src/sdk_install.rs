@@ -1,12 +1,12 @@
-//! Installs the official SDKs that the interop tests and world-bench drive, at the versions
-//! pinned in `tests/sdk/versions.txt` (one place), into `sdk-cache/` of a target directory:
+//! Installs the official clients that the interop tests and world-bench drive (E2B's SDKs,
+//! the MCP SDKs), at the versions pinned in `tests/sdk/versions.txt` (one place), into `sdk-cache/` of a target directory:
 //! once, under an exclusive `flock`, since several test processes may ask at the same time.
 //! `E2B_SDK_LATEST=1` installs the newest releases instead, into `sdk-cache/latest/`, so a
 //! release elsewhere never changes what a plain run installs.
 //!
 //! ```no_run
 //! # fn demo(target: &std::path::Path) -> Result<(), String> {
-//! use integration_tests::sdk_install::{install, Registry};
+//! use emulator_fixture::sdk_install::{install, Registry};
 //! let node_modules = install(target, Registry::Npm, "e2b")?; // NODE_PATH for `node`
 //! let site = install(target, Registry::PyPi, "e2b")?; // PYTHONPATH for `python3`
 //! # let _ = (node_modules, site); Ok(()) }
@@ -34,12 +34,12 @@ impl Registry {
     }
 }
 
-const VERSIONS: &str = include_str!("../sdk/versions.txt");
+const VERSIONS: &str = include_str!("../../../tests/sdk/versions.txt");
 
 /// The version `versions.txt` pins for `name` on `registry`.
 ///
 /// ```
-/// use integration_tests::sdk_install::{pinned, Registry};
+/// use emulator_fixture::sdk_install::{pinned, Registry};
 /// assert!(pinned(Registry::Npm, "e2b").is_some());
 /// assert_eq!(pinned(Registry::Npm, "no-such-package"), None);
 /// ```
