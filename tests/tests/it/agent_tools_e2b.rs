@@ -1,29 +1,14 @@
 //! The agent-tools shared tests (bash tool, terminal, LSP bridge) against the E2B adapters
 //! (`E2bFs` + `E2bSubprocess`) on the emulator: the same functions `crates/agent-tools`
-//! runs against the local adapters, unchanged.
+//! runs against the local adapters, unchanged. The LSP test installs python-lsp-server
+//! inside the sandbox (pip, into the test's scratch directory): the emulator's sandbox
+//! sees none of the host's files, so a cache on the host would not reach it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_tools::testing::{ToolWorld, ensure_pylsp};
-use exec_world::{Fs, LocalFs, LocalSubprocess, WorldPath};
-
-/// The python-lsp-server cache on the host, filled from the host once and reused: the
-/// sandbox sees the host's paths outside its own tree read-only, so the sandbox's python
-/// imports it without installing anything inside the sandbox.
-async fn host_lsp_cache() -> WorldPath {
-    let cache = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/lsp-cache");
-    let cache = WorldPath::new(cache).expect("path").normalize();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let scratch = WorldPath::new(dir.path().to_str().expect("UTF-8")).expect("path");
-    let local = ToolWorld::new(
-        Arc::new(LocalFs::at(scratch.clone()).expect("LocalFs")),
-        Arc::new(LocalSubprocess::at(scratch.clone())),
-        scratch,
-    );
-    ensure_pylsp(&local, "python3", &cache).await;
-    cache
-}
+use agent_tools::testing::ToolWorld;
+use exec_world::{Fs, WorldPath};
 
 /// A fresh emulator, a fresh `base` sandbox, and both adapters over its one handle.
 async fn e2b_world() -> ToolWorld {
@@ -38,9 +23,7 @@ async fn e2b_world() -> ToolWorld {
         subprocess_e2b::E2bSubprocessOptions::new(scratch.as_str()),
     )
     .expect("E2bSubprocess");
-    ToolWorld::new(Arc::new(fs), Arc::new(proc), scratch)
-        .with_lsp_cache(host_lsp_cache().await)
-        .with_guard(emu)
+    ToolWorld::new(Arc::new(fs), Arc::new(proc), scratch).with_guard(emu)
 }
 
 agent_tools::agent_tools_tests!(e2b_world);
