@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use e2b_core::proto::control::SandboxState;
 use e2b_core::{
-    Client, ConnectOptions, CreateOptions, EnvdApi, Error, ListQuery, PauseOptions, Surface,
+    Client, ConnectOptions, CreateOptions, EnvdApi, Error, ListQuery, PauseOptions, Sandbox,
+    StartProcess, Surface,
 };
 use e2b_core_support::{client, config, emulator, sandbox};
 use futures::StreamExt as _;
@@ -158,6 +159,46 @@ async fn pause_without_memory_then_cold_connect() {
         .expect("cold connect");
     assert!(back.was_resumed());
     back.health().await.expect("healthy");
+    c.kill(sb.id()).await.expect("kill");
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cold_boot_keeps_the_workspace_the_users() {
+    // The conversation template's /workspace is a template path owned by `sandbox`; a
+    // cold boot lays the tree out again and must not give it back to root.
+    let emu = emulator().await;
+    let c = client(&emu);
+    let sb = c
+        .create(&CreateOptions::new("conversation"))
+        .await
+        .expect("create");
+    let write = |sb: Sandbox, name: &'static str| async move {
+        sb.run(StartProcess::shell(format!("echo x > /workspace/{name}")).user("sandbox"))
+            .await
+            .expect("run")
+            .end
+            .exit_code
+    };
+    assert_eq!(write(sb.clone(), "before").await, 0);
+    c.pause(sb.id(), PauseOptions { memory: false })
+        .await
+        .expect("pause without memory");
+    let back = c
+        .connect(
+            sb.id(),
+            ConnectOptions {
+                timeout: Duration::from_secs(60),
+                memory: Some(false),
+            },
+        )
+        .await
+        .expect("cold connect");
+    assert_eq!(
+        write(back, "after").await,
+        0,
+        "the user writes after a cold boot"
+    );
     c.kill(sb.id()).await.expect("kill");
     emu.shutdown().await;
 }

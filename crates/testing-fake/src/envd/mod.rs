@@ -163,8 +163,10 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path, ids: IdMap) -> Result<
     for m in &t.mounts {
         let p = tree.join(m.trim_start_matches('/'));
         std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
-        // The mount points (and the directories between) are root's inside.
-        if root && ids != IdMap::IDENTITY {
+        // The mount points (and the directories between) are root's inside, as laid out
+        // at the first boot; a later boot (cold boot, a sandbox from a snapshot) keeps the
+        // owners the template and the sandbox gave them (`/workspace` is the user's).
+        if first && root && ids != IdMap::IDENTITY {
             let mut d = p.as_path();
             while d.starts_with(tree) {
                 chown_path(d, ids.host_id(0), ids.host_id(0))
