@@ -2,7 +2,7 @@
 //! /volumes/{volumeID}`, and the check of a create's `volumeMounts` (E2B's messages:
 //! `invalid mounts:` with one line per bad mount).
 
-use std::path::{Component, Path as StdPath, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Json;
@@ -113,12 +113,12 @@ fn bad_mount_path(path: &str) -> Option<&'static str> {
     if !path.starts_with('/') {
         return Some("path must be absolute");
     }
+    // Already clean as Go's `filepath.Clean` leaves it: no empty, `.` or `..` segment
+    // (std's `Path::components` would drop an inner `.` silently).
     let clean = path == "/"
-        || (!path.ends_with('/')
-            && !path.contains("//")
-            && StdPath::new(path)
-                .components()
-                .all(|c| matches!(c, Component::RootDir | Component::Normal(_))));
+        || path[1..]
+            .split('/')
+            .all(|seg| !seg.is_empty() && seg != "." && seg != "..");
     if !clean {
         return Some("path must not contain any '.' or '..' components");
     }
