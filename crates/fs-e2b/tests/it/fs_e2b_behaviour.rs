@@ -681,9 +681,12 @@ async fn the_process_holding_a_read_is_out_of_the_users_reach() {
         .await
         .expect("write");
     for kill in [false, true] {
-        // envd's GET waits 3 s: the holder keeps the file open on fd 3 meanwhile.
+        // envd's GET waits: the holder keeps the file open on fd 3 meanwhile. Long enough
+        // for the probes and the kill below on a loaded machine (the kill case ends as
+        // soon as envd answers, so its wait is the test's cost).
+        let hold = Duration::from_secs(if kill { 15 } else { 3 });
         env.emu.faults().add(
-            FaultRule::new(FaultAction::Delay(Duration::from_secs(3)))
+            FaultRule::new(FaultAction::Delay(hold))
                 .surface(Plane::Envd)
                 .method("GET")
                 .path_prefix("/files")
