@@ -61,13 +61,29 @@ pub async fn run_script(
     let emu = Emulator::start(EmulatorConfig::default())
         .await
         .expect("emulator starts");
+    run_on(&emu, (program, script), path_var, &[], marker).await;
+    emu
+}
+
+/// Run `program tests/sdk/<script> ARGS…` against `emu` (its URLs and key in the
+/// environment, no proxy, nothing of this process's E2B settings); it must exit 0 within
+/// 240 s and print `marker`. Returns its stdout.
+pub async fn run_on(
+    emu: &Emulator,
+    (program, script): (&str, &str),
+    (path_var, path): (&str, &Path),
+    args: &[&str],
+    marker: &str,
+) -> String {
     let script = workspace().join("tests").join("sdk").join(script);
     let mut cmd = Command::new(program);
     cmd.arg(&script)
+        .args(args)
         .env("E2B_API_URL", emu.api_url())
+        .env("E2B_VOLUME_API_URL", emu.api_url())
         .env("E2B_SANDBOX_URL", emu.sandbox_url())
         .env("E2B_API_KEY", emu.api_key())
-        .env(path_var.0, path_var.1)
+        .env(path_var, path)
         .env_remove("E2B_DOMAIN")
         .env_remove("E2B_DEBUG")
         .env_remove("E2B_ACCESS_TOKEN")
@@ -78,18 +94,18 @@ pub async fn run_script(
         .env("NO_PROXY", "127.0.0.1,localhost")
         .stdin(Stdio::null())
         .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(180), cmd.output())
+    let out = tokio::time::timeout(Duration::from_secs(240), cmd.output())
         .await
         .unwrap_or_else(|_| panic!("{program} {} timed out", script.display()))
         .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success() && stdout.contains(marker),
-        "{program} {} failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}\ncounters: {:?}",
+        "{program} {} {args:?} failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}\ncounters: {:?}",
         script.display(),
         out.status,
         emu.counters().snapshot()
     );
-    emu
+    stdout
 }
