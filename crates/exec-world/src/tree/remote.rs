@@ -130,6 +130,30 @@ fn spawn_with(
     world.spawn(spec)
 }
 
+/// An error of an upload names the operation `upload` unless a step named it already.
+fn upload_op(e: Error) -> Error {
+    if e.op().is_none() {
+        e.with_op("upload")
+    } else {
+        e
+    }
+}
+
+/// Counts the local tree against `opts`' limits before anything is started: a tree over
+/// them is refused with the numbers, and nothing reaches the world.
+async fn survey_limits(local: &Path, opts: &TreeOptions) -> Result<(), Error> {
+    let root = local.to_path_buf();
+    let survey_opts = TreeOptions {
+        progress: None,
+        ..opts.clone()
+    };
+    tokio::task::spawn_blocking(move || pack::survey(&root, &mut Meter::new(&survey_opts)))
+        .await
+        .map_err(joined)?
+        .map_err(upload_op)?;
+    Ok(())
+}
+
 fn joined(e: tokio::task::JoinError) -> Error {
     Error::other(format!("tree transfer worker failed: {e}"))
 }
@@ -143,25 +167,9 @@ pub async fn upload(
     dest: &WorldPath,
     opts: &TreeOptions,
 ) -> Result<TreeSummary, Error> {
-    let at = |e: Error| {
-        if e.op().is_none() {
-            e.with_op("upload")
-        } else {
-            e
-        }
-    };
-    // Count first: a tree over the limits is refused before anything is started.
-    let root = local.to_path_buf();
-    let survey_opts = TreeOptions {
-        progress: None,
-        ..opts.clone()
-    };
-    tokio::task::spawn_blocking(move || pack::survey(&root, &mut Meter::new(&survey_opts)))
-        .await
-        .map_err(joined)?
-        .map_err(at)?;
+    survey_limits(local, opts).await?;
 
-    let mut child = spawn(world, UPLOAD, dest, true).map_err(at)?;
+    let mut child = spawn(world, UPLOAD, dest, true).map_err(upload_op)?;
     let mut stdin = child
         .take_stdin()
         .ok_or_else(|| Error::other("upload: the tar process has no stdin"))?;
@@ -204,10 +212,10 @@ pub async fn upload(
         Ok(sum) => sum,
         Err(e) => {
             let _ = child.wait().await;
-            return Err(at(e));
+            return Err(upload_op(e));
         }
     };
-    let status = child.wait().await.map_err(at)?;
+    let status = child.wait().await.map_err(upload_op)?;
     if !status.success() {
         return Err(script_error("upload", dest, status.code, &err_text));
     }
@@ -230,22 +238,7 @@ pub async fn upload_via_file(
     dest: &WorldPath,
     opts: &TreeOptions,
 ) -> Result<TreeSummary, Error> {
-    let at = |e: Error| {
-        if e.op().is_none() {
-            e.with_op("upload")
-        } else {
-            e
-        }
-    };
-    let root = local.to_path_buf();
-    let survey_opts = TreeOptions {
-        progress: None,
-        ..opts.clone()
-    };
-    tokio::task::spawn_blocking(move || pack::survey(&root, &mut Meter::new(&survey_opts)))
-        .await
-        .map_err(joined)?
-        .map_err(at)?;
+    survey_limits(local, opts).await?;
     let name = dest
         .as_str()
         .trim_end_matches('/')
@@ -283,20 +276,21 @@ pub async fn upload_via_file(
             if w.is_ok() {
                 let _ = fs.remove(&archive, false).await;
             }
-            return Err(at(p
-                .err()
-                .or(w.err())
-                .unwrap_or_else(|| Error::other("upload failed"))));
+            return Err(upload_op(
+                p.err()
+                    .or(w.err())
+                    .unwrap_or_else(|| Error::other("upload failed")),
+            ));
         }
     };
     let mut child =
-        spawn_with(world, UPLOAD, &[dest.as_str(), archive.as_str()], false).map_err(at)?;
+        spawn_with(world, UPLOAD, &[dest.as_str(), archive.as_str()], false).map_err(upload_op)?;
     let (err_text, ()) = futures::join!(drain_stderr(child.take_stderr()), async {
         if let Some(mut s) = child.take_stdout() {
             while s.next().await.is_some() {}
         }
     });
-    let status = child.wait().await.map_err(at)?;
+    let status = child.wait().await.map_err(upload_op)?;
     if !status.success() {
         let _ = fs.remove(&archive, false).await;
         return Err(script_error("upload", dest, status.code, &err_text));
