@@ -139,24 +139,29 @@ async fn lifecycle_create_get_timeout_refresh_pause_connect_kill() {
     emu.shutdown().await;
 }
 
+/// Pauses sandbox `id` without memory and connects it again: a cold boot (every process
+/// ends, files stay).
+async fn cold_boot(c: &Client, id: &str) -> Sandbox {
+    c.pause(id, PauseOptions { memory: false })
+        .await
+        .expect("pause without memory");
+    c.connect(
+        id,
+        ConnectOptions {
+            timeout: Duration::from_secs(60),
+            memory: Some(false),
+        },
+    )
+    .await
+    .expect("cold connect")
+}
+
 #[tokio::test]
 async fn pause_without_memory_then_cold_connect() {
     let emu = emulator().await;
     let c = client(&emu);
     let sb = sandbox(&c).await;
-    c.pause(sb.id(), PauseOptions { memory: false })
-        .await
-        .expect("pause without memory");
-    let back = c
-        .connect(
-            sb.id(),
-            ConnectOptions {
-                timeout: Duration::from_secs(60),
-                memory: Some(false),
-            },
-        )
-        .await
-        .expect("cold connect");
+    let back = cold_boot(&c, sb.id()).await;
     assert!(back.was_resumed());
     back.health().await.expect("healthy");
     c.kill(sb.id()).await.expect("kill");
@@ -181,19 +186,7 @@ async fn a_cold_boot_keeps_the_workspace_the_users() {
             .exit_code
     };
     assert_eq!(write(sb.clone(), "before").await, 0);
-    c.pause(sb.id(), PauseOptions { memory: false })
-        .await
-        .expect("pause without memory");
-    let back = c
-        .connect(
-            sb.id(),
-            ConnectOptions {
-                timeout: Duration::from_secs(60),
-                memory: Some(false),
-            },
-        )
-        .await
-        .expect("cold connect");
+    let back = cold_boot(&c, sb.id()).await;
     assert_eq!(
         write(back, "after").await,
         0,
