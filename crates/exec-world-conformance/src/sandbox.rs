@@ -362,6 +362,68 @@ pub async fn sb_writes_stay_in_the_root(w: &SandboxWorld) {
     p.destroy(&b).await.expect("destroy");
 }
 
+/// A directory that the agent keeps swapping (atomically) for a link to this machine's
+/// files while writes and reads go through it: no write lands outside the sandbox and no read
+/// returns what is there (the check-then-act window of a link resolution is closed, not
+/// just narrow).
+pub async fn sb_writes_stay_in_the_root_while_links_swap(w: &SandboxWorld) {
+    let p = &*w.provider;
+    let h = w.create("swap").await;
+    let unique = format!("sandbox-swap-{}-{}", std::process::id(), h.id.len());
+    let host_dir = std::env::temp_dir().join(&unique);
+    std::fs::create_dir_all(&host_dir).expect("host dir");
+    std::fs::write(host_dir.join("secret.txt"), b"host secret").expect("host secret");
+    let t = host_dir.display().to_string();
+    let swapper = p.exec(
+        &h,
+        // renameat2(RENAME_EXCHANGE) (x86_64 syscall 316) swaps `d` and the link `e`
+        // atomically, as fast as perl can loop.
+        ExecSpec::new(format!(
+            "mkdir d && ln -s {t} e && touch running && exec perl -e '$n = 0; my ($d, $e) = (\"d\", \"e\"); \
+             until (-e \"stop\") {{ syscall(316, -100, $d, -100, $e, 2) == 0 \
+             or die \"renameat2: $!\"; $n++ }} print $n'"
+        ))
+        .timeout(Duration::from_secs(120))
+        .tag("swapper"),
+    );
+    let calls = async {
+        wait_for(p, &h, "/workspace/running").await;
+        for i in 0..300 {
+            let path = format!("/workspace/d/f{i}");
+            let _ = bounded(
+                &format!("write_file {path}"),
+                p.write_file(&h, &path, b"evil"),
+            )
+            .await;
+            let r = bounded(
+                "read_file through the swapped link",
+                p.read_file(&h, "/workspace/d/secret.txt", 100),
+            )
+            .await;
+            if let Ok(Some(c)) = r {
+                assert_ne!(c.data, b"host secret", "read through the swapped link");
+            }
+        }
+        p.write_file(&h, "/workspace/stop", b"")
+            .await
+            .expect("stop");
+    };
+    let (out, ()) = tokio::join!(swapper, calls);
+    let out = out.expect("swapper");
+    assert!(
+        out.stdout.trim().parse::<u64>().is_ok_and(|n| n > 0),
+        "{out:?}"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&host_dir)
+        .expect("host dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let _ = std::fs::remove_dir_all(&host_dir);
+    assert_eq!(left, ["secret.txt"], "a write left the sandbox");
+    p.destroy(&h).await.expect("destroy");
+}
+
 /// A timeout kills the whole tree (nohup'd and setsid'd children too) and returns the
 /// output so far with no exit code.
 pub async fn sb_timeout_kills_tree(w: &SandboxWorld) {
@@ -686,6 +748,7 @@ macro_rules! __sandbox_test_names {
             sb_read_refuses_fifos,
             sb_special_files_never_block,
             sb_writes_stay_in_the_root,
+            sb_writes_stay_in_the_root_while_links_swap,
             sb_timeout_kills_tree,
             sb_cancel,
             sb_output_cap,

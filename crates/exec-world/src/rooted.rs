@@ -9,9 +9,12 @@
 //! the root. That costs one `lstat` per component below the root on each operation that
 //! resolves a path (a local call for `LocalFs`, one process start for fs-e2b); the final
 //! operation itself is the inner backend's. A directory swapped for a symlink between the
-//! check and the operation can still redirect that one operation (the window is the time
-//! between two calls); the inner backend's own permissions (fs-e2b acts as the sandbox
-//! user) still apply to it. Errors name virtual paths, never the real root.
+//! check and the operation would redirect that one operation, so locally the inner
+//! backend should be [`LocalFs::beneath`](crate::LocalFs::beneath) the same root: the
+//! kernel then refuses any link below the root during the call (`openat2`), and such a
+//! race fails instead of leaving the root. Over fs-e2b the window remains, bounded by the
+//! inner backend's own permissions (it acts as the sandbox user). Errors name virtual
+//! paths, never the real root.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -1,4 +1,5 @@
-//! `LocalFs`: [`Fs`] over this machine's file system (tokio::fs).
+//! `LocalFs`: [`Fs`] over this machine's file system (tokio::fs), optionally held
+//! beneath a root by the kernel ([`LocalFs::beneath`], see `beneath.rs`).
 //!
 //! Atomic write = a temporary file in the target's directory (`O_EXCL`), filled from the
 //! stream, `fsync`ed, `rename`d over the target, then the directory `fsync`ed. An error
@@ -9,6 +10,7 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
@@ -21,6 +23,8 @@ use crate::fs::{
     ByteStream, Created, DirEntry, FileKind, Fs, FsCapabilities, Metadata, Version, WriteOptions,
 };
 use crate::path::WorldPath;
+
+use super::beneath::{Anchor, Pinned};
 
 /// Chunk size of streamed reads.
 const CHUNK: usize = 256 * 1024;
@@ -37,6 +41,8 @@ const CHUNK: usize = 256 * 1024;
 #[derive(Clone, Debug)]
 pub struct LocalFs {
     cwd: WorldPath,
+    /// The kernel-enforced root, when made with [`LocalFs::beneath`].
+    anchor: Option<Arc<Anchor>>,
 }
 
 impl LocalFs {
@@ -54,6 +60,33 @@ impl LocalFs {
     pub fn at(cwd: WorldPath) -> Result<LocalFs, Error> {
         Ok(LocalFs {
             cwd: cwd.resolve(&WorldPath::root()),
+            anchor: None,
+        })
+    }
+
+    /// The local file system held beneath `root` by the kernel, with `root` as cwd: every
+    /// path is opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from a
+    /// descriptor of `root`, so no symbolic link below it is ever followed, not even one
+    /// swapped in during a call (the call fails with [`ErrorKind::InvalidPath`] instead),
+    /// and paths outside `root` are refused. Meant under [`Rooted`](crate::Rooted), which
+    /// resolves the links itself and hands down link-free paths: together they give the
+    /// agent links inside its root and the kernel's guarantee that nothing leaves it.
+    /// Needs Linux 5.6 (`openat2`); older kernels refuse here.
+    ///
+    /// ```no_run
+    /// # use exec_world::{Fs, LocalFs, WorldPath};
+    /// # async fn f() -> Result<(), exec_world::Error> {
+    /// let fs = LocalFs::beneath(WorldPath::new("/srv/conversation-1")?)?;
+    /// // A link `/srv/conversation-1/out -> /etc` makes this fail, never write to /etc.
+    /// fs.write(&WorldPath::new("out/passwd")?, exec_world::bytes_stream("x".into()), Default::default()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn beneath(root: WorldPath) -> Result<LocalFs, Error> {
+        let root = root.resolve(&WorldPath::root());
+        let anchor = Anchor::open(root.clone())?;
+        Ok(LocalFs {
+            cwd: root,
+            anchor: Some(Arc::new(anchor)),
         })
     }
 
@@ -62,16 +95,110 @@ impl LocalFs {
         let path = PathBuf::from(abs.as_str());
         (abs, path)
     }
+
+    /// `p` itself, for calls that follow its last component: pinned when anchored.
+    fn pinned(&self, p: &WorldPath, op: &str) -> Result<(WorldPath, Pinned), Error> {
+        let abs = p.resolve(&self.cwd);
+        let pin = match &self.anchor {
+            Some(a) => a.pin(&abs, op)?,
+            None => Pinned::plain(&abs),
+        };
+        Ok((abs, pin))
+    }
+
+    /// `p` as an entry of its pinned parent, for calls that create, replace or remove it.
+    fn entry(&self, p: &WorldPath, op: &str) -> Result<(WorldPath, Pinned), Error> {
+        let abs = p.resolve(&self.cwd);
+        let pin = match &self.anchor {
+            Some(a) => a.pin_entry(&abs, op)?,
+            None => Pinned::plain(&abs),
+        };
+        Ok((abs, pin))
+    }
+
+    /// `p` as an entry of its pinned parent, or the pinned root itself (`lstat /`).
+    fn entry_or_root(&self, p: &WorldPath, op: &str) -> Result<(WorldPath, Pinned), Error> {
+        match &self.anchor {
+            Some(a) if &p.resolve(&self.cwd).normalize() == a.root() => self.pinned(p, op),
+            _ => self.entry(p, op),
+        }
+    }
+
+    /// `mkdir` beneath the anchor: one component at a time, each created in its pinned
+    /// parent, so a link swapped in for a created directory stops the walk.
+    async fn mkdir_beneath(&self, p: &WorldPath, recursive: bool) -> Result<(), Error> {
+        let abs = p.resolve(&self.cwd);
+        if !recursive {
+            let (abs, pin) = self.entry(&abs, "mkdir")?;
+            return tokio::fs::create_dir(pin.path())
+                .await
+                .map_err(|e| Error::from_io(&abs, "mkdir", e));
+        }
+        let mut todo = Vec::new();
+        let mut at = abs.clone();
+        // Walk up to the deepest directory that exists (as a directory, no link).
+        loop {
+            match self.pinned(&at, "mkdir") {
+                Ok((_, pin)) => match tokio::fs::metadata(pin.path()).await {
+                    Ok(m) if m.is_dir() => break,
+                    Ok(_) => return Err(Error::already_exists(&at).with_op("mkdir")),
+                    Err(e) => return Err(Error::from_io(&at, "mkdir", e)),
+                },
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            match at.parent() {
+                Some(parent) if parent != at => {
+                    todo.push(at);
+                    at = parent;
+                }
+                _ => return Err(Error::not_found(&abs).with_op("mkdir")),
+            }
+        }
+        while let Some(dir) = todo.pop() {
+            let (dir, pin) = self.entry(&dir, "mkdir")?;
+            match tokio::fs::create_dir(pin.path()).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    // Raced with another creator: fine if it is a directory (no link).
+                    let (_, again) = self.pinned(&dir, "mkdir")?;
+                    match tokio::fs::metadata(again.path()).await {
+                        Ok(m) if m.is_dir() => {}
+                        _ => return Err(Error::already_exists(&dir).with_op("mkdir")),
+                    }
+                }
+                Err(e) => return Err(Error::from_io(&dir, "mkdir", e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens `p` for reading only if it is a regular file: `O_NONBLOCK`, so a FIFO
+    /// planted or swapped in never blocks the open, and the kind is checked on the opened
+    /// descriptor (no window between a check and the open).
+    async fn open_file(
+        &self,
+        p: &WorldPath,
+    ) -> Result<(WorldPath, tokio::fs::File, std::fs::Metadata), Error> {
+        let abs = p.resolve(&self.cwd);
+        let file = match &self.anchor {
+            Some(a) => {
+                let flags = rustix::fs::OFlags::RDONLY
+                    | rustix::fs::OFlags::NONBLOCK
+                    | rustix::fs::OFlags::NOCTTY;
+                let fd = a.open_at(&abs, "open", flags)?;
+                tokio::fs::File::from_std(std::fs::File::from(fd))
+            }
+            None => open_path(&abs, Path::new(abs.as_str())).await?,
+        };
+        let meta = check_regular(&abs, &file).await?;
+        Ok((abs, file, meta))
+    }
 }
 
-/// Opens `path` for reading only if it is a regular file: `O_NONBLOCK`, so a FIFO
-/// planted or swapped in never blocks the open, and the kind is checked on the opened
-/// descriptor (no window between a check and the open): a directory is
-/// `IsADirectory`, a FIFO, socket or device an error that says so.
-async fn open_regular(
-    abs: &WorldPath,
-    path: &Path,
-) -> Result<(tokio::fs::File, std::fs::Metadata), Error> {
+/// Opens `path` for reading without blocking on a FIFO (`O_NONBLOCK`) or taking a
+/// terminal (`O_NOCTTY`); a socket is refused as not a regular file.
+async fn open_path(abs: &WorldPath, path: &Path) -> Result<tokio::fs::File, Error> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut o = std::fs::OpenOptions::new();
     o.read(true)
@@ -84,6 +211,15 @@ async fn open_regular(
             Some(libc::ENXIO) => Error::other(NOT_REGULAR).with_op("open").with_path(abs),
             _ => Error::from_io(abs, "open", e),
         })?;
+    Ok(file)
+}
+
+/// Checks on the opened descriptor that it is a regular file (a directory is
+/// `IsADirectory`, a FIFO, socket or device an error that says so).
+async fn check_regular(
+    abs: &WorldPath,
+    file: &tokio::fs::File,
+) -> Result<std::fs::Metadata, Error> {
     let meta = file
         .metadata()
         .await
@@ -94,11 +230,11 @@ async fn open_regular(
     if !meta.is_file() {
         return Err(Error::other(NOT_REGULAR).with_op("open").with_path(abs));
     }
-    Ok((file, meta))
+    Ok(meta)
 }
 
 /// What a read of a FIFO, socket or device says.
-const NOT_REGULAR: &str = "not a regular file (a FIFO, socket or device is never read)";
+pub(crate) const NOT_REGULAR: &str = "not a regular file (a FIFO, socket or device is never read)";
 
 /// Turns std metadata into ours; `target` is the link target for symlinks.
 pub(crate) fn to_metadata(m: &std::fs::Metadata, target: Option<String>) -> Metadata {
@@ -249,6 +385,7 @@ impl Fs for LocalFs {
     fn with_cwd(&self, cwd: &WorldPath) -> Box<dyn Fs> {
         Box::new(LocalFs {
             cwd: cwd.resolve(&self.cwd),
+            anchor: self.anchor.clone(),
         })
     }
 
@@ -274,21 +411,21 @@ impl Fs for LocalFs {
     }
 
     async fn stat(&self, p: &WorldPath) -> Result<Metadata, Error> {
-        let (abs, path) = self.local(p);
-        let m = tokio::fs::metadata(&path)
+        let (abs, pin) = self.pinned(p, "stat")?;
+        let m = tokio::fs::metadata(pin.path())
             .await
             .map_err(|e| Error::from_io(&abs, "stat", e))?;
         Ok(to_metadata(&m, None))
     }
 
     async fn lstat(&self, p: &WorldPath) -> Result<Metadata, Error> {
-        let (abs, path) = self.local(p);
-        lstat_path(&abs, &path).await
+        let (abs, pin) = self.entry_or_root(p, "lstat")?;
+        lstat_path(&abs, pin.path()).await
     }
 
     async fn read_dir(&self, p: &WorldPath) -> Result<Vec<DirEntry>, Error> {
-        let (abs, path) = self.local(p);
-        let mut rd = tokio::fs::read_dir(&path)
+        let (abs, pin) = self.pinned(p, "read_dir")?;
+        let mut rd = tokio::fs::read_dir(pin.path())
             .await
             .map_err(|e| Error::from_io(&abs, "read_dir", e))?;
         let mut out = Vec::new();
@@ -315,8 +452,7 @@ impl Fs for LocalFs {
     }
 
     async fn read(&self, p: &WorldPath, max_bytes: u64) -> Result<Bytes, Error> {
-        let (abs, path) = self.local(p);
-        let (file, meta) = open_regular(&abs, &path).await?;
+        let (abs, file, meta) = self.open_file(p).await?;
         if meta.len() > max_bytes {
             return Err(Error::too_large(abs, max_bytes));
         }
@@ -333,8 +469,7 @@ impl Fs for LocalFs {
     }
 
     async fn read_stream(&self, p: &WorldPath) -> Result<ByteStream, Error> {
-        let (abs, path) = self.local(p);
-        let (file, _meta) = open_regular(&abs, &path).await?;
+        let (abs, file, _meta) = self.open_file(p).await?;
         let stream = tokio_util::io::ReaderStream::with_capacity(file, CHUNK)
             .map(move |r| r.map_err(|e| Error::from_io(&abs, "read", e)));
         Ok(Box::pin(stream))
@@ -346,14 +481,16 @@ impl Fs for LocalFs {
         data: ByteStream,
         opts: WriteOptions,
     ) -> Result<Version, Error> {
-        let (abs, path) = self.local(p);
+        let abs = p.resolve(&self.cwd);
         let parent = abs
             .parent()
             .ok_or_else(|| Error::is_a_directory(abs.clone()))?;
         if opts.create_parents {
             self.mkdir(&parent, true).await?;
         }
-        let existing = match tokio::fs::symlink_metadata(&path).await {
+        let (abs, pin) = self.entry(&abs, "write")?;
+        let path = pin.path();
+        let existing = match tokio::fs::symlink_metadata(path).await {
             Ok(m) if m.is_dir() => return Err(Error::is_a_directory(abs)),
             Ok(m) if m.is_file() => Some((m.mode() & 0o7777, m.uid(), m.gid())),
             Ok(_) => None,
@@ -361,7 +498,7 @@ impl Fs for LocalFs {
             Err(e) => return Err(Error::from_io(&abs, "lstat", e)),
         };
         let mode = opts.mode.or(existing.map(|e| e.0)).unwrap_or(0o644);
-        let tmp = temp_sibling(&path);
+        let tmp = temp_sibling(path);
         let mut guard = TempGuard(Some(tmp.clone()));
         let owner = existing.map(|e| (e.1, e.2));
         fill_temp(&abs, &tmp, data, mode, owner)
@@ -371,25 +508,26 @@ impl Fs for LocalFs {
                 e if e.kind() == ErrorKind::NotFound => Error::not_found(&abs),
                 other => other,
             })?;
-        tokio::fs::rename(&tmp, &path)
+        tokio::fs::rename(&tmp, path)
             .await
             .map_err(|e| Error::from_io(&abs, "rename into place", e))?;
         guard.disarm();
-        sync_dir(Path::new(parent.as_str())).await;
-        let m = tokio::fs::symlink_metadata(&path)
+        sync_dir(&pin.dir_path()).await;
+        let m = tokio::fs::symlink_metadata(path)
             .await
             .map_err(|e| Error::from_io(&abs, "stat", e))?;
         Ok(to_metadata(&m, None).version)
     }
 
     async fn create_if_absent(&self, p: &WorldPath, data: Bytes) -> Result<Created, Error> {
-        let (abs, path) = self.local(p);
-        match tokio::fs::symlink_metadata(&path).await {
+        let (abs, pin) = self.entry(p, "create")?;
+        let path = pin.path();
+        match tokio::fs::symlink_metadata(path).await {
             Ok(_) => return Ok(Created::AlreadyExisted),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::from_io(&abs, "lstat", e)),
         }
-        let tmp = temp_sibling(&path);
+        let tmp = temp_sibling(path);
         let _guard = TempGuard(Some(tmp.clone()));
         fill_temp(
             &abs,
@@ -403,11 +541,9 @@ impl Fs for LocalFs {
             e if e.kind() == ErrorKind::NotFound => Error::not_found(&abs),
             other => other,
         })?;
-        match tokio::fs::hard_link(&tmp, &path).await {
+        match tokio::fs::hard_link(&tmp, path).await {
             Ok(()) => {
-                if let Some(parent) = path.parent() {
-                    sync_dir(parent).await;
-                }
+                sync_dir(&pin.dir_path()).await;
                 Ok(Created::Created)
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(Created::AlreadyExisted),
@@ -417,7 +553,7 @@ impl Fs for LocalFs {
                     .write(true)
                     .create_new(true)
                     .mode(0o644)
-                    .open(&path)
+                    .open(path)
                     .await
                 {
                     Ok(f) => f,
@@ -439,6 +575,9 @@ impl Fs for LocalFs {
     }
 
     async fn mkdir(&self, p: &WorldPath, recursive: bool) -> Result<(), Error> {
+        if self.anchor.is_some() {
+            return self.mkdir_beneath(p, recursive).await;
+        }
         let (abs, path) = self.local(p);
         if recursive {
             match tokio::fs::create_dir_all(&path).await {
@@ -459,18 +598,19 @@ impl Fs for LocalFs {
     }
 
     async fn remove(&self, p: &WorldPath, recursive: bool) -> Result<(), Error> {
-        let (abs, path) = self.local(p);
-        let m = tokio::fs::symlink_metadata(&path)
+        let (abs, pin) = self.entry(p, "remove")?;
+        let path = pin.path();
+        let m = tokio::fs::symlink_metadata(path)
             .await
             .map_err(|e| Error::from_io(&abs, "lstat", e))?;
         let r = if m.is_dir() {
             if recursive {
-                tokio::fs::remove_dir_all(&path).await
+                tokio::fs::remove_dir_all(path).await
             } else {
-                tokio::fs::remove_dir(&path).await
+                tokio::fs::remove_dir(path).await
             }
         } else {
-            tokio::fs::remove_file(&path).await
+            tokio::fs::remove_file(path).await
         };
         r.map_err(|e| match e.raw_os_error() {
             Some(libc::EEXIST) => Error::not_empty(abs.clone()),
@@ -479,9 +619,9 @@ impl Fs for LocalFs {
     }
 
     async fn rename(&self, from: &WorldPath, to: &WorldPath) -> Result<(), Error> {
-        let (from_abs, from_path) = self.local(from);
-        let (to_abs, to_path) = self.local(to);
-        tokio::fs::rename(&from_path, &to_path)
+        let (from_abs, from_pin) = self.entry(from, "rename")?;
+        let (to_abs, to_pin) = self.entry(to, "rename")?;
+        tokio::fs::rename(from_pin.path(), to_pin.path())
             .await
             .map_err(|e| match e.raw_os_error() {
                 Some(libc::EEXIST) | Some(libc::ENOTEMPTY) => Error::not_empty(to_abs),

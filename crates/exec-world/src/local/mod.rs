@@ -1,5 +1,6 @@
 //! Local adapters: the seams over this machine's file system and processes.
 
+mod beneath;
 mod fs;
 #[cfg(test)]
 mod launch_tests;

@@ -95,7 +95,7 @@ impl LocalSandboxes {
         let dir = self.live(op, h)?;
         let root = WorldPath::new(dir.to_string_lossy().into_owned())
             .map_err(|e| failed_by(op, None, e))?;
-        let fs = LocalFs::at(root.clone()).map_err(|e| failed_by(op, None, e))?;
+        let fs = LocalFs::beneath(root.clone()).map_err(|e| failed_by(op, None, e))?;
         Rooted::new(Arc::new(fs), root).map_err(|e| failed_by(op, None, e))
     }
 

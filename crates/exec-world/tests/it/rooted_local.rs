@@ -1,6 +1,7 @@
 //! `Rooted` over LocalFs: the fs conformance suite unchanged inside a virtual root, and
 //! the escapes a hostile agent would try (`..`, absolute paths, absolute and relative
-//! symlinks, a symlinked parent, link loops), each reaching nothing outside the root.
+//! symlinks, a symlinked parent, link loops), each reaching nothing outside the root,
+//! also when a directory is swapped for a link to the outside while the calls run.
 
 use std::sync::Arc;
 
@@ -43,7 +44,8 @@ fn v(s: &str) -> WorldPath {
 }
 
 fn rooted(root: &std::path::Path) -> Rooted {
-    Rooted::new(Arc::new(LocalFs::new().expect("LocalFs")), wp(root)).expect("rooted")
+    let inner = LocalFs::beneath(wp(root)).expect("LocalFs beneath the root");
+    Rooted::new(Arc::new(inner), wp(root)).expect("rooted")
 }
 
 async fn world() -> World {
@@ -181,4 +183,84 @@ async fn the_root_itself_cannot_be_removed_or_renamed() {
         .await
         .expect("recursive mkdir of / is a no-op");
     assert!(root.is_dir());
+}
+
+/// A directory swapped for a link to the outside (`renameat2(RENAME_EXCHANGE)`, as fast
+/// as a thread can) while writes, reads, listings, mkdirs, renames and removes go through
+/// it: none of them reaches the outside. Rooted checks each component, and the kernel
+/// (`LocalFs::beneath`) refuses a link that appears between that check and the call.
+/// (Over `LocalFs::new` instead, a read returns the outside's secret within milliseconds.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_swapped_for_a_link_mid_call_never_leads_outside() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (_g, root, outside) = tree();
+    std::fs::create_dir(root.join("d")).expect("d");
+    std::os::unix::fs::symlink(&outside, root.join("e")).expect("link");
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = {
+        let (stop, root) = (stop.clone(), root.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    root.join("d"),
+                    rustix::fs::CWD,
+                    root.join("e"),
+                    rustix::fs::RenameFlags::EXCHANGE,
+                )
+                .expect("exchange");
+                n += 1;
+            }
+            n
+        })
+    };
+    let fs = rooted(&root);
+    let mut refused = 0;
+    for i in 0..1500 {
+        let f = v(&format!("/d/f{i}"));
+        if fs
+            .write(
+                &f,
+                bytes_stream(Bytes::from_static(b"x")),
+                Default::default(),
+            )
+            .await
+            .is_err()
+        {
+            refused += 1;
+        }
+        if let Ok(b) = fs.read(&v("/d/secret.txt"), 100).await {
+            assert_ne!(&b[..], b"host secret", "read through the swapped link");
+        }
+        if let Ok(list) = fs.read_dir(&v("/d")).await {
+            assert!(
+                list.iter().all(|e| e.name != "secret.txt"),
+                "listed the outside: {list:?}"
+            );
+        }
+        let _ = fs.mkdir(&v(&format!("/d/m{i}/n")), true).await;
+        let _ = fs.rename(&f, &v(&format!("/d/g{i}"))).await;
+        let _ = fs.remove(&v(&format!("/d/g{i}")), false).await;
+        let _ = fs
+            .create_if_absent(&v(&format!("/d/c{i}")), Bytes::from_static(b"c"))
+            .await;
+        let _ = fs.remove(&v("/d/secret.txt"), false).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let n = swaps.join().expect("swapper");
+    let mut left: Vec<String> = std::fs::read_dir(&outside)
+        .expect("outside")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["secret.txt"],
+        "the outside was changed ({n} swaps, {refused} writes refused)"
+    );
+    assert_eq!(
+        std::fs::read(outside.join("secret.txt")).expect("secret"),
+        b"host secret"
+    );
 }

@@ -83,7 +83,8 @@ impl Opener {
                 let root = WorldPath::new(dir.to_string_lossy())
                     .map_err(|e| CliError::msg(format!("--local {}: {e}", dir.display())))?;
                 let inner: Arc<dyn Fs> = Arc::new(
-                    LocalFs::new().map_err(|e| CliError::msg(format!("local files: {e}")))?,
+                    LocalFs::beneath(root.clone())
+                        .map_err(|e| CliError::msg(format!("--local {}: {e}", dir.display())))?,
                 );
                 let fs = Rooted::new(inner, root.clone())
                     .map_err(|e| CliError::msg(format!("--local {}: {e}", dir.display())))?;
