@@ -78,7 +78,8 @@ impl LocalFs {
     /// # async fn f() -> Result<(), exec_world::Error> {
     /// let fs = LocalFs::beneath(WorldPath::new("/srv/conversation-1")?)?;
     /// // A link `/srv/conversation-1/out -> /etc` makes this fail, never write to /etc.
-    /// fs.write(&WorldPath::new("out/passwd")?, exec_world::bytes_stream("x".into()), Default::default()).await?;
+    /// let data = exec_world::bytes_stream(bytes::Bytes::from_static(b"x"));
+    /// fs.write(&WorldPath::new("out/passwd")?, data, Default::default()).await?;
     /// # Ok(()) }
     /// ```
     pub fn beneath(root: WorldPath) -> Result<LocalFs, Error> {
