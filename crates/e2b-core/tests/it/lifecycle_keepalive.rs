@@ -1,16 +1,16 @@
-//! e2b-core's opt-in keep-alive against the emulator: no request when off, top-up only
-//! when needed, turns that stop renewing after `max_turn`, the approval budget, the
-//! plan's hard cap and the timeout-mismatch check, and the measured figure of
-//! control-plane requests for 1,000 execs on one fresh lease.
+//! e2b-core's opt-in keep-alive against the emulator: no request when off, the plan's
+//! hard cap and the timeout-mismatch check, an explicit top-up that reaches the control
+//! plane, and the measured figure of control-plane requests for 1,000 execs on one fresh
+//! lease. The timing (top-up only below the threshold, turns that stop renewing after
+//! `max_turn`, the approval budget, the back-off) is tested on tokio's paused clock in
+//! `crates/e2b-core/src/lifecycle/keepalive/tests.rs`, with no real waiting.
 
 use crate::e2b_core_support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use e2b_core::lifecycle::{
-    KeepAliveConfig, LifecycleError, OwnerOptions, Plan, Renewal, SandboxOwner, StopReason,
-};
+use e2b_core::lifecycle::{KeepAliveConfig, LifecycleError, OwnerOptions, Plan, SandboxOwner};
 use e2b_core::proto::control::SandboxState;
 use e2b_core::{Client, EnvdApi, StartProcess};
 use e2b_core_support::{client, emulator};
@@ -27,26 +27,6 @@ fn renewals_seen(emu: &Emulator) -> u64 {
 async fn exec(api: &Arc<dyn EnvdApi>) {
     let out = api.run(StartProcess::new("/bin/true")).await.expect("exec");
     assert_eq!(out.end.exit_code, 0);
-}
-
-/// Poll `f` until true or `limit` passes.
-async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    f()
-}
-
-async fn state(c: &Client, id: &str) -> Option<SandboxState> {
-    match c.get(id).await {
-        Ok(d) => Some(d.listed.state),
-        Err(e) if e.is_sandbox_not_found() => None,
-        Err(e) => panic!("get: {e}"),
-    }
 }
 
 #[tokio::test]
@@ -79,180 +59,6 @@ async fn lifecycle_keepalive_off_sends_no_control_plane_request() {
         emu.counters().snapshot().control
     );
     owner.shutdown().await.expect("shutdown");
-}
-
-#[tokio::test]
-async fn lifecycle_keepalive_tops_up_only_when_needed() {
-    let emu = emulator().await;
-    let c = client(&emu);
-    let seen: Arc<Mutex<Vec<Renewal>>> = Arc::default();
-    let seen2 = seen.clone();
-    // 8 s of life, threshold (idle - slack) 4 s: a top-up is due 4 s after create
-    let created = Instant::now();
-    let owner = SandboxOwner::create(
-        &c,
-        OwnerOptions::default()
-            .timeout(Duration::from_secs(8))
-            .keepalive(KeepAliveConfig::new().on_renew(move |r| {
-                seen2
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(r.clone())
-            })),
-    )
-    .await
-    .expect("create");
-    let h = owner.handle().await.expect("handle");
-    let ka = h.keepalive().expect("on").clone();
-    assert_eq!(ka.idle_timeout(), Duration::from_secs(8));
-    let api = h.api();
-
-    // fresh: activity costs nothing
-    for _ in 0..10 {
-        exec(&api).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        created.elapsed() < Duration::from_secs(4),
-        "machine too slow for this test's window"
-    );
-    assert_eq!(renewals_seen(&emu), 0);
-    assert_eq!(ka.stats().renewals, 0);
-
-    // below the threshold: the next activity tops up, once
-    tokio::time::sleep(
-        (created + Duration::from_millis(4300)).saturating_duration_since(Instant::now()),
-    )
-    .await;
-    exec(&api).await;
-    assert!(
-        eventually(Duration::from_secs(3), || ka.stats().renewals == 1).await,
-        "{:?}",
-        ka.stats()
-    );
-    for _ in 0..10 {
-        exec(&api).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(
-        emu.counters().get_on(Plane::Control, CONNECT),
-        1,
-        "one top-up"
-    );
-    assert_eq!(emu.counters().get_on(Plane::Control, SET_TIMEOUT), 0);
-    let r = seen.lock().unwrap_or_else(|p| p.into_inner())[0].clone();
-    assert_eq!(r.number, 1);
-    assert_eq!(r.reason, "start_process");
-    assert!(r.new_end > r.old_end);
-    assert!(
-        ka.remaining() > Duration::from_secs(5),
-        "{:?}",
-        ka.remaining()
-    );
-
-    // alive past its original 8 s
-    tokio::time::sleep(
-        (created + Duration::from_secs(9)).saturating_duration_since(Instant::now()),
-    )
-    .await;
-    assert_eq!(
-        state(&c, owner.sandbox_id()).await,
-        Some(SandboxState::Running)
-    );
-    owner.shutdown().await.expect("shutdown");
-    assert_eq!(ka.stats().stopped, Some(StopReason::Closed));
-}
-
-#[tokio::test]
-async fn lifecycle_keepalive_turn_renews_until_max_turn_then_sandbox_pauses() {
-    let emu = emulator().await;
-    let c = client(&emu);
-    let owner = SandboxOwner::create(
-        &c,
-        OwnerOptions::default()
-            .timeout(Duration::from_secs(4))
-            .auto_pause(true)
-            .keepalive(KeepAliveConfig::new().max_turn(Duration::from_secs(3))),
-    )
-    .await
-    .expect("create");
-    let h = owner.handle().await.expect("handle");
-    let ka = h.keepalive().expect("on").clone();
-    let started = Instant::now();
-    let turn = ka.activity("turn");
-    // the held turn renews in the background (due at ~2 s)
-    assert!(
-        eventually(Duration::from_secs(4), || ka.stats().renewals >= 1).await,
-        "{:?}",
-        ka.stats()
-    );
-    // past max_turn the stuck turn stops renewing, and so do its calls
-    tokio::time::sleep(
-        Duration::from_secs(3).saturating_sub(started.elapsed()) + Duration::from_millis(200),
-    )
-    .await;
-    let renewals = ka.stats().renewals;
-    let api = h.api();
-    let _ = api.run(StartProcess::new("/bin/true")).await;
-    // the sandbox times out and pauses normally
-    let mut paused = false;
-    for _ in 0..200 {
-        if state(&c, owner.sandbox_id()).await == Some(SandboxState::Paused) {
-            paused = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        paused,
-        "sandbox should pause after the stuck turn: {:?}",
-        ka.stats()
-    );
-    assert_eq!(ka.stats().renewals, renewals, "no renewal after max_turn");
-    assert!(renewals <= 2, "{renewals}");
-    assert_eq!(ka.stats().open_turns, 1);
-    drop(turn);
-    owner.shutdown().await.expect("shutdown");
-}
-
-#[tokio::test]
-async fn lifecycle_keepalive_budget_stops_renewals() {
-    let emu = emulator().await;
-    let c = client(&emu);
-    let owner = SandboxOwner::create(
-        &c,
-        OwnerOptions::default()
-            .timeout(Duration::from_secs(2))
-            .keepalive(KeepAliveConfig::new().max_renewals(1)),
-    )
-    .await
-    .expect("create");
-    let ka = owner.keepalive().expect("on").clone();
-    let _turn = ka.activity("long turn");
-    assert!(
-        eventually(Duration::from_secs(8), || ka.stats().stopped
-            == Some(StopReason::Budget))
-        .await,
-        "{:?}",
-        ka.stats()
-    );
-    assert_eq!(ka.stats().renewals, 1);
-    assert_eq!(renewals_seen(&emu), 1);
-    // the turn is still open, but the sandbox now expires normally
-    let mut gone = false;
-    for _ in 0..200 {
-        if state(&c, owner.sandbox_id()).await.is_none() {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(gone, "expired");
-    assert_eq!(renewals_seen(&emu), 1);
-    assert_eq!(
-        owner.shutdown().await.expect("shutdown"),
-        e2b_core::lifecycle::ShutdownOutcome::AlreadyGone
-    );
 }
 
 #[tokio::test]

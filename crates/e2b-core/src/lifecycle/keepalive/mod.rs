@@ -31,11 +31,20 @@
 //! returns [`LifecycleError::TimeoutMismatch`] unless [`KeepAliveConfig::allow_mismatch`]
 //! was set, which downgrades it to a logged warning. Leaving `idle_timeout` unset uses
 //! the sandbox timeout.
+//!
+//! # Time
+//!
+//! Every decision reads tokio's clock ([`tokio::time::Instant`]), and renewals go through
+//! one seam (`state::Renewer`, the client's `connect` in production), so the timing is
+//! tested on tokio's paused clock with a recording renewer (`tests.rs`): windows of
+//! minutes take no real time.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -104,6 +113,23 @@ impl KeepAlive {
     /// (`None`: unknown, the first activity renews). Must run inside a tokio runtime.
     pub fn new(
         client: Client,
+        sandbox_id: impl Into<String>,
+        sandbox_timeout: Duration,
+        known_end: Option<std::time::Instant>,
+        cfg: KeepAliveConfig,
+    ) -> Result<KeepAlive, LifecycleError> {
+        KeepAlive::with_renewer(
+            Box::new(client),
+            sandbox_id,
+            sandbox_timeout,
+            known_end.map(Instant::from_std),
+            cfg,
+        )
+    }
+
+    /// [`KeepAlive::new`] with the renewal seam given (tests: a recording renewer).
+    pub(crate) fn with_renewer(
+        client: Box<dyn state::Renewer>,
         sandbox_id: impl Into<String>,
         sandbox_timeout: Duration,
         known_end: Option<Instant>,

@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{Observer, Renewal, StopReason};
@@ -31,8 +33,33 @@ pub(super) struct State {
     pub(super) retry_at: Option<Instant>,
 }
 
+/// The one request a renewal makes: `connect` with a timeout (the client in production,
+/// a recording fake on tokio's paused clock in the tests).
+pub(crate) trait Renewer: Send + Sync {
+    /// Asks the control plane for at least `timeout` more life for `sandbox_id`.
+    fn renew<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), crate::error::Error>>;
+}
+
+impl Renewer for Client {
+    fn renew<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), crate::error::Error>> {
+        Box::pin(async move {
+            self.connect(sandbox_id, ConnectOptions::with_timeout(timeout))
+                .await
+                .map(|_| ())
+        })
+    }
+}
+
 pub(super) struct Inner {
-    pub(super) client: Client,
+    pub(super) client: Box<dyn Renewer>,
     pub(super) sandbox_id: String,
     pub(super) idle: Duration,
     pub(super) slack: Duration,
@@ -167,10 +194,7 @@ impl Inner {
         if timeout.is_zero() {
             return Ok(());
         }
-        let res = self
-            .client
-            .connect(&self.sandbox_id, ConnectOptions::with_timeout(timeout))
-            .await;
+        let res = self.client.renew(&self.sandbox_id, timeout).await;
         let renewal = {
             let mut st = self.lock();
             match res {

@@ -1,7 +1,9 @@
 //! The background renewal task of a keep-alive.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
+
+use tokio::time::Instant;
 
 use super::state::{Inner, Step};
 
@@ -19,7 +21,7 @@ pub(super) async fn run(inner: Arc<Inner>) {
             Step::Wait(until) => {
                 let sleep = async {
                     match until {
-                        Some(at) => tokio::time::sleep_until(at.into()).await,
+                        Some(at) => tokio::time::sleep_until(at).await,
                         None => std::future::pending::<()>().await,
                     }
                 };

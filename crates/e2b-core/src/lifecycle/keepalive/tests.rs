@@ -1,3 +1,7 @@
+//! Keep-alive decisions on tokio's paused clock (a recording renewer, no network: the
+//! clock only moves when every task waits on it), plus two checks through a real client
+//! whose control plane refuses connections.
+
 use super::*;
 use crate::config::Config;
 
@@ -61,7 +65,7 @@ async fn fresh_lease_costs_nothing() {
         dead_client(),
         "iabc",
         t,
-        Some(Instant::now() + t),
+        Some(std::time::Instant::now() + t),
         KeepAliveConfig::new(),
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -115,4 +119,160 @@ async fn stale_turns_block_renewals_and_point_touches_ask_for_one() {
     assert_eq!(ka.stats().renewals, 0);
     ka.close();
     assert_eq!(ka.stats().stopped, Some(StopReason::Closed));
+}
+
+/// A renewer that records each request's virtual time and timeout, and answers at once:
+/// success, or a temporary failure while `fail` is set.
+#[derive(Default)]
+struct Recorder {
+    calls: Mutex<Vec<(Instant, Duration)>>,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+impl state::Renewer for Arc<Recorder> {
+    fn renew<'a>(
+        &'a self,
+        _sandbox_id: &'a str,
+        timeout: Duration,
+    ) -> futures::future::BoxFuture<'a, Result<(), crate::error::Error>> {
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((Instant::now(), timeout));
+        let fail = self.fail.load(std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move {
+            if fail {
+                Err(crate::error::Error::Server {
+                    surface: crate::error::Surface::Control,
+                    status: 503,
+                    error_code: None,
+                    message: "unavailable".into(),
+                })
+            } else {
+                Ok(())
+            }
+        })
+    }
+}
+
+impl Recorder {
+    fn calls(&self) -> Vec<(Instant, Duration)> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// A keep-alive for a sandbox created now with `timeout`, renewing through `rec`.
+fn recorded(rec: &Arc<Recorder>, timeout: Duration, cfg: KeepAliveConfig) -> KeepAlive {
+    KeepAlive::with_renewer(
+        Box::new(rec.clone()),
+        "iabc",
+        timeout,
+        Some(Instant::now() + timeout),
+        cfg,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Lets the background task run without moving the paused clock.
+async fn yield_now() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn tops_up_only_below_the_threshold_and_once() {
+    let rec = Arc::new(Recorder::default());
+    let t0 = Instant::now();
+    // 8 s of life, threshold (idle - slack) 4 s: a top-up is due 4 s after create.
+    let ka = recorded(&rec, Duration::from_secs(8), KeepAliveConfig::new());
+    for _ in 0..1000 {
+        ka.touch("exec");
+    }
+    tokio::time::advance(Duration::from_millis(3900)).await;
+    ka.touch("exec");
+    yield_now().await;
+    assert!(rec.calls().is_empty(), "fresh: activity costs nothing");
+    tokio::time::advance(Duration::from_millis(400)).await;
+    for _ in 0..1000 {
+        ka.touch("exec");
+        yield_now().await;
+    }
+    let calls = rec.calls();
+    assert_eq!(calls.len(), 1, "one top-up for many activities: {calls:?}");
+    assert_eq!(calls[0].1, Duration::from_secs(8));
+    assert_eq!(calls[0].0 - t0, Duration::from_millis(4300));
+    assert_eq!(ka.stats().renewals, 1);
+    assert_eq!(ka.remaining(), Duration::from_secs(8));
+    // No activity: no renewal, however long the quiet.
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    yield_now().await;
+    assert_eq!(rec.calls().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_turn_renews_until_max_turn_then_never() {
+    let rec = Arc::new(Recorder::default());
+    let ka = recorded(
+        &rec,
+        Duration::from_secs(4),
+        KeepAliveConfig::new().max_turn(Duration::from_secs(10)),
+    );
+    let t0 = Instant::now();
+    let turn = ka.activity("turn");
+    // Renewals come in the background every 2 s (threshold) while the turn is fresh.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let calls = rec.calls();
+    let at: Vec<u128> = calls.iter().map(|(t, _)| (*t - t0).as_millis()).collect();
+    assert_eq!(at, [2000, 4000, 6000, 8000], "{at:?}");
+    // Past max_turn the stuck turn renews no more, and point activities do not either.
+    ka.touch("exec");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(rec.calls().len(), 4);
+    assert_eq!(ka.stats().open_turns, 1);
+    assert_eq!(
+        ka.remaining(),
+        Duration::ZERO,
+        "the sandbox may now time out"
+    );
+    // Once the stuck turn is gone, an activity renews again.
+    drop(turn);
+    ka.touch("exec");
+    yield_now().await;
+    assert_eq!(rec.calls().len(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_budget_ends_renewals_for_good() {
+    let rec = Arc::new(Recorder::default());
+    let ka = recorded(
+        &rec,
+        Duration::from_secs(2),
+        KeepAliveConfig::new().max_renewals(1),
+    );
+    let _turn = ka.activity("long turn");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(rec.calls().len(), 1);
+    assert_eq!(ka.stats().stopped, Some(StopReason::Budget));
+    assert_eq!(ka.stats().renewals, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_control_plane_is_retried_after_a_back_off_not_in_a_loop() {
+    let rec = Arc::new(Recorder::default());
+    rec.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    // 8 s idle, slack 4 s: back-off slack / 4 = 1 s between attempts.
+    let ka = recorded(&rec, Duration::from_secs(8), KeepAliveConfig::new());
+    let _turn = ka.activity("turn");
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    let n = rec.calls().len();
+    assert!(
+        (9..=11).contains(&n),
+        "attempts from 4 s to 14 s, 1 s apart: {n}"
+    );
+    assert!(ka.stats().last_error.is_some());
+    rec.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let s = ka.stats();
+    assert_eq!((s.renewals, s.last_error), (1, None), "recovered");
 }
