@@ -22,6 +22,7 @@
 pub mod fs;
 pub mod proc;
 pub mod sandbox;
+mod sandbox_durable;
 mod sandbox_fork;
 pub mod terminal;
 pub mod tree;

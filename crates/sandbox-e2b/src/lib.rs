@@ -53,11 +53,12 @@ use async_trait::async_trait;
 use e2b_core::proto::control::SandboxState;
 use e2b_core::trusted_shell::TrustedShell;
 use e2b_core::{Client, CreateOptions, ListQuery};
-use exec_world::sandbox::{
-    CreateSpec, Egress, ExecId, ExecInfo, ExecOutput, ExecSpec, ExecStream, FileContent, FileStat, ResumeOutcome,
-    SIGNAL_EXECS_SH, SandboxCapabilities, SandboxError, SandboxHandle, SandboxProvider, validate,
-};
 use exec_world::OutputOffsets;
+use exec_world::sandbox::{
+    CreateSpec, Egress, ExecId, ExecInfo, ExecOutput, ExecSpec, ExecStream, FileContent, FileStat,
+    ResumeOutcome, SIGNAL_EXECS_SH, SandboxCapabilities, SandboxError, SandboxHandle,
+    SandboxProvider, validate,
+};
 use exec_world_sys::tree_script::KILL_TREE_SH;
 
 pub use config::{ConfigError, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, SandboxConfig};

@@ -316,7 +316,10 @@ mod tests {
             signal: Some(9),
         };
         let t = Duration::from_secs(60);
-        assert_eq!(end_of(killed, SystemTime::now(), t), ExecEnd::Exited(killed));
+        assert_eq!(
+            end_of(killed, SystemTime::now(), t),
+            ExecEnd::Exited(killed)
+        );
         let long_ago = SystemTime::now() - Duration::from_secs(120);
         assert_eq!(end_of(killed, long_ago, t), ExecEnd::TimedOut);
         let ok = ExitStatus {

@@ -32,10 +32,11 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 
 use super::{
-    CreateSpec, ExecId, ExecInfo, ExecOutput, ExecSpec, ExecStream, FileContent, FileStat, ResumeOutcome, SANDBOX_ID_VAR,
-    SandboxCapabilities, SandboxError, SandboxHandle, SandboxProvider, TAG_VAR, UNTAGGED,
-    WORKSPACE, durable_program, durable_spec, exec_events, exec_id, exec_info, failed,
-    failed_by, gone, not_an_exec, run_capped, signal_execs_args, validate,
+    CreateSpec, ExecId, ExecInfo, ExecOutput, ExecSpec, ExecStream, FileContent, FileStat,
+    ResumeOutcome, SANDBOX_ID_VAR, SandboxCapabilities, SandboxError, SandboxHandle,
+    SandboxProvider, TAG_VAR, UNTAGGED, WORKSPACE, durable_program, durable_spec, exec_events,
+    exec_id, exec_info, failed, failed_by, gone, not_an_exec, run_capped, signal_execs_args,
+    validate,
 };
 use crate::{
     Error, ErrorKind, Fs as _, LocalFs, LocalSubprocess, OutputOffsets, Rooted, SpawnSpec,
@@ -394,7 +395,9 @@ impl SandboxProvider for LocalSandboxes {
 
     async fn exec_kill(&self, h: &SandboxHandle, id: &ExecId) -> Result<(), SandboxError> {
         const OP: &str = "exec_kill";
-        let a = self.attach_exec(OP, h, id, OutputOffsets::default()).await?;
+        let a = self
+            .attach_exec(OP, h, id, OutputOffsets::default())
+            .await?;
         let mut child = a.child;
         drop((child.take_stdout(), child.take_stderr()));
         let r = child.terminate(KILL_GRACE).await;
