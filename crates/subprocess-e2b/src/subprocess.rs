@@ -201,6 +201,8 @@ impl Subprocess for E2bSubprocess {
             // so a background job holding stdout keeps `wait` pending (as with the
             // official SDKs' `commands.run`).
             exit_before_output_eof: false,
+            // Durable commands: not yet (issue 20, the E2B side).
+            durable: false,
         }
     }
 

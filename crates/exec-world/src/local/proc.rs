@@ -381,6 +381,7 @@ impl Subprocess for LocalSubprocess {
             terminals: true,
             terminal_resize: true,
             exit_before_output_eof: true,
+            durable: false,
         }
     }
 
@@ -397,6 +398,9 @@ impl Subprocess for LocalSubprocess {
         ensure_runtime()?;
         if spec.program.is_empty() {
             return Err(Error::invalid_spec("empty program"));
+        }
+        if spec.durable.is_some() {
+            return Err(Error::unsupported("durable commands"));
         }
         let cwd = self.resolve_cwd(spec.cwd.as_ref())?;
         let marker = new_marker();
