@@ -10,7 +10,8 @@
 //! relative to them without following links, and only regular files are read. The
 //! answer is frames on stdout: a kind byte, a little-endian `u32` length, the payload.
 //! Kinds: `n` no such record; `r` a record's id (list); `m` its `meta`; `p` its `proc`;
-//! `i` `PID CGROUP` (the program's pid and cgroup directory, `-` for none); `s` `START_OUT START_ERR DROPPED_OUT DROPPED_ERR`; `o` / `e`
+//! `i` `PID CGROUP` (the program's pid and cgroup directory, `-` for none); `a` the
+//! state when the tail began (`R`, the status, or `u`); `s` `START_OUT START_ERR DROPPED_OUT DROPPED_ERR`; `o` / `e`
 //! output bytes; `g` `o N` / `e N`: N bytes the cap overwrote before they were read;
 //! `R` running; `x` the status (`exit N` / `signal N`); `u` unknown (why); `c` collected.
 //! The state is `x` when the watcher recorded a status, else `u` when the sandbox booted
@@ -274,6 +275,11 @@ fn tail(state_dir: &[u8], id: &[u8], from: [u64; 2], arena: &mut Arena) -> ! {
         sleep_ms(5);
     };
     frame(b'i', trim(pid));
+    match state(dir, proc.as_ref(), arena) {
+        State::Running => frame(b'a', b"R"),
+        State::Ended(st) => frame(b'a', trim(st)),
+        State::Unknown(_) => frame(b'a', b"u"),
+    }
     let cap = proc.as_ref().map_or(0, |p| p.cap);
     let (Some(out), Some(err)) = (open_in(dir, b"out\0"), open_in(dir, b"err\0")) else {
         frame(b'u', b"the record has no output files");
