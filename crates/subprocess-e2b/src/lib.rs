@@ -156,6 +156,8 @@
 //! `wait()` report it; if that kill cannot finish, dropping the child runs it again.
 
 mod child;
+pub mod durable;
+mod frames;
 mod native;
 mod options;
 mod queue;
@@ -169,6 +171,7 @@ mod terminal;
 mod world;
 pub mod wrapper;
 
+pub use durable::DEFAULT_DURABLE_DIR;
 pub use options::{DEFAULT_OUTPUT_BUFFER, E2bSubprocessOptions};
 pub use shell::UserInfo;
 pub use subprocess::E2bSubprocess;

@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use e2b_core::EnvdApi;
 use exec_world::{
-    Child, Error, ProcCapabilities, SpawnSpec, StdinMode, Subprocess, Terminal, TerminalSpec,
-    WorldPath,
+    Attached, Child, DurableId, DurableInfo, Error, OutputOffsets, ProcCapabilities, SpawnSpec,
+    StdinMode, Subprocess, Terminal, TerminalSpec, WorldPath,
 };
 
 use crate::child::E2bChild;
@@ -32,6 +32,8 @@ pub struct E2bSubprocess {
     output_buffer: usize,
     process_timeout: Option<Duration>,
     kill_after: Option<Duration>,
+    /// Where durable records live (root-owned).
+    durable_dir: Arc<str>,
 }
 
 impl E2bSubprocess {
@@ -65,6 +67,7 @@ impl E2bSubprocess {
             output_buffer,
             process_timeout: opts.process_timeout,
             kill_after: opts.kill_after,
+            durable_dir: Arc::from(opts.durable_dir.as_str()),
         })
     }
 
@@ -202,7 +205,8 @@ impl Subprocess for E2bSubprocess {
             // official SDKs' `commands.run`).
             exit_before_output_eof: false,
             // Durable commands: not yet (issue 20, the E2B side).
-            durable: false,
+            // Durable spawns need the native helper (and root in the sandbox).
+            durable: self.world.native_helper(),
         }
     }
 
@@ -223,6 +227,21 @@ impl Subprocess for E2bSubprocess {
 
     fn spawn(&self, spec: SpawnSpec) -> Result<Child, Error> {
         validate(&spec.program, &spec.args, &spec.env)?;
+        let cwd = self.resolve_cwd(spec.cwd.as_ref());
+        let piped = spec.stdin == StdinMode::Piped;
+        let marker = exec_world_sys::tree_script::new_marker();
+        let durable = match &spec.durable {
+            Some(d) => Some(crate::durable::DurableLaunch::new(
+                d,
+                &self.durable_dir,
+                &spec.program,
+                &spec.args,
+                &cwd,
+                &marker,
+                piped,
+            )?),
+            None => None,
+        };
         let launch = Launch {
             wrap: WrapArgs {
                 base: spec.env_base,
@@ -232,16 +251,16 @@ impl Subprocess for E2bSubprocess {
                 user: String::new(),
                 path: String::new(),
                 env: spec.env.clone(),
-                marker: exec_world_sys::tree_script::new_marker(),
+                marker,
                 program: spec.program.clone(),
                 args: spec.args.clone(),
             },
-            cwd: self.resolve_cwd(spec.cwd.as_ref()),
-            stdin: spec.stdin == StdinMode::Piped,
+            cwd,
+            stdin: piped,
             pty: None,
             kill_after: self.kill_after,
+            durable,
         };
-        let piped = launch.stdin;
         let session = Session::launch(self.world.clone(), launch)?;
         Ok(Child::new(Box::new(E2bChild::new(session, piped))))
     }
@@ -271,8 +290,21 @@ impl Subprocess for E2bSubprocess {
             stdin: false,
             pty: Some((u32::from(spec.size.cols), u32::from(spec.size.rows))),
             kill_after: self.kill_after,
+            durable: None,
         };
         let session = Session::launch(self.world.clone(), launch)?;
         Ok(Terminal::new(Box::new(E2bTerminal::new(session))))
+    }
+
+    async fn durable_list(&self) -> Result<Vec<DurableInfo>, Error> {
+        crate::durable::list(&self.world, &self.durable_dir).await
+    }
+
+    async fn durable_attach(&self, id: &DurableId, from: OutputOffsets) -> Result<Attached, Error> {
+        crate::durable::attach(self.world.clone(), &self.durable_dir, id, from).await
+    }
+
+    async fn durable_collect(&self, id: &DurableId) -> Result<(), Error> {
+        crate::durable::collect(&self.world, &self.durable_dir, id).await
     }
 }
