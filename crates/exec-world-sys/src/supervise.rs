@@ -590,6 +590,10 @@ unsafe fn supervisor(p: &Plan<'_>) -> ! {
         if p.in_r >= 0 {
             libc::close(p.in_r);
         }
+        if p.procs >= 0 {
+            // Only the command joins the cgroup; nothing else is written there.
+            libc::close(p.procs);
+        }
         let mut e = [0u8; 4];
         let mut got = 0;
         loop {

@@ -345,7 +345,6 @@ impl Records {
         };
         let built = (|| -> std::io::Result<(std::fs::File, std::fs::File)> {
             std::fs::DirBuilder::new().mode(0o700).create(&tmp)?;
-            std::fs::write(tmp.join("meta"), meta.encode())?;
             let new_file = |name: &str| {
                 std::fs::OpenOptions::new()
                     .write(true)
@@ -353,6 +352,7 @@ impl Records {
                     .mode(0o600)
                     .open(tmp.join(name))
             };
+            std::io::Write::write_all(&mut new_file("meta")?, meta.encode().as_bytes())?;
             let out = new_file(files::STDOUT)?;
             let err = new_file(files::STDERR)?;
             if meta.piped {
