@@ -135,8 +135,7 @@ pub async fn sb_exec_start_attach(w: &SandboxWorld) {
     let p = &*w.provider;
     let h = w.create("dur-basic").await;
     out(p, &h, "mkdir -p sub").await;
-    let cmd =
-        "echo out; echo err >&2; while [ ! -e /workspace/go ]; do sleep 0.05; done; pwd; exit 3";
+    let cmd = "echo out; echo err >&2; while [ ! -e ../go ]; do sleep 0.05; done; basename \"$PWD\"; exit 3";
     let spec = ExecSpec::new(cmd)
         .id("basic-1")
         .tag("holder-a")
@@ -174,7 +173,7 @@ pub async fn sb_exec_start_attach(w: &SandboxWorld) {
     let seen = attach_all(p, &h, &started, OutputOffsets::default()).await;
     assert_eq!(
         (seen.out.as_slice(), seen.err.as_slice(), seen.end),
-        (&b"out\n/workspace/sub\n"[..], &b"err\n"[..], exited(3)),
+        (&b"out\nsub\n"[..], &b"err\n"[..], exited(3)),
         "{seen:?}"
     );
     assert_eq!(seen.dropped, OutputOffsets::default());
@@ -197,7 +196,7 @@ pub async fn sb_exec_start_attach(w: &SandboxWorld) {
     .await;
     assert_eq!(
         (tail.out.as_slice(), tail.err.as_slice()),
-        (&b"/workspace/sub\n"[..], &b""[..])
+        (&b"sub\n"[..], &b""[..])
     );
     let listed = w.second.exec_list(&h).await.expect("exec_list");
     assert_eq!(listed.len(), 1);
@@ -337,7 +336,7 @@ pub async fn sb_exec_attach_resumes(w: &SandboxWorld) {
 pub async fn sb_exec_id_never_twice(w: &SandboxWorld) {
     let (p, q) = (&*w.provider, &*w.second);
     let h = w.create("dur-once").await;
-    let cmd = "echo run >> counter; while [ ! -e /workspace/go ]; do sleep 0.05; done";
+    let cmd = "echo run >> counter; while [ ! -e go ]; do sleep 0.05; done";
     let spec = || ExecSpec::new(cmd).id("once-1");
     let started = p.exec_start(&h, spec()).await.expect("exec_start");
     for (who, r) in [
@@ -421,7 +420,7 @@ pub async fn sb_exec_survives_suspend(w: &SandboxWorld) {
         return;
     }
     let h = w.create("dur-suspend").await;
-    let cmd = "echo before; while [ ! -e /workspace/go ]; do sleep 0.05; done; echo after";
+    let cmd = "echo before; while [ ! -e go ]; do sleep 0.05; done; echo after";
     let started = p
         .exec_start(&h, ExecSpec::new(cmd).id("nap-1"))
         .await

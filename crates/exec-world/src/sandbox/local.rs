@@ -144,12 +144,9 @@ impl LocalSandboxes {
     /// The world's processes for sandbox directory `dir`, their durable records kept
     /// in it (so every instance on this root, and a new host process, finds them).
     fn procs(&self, dir: &Path) -> LocalSubprocess {
-        let at = |p: PathBuf| WorldPath::new(p.to_string_lossy().into_owned());
-        match (at(dir.join("workspace")), at(dir.join(EXECS_DIR))) {
-            // PENDING(durable merge): LocalSubprocess's records directory setter.
-            (Ok(home), Ok(_records)) => LocalSubprocess::at(home),
-            _ => LocalSubprocess::at(WorldPath::root()),
-        }
+        let home = WorldPath::new(dir.join("workspace").to_string_lossy().into_owned())
+            .unwrap_or_else(|_| WorldPath::root());
+        LocalSubprocess::at(home).with_state_dir(dir.join(EXECS_DIR))
     }
 
     /// The spawn of `spec` in sandbox `h` (durable with `spec.id`), and the processes to
