@@ -273,8 +273,12 @@ pub struct OutputOffsets {
 pub struct Attached {
     /// The command: its streams start at [`Attached::start`], then go on live until it
     /// ends; `wait` gives its status (or [`ErrorKind::OutcomeUnknown`](crate::ErrorKind::OutcomeUnknown));
-    /// `take_stdin` works when it was started with piped stdin (the first taker of this
-    /// attach gets it). Dropping it leaves the command running.
+    /// `take_stdin` works when it was started with piped stdin and its stdin is still open.
+    /// Dropping it leaves the command running.
+    ///
+    /// **stdin of a durable command** closes only on an explicit `shutdown()` of the sink:
+    /// dropping the sink (or the `Child`, or losing the host) leaves it open, so another
+    /// attach can go on writing.
     pub child: Child,
     /// The command as listed.
     pub info: DurableInfo,

@@ -1,5 +1,7 @@
 //! Local adapters: the seams over this machine's file system and processes.
 
+mod durable;
+mod durable_child;
 mod fs;
 #[cfg(test)]
 mod launch_tests;
