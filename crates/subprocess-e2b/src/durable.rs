@@ -66,7 +66,7 @@
 //! error item on that stream, naming the count, and the stream goes on after the gap.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -81,6 +81,7 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 
 use crate::frames::{Deframer, Frame};
+use crate::session::Session;
 use crate::world::WorldShared;
 
 /// Where durable records live unless configured otherwise: root-owned, 0700.
@@ -89,6 +90,50 @@ pub const DEFAULT_DURABLE_DIR: &str = "/var/lib/exec-world/durable";
 /// How often a cut attach stream is resumed before `wait` reports the cut.
 const RESUMES: u32 = 3;
 
+/// The durable starts of one adapter still in flight. `spawn` returns before envd
+/// answered; the adapter's later durable starts and its `durable_list` / `attach` /
+/// `collect` wait for these answers first, so a command exists for them once its
+/// `spawn` returned (and the first of two starts with one id is the one that runs).
+#[derive(Default)]
+pub(crate) struct Pending(Mutex<Vec<Weak<Session>>>);
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pending")
+    }
+}
+
+impl Pending {
+    /// The starts in flight now.
+    pub(crate) fn snapshot(&self) -> Vec<Weak<Session>> {
+        let mut v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        v.retain(|w| w.upgrade().is_some_and(|s| !s.start_known()));
+        v.clone()
+    }
+
+    /// Adds a start in flight.
+    pub(crate) fn add(&self, s: &Arc<Session>) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::downgrade(s));
+    }
+
+    /// Waits until the starts in flight now were answered (or failed).
+    pub(crate) async fn settle(&self) {
+        settle(&self.snapshot()).await;
+    }
+}
+
+/// Waits until each of `starts` was answered (or failed).
+pub(crate) async fn settle(starts: &[Weak<Session>]) {
+    for w in starts {
+        if let Some(s) = w.upgrade() {
+            let _ = s.started().await;
+        }
+    }
+}
+
 /// What a durable spawn adds to its start (`session.rs`).
 #[derive(Clone, Debug)]
 pub(crate) struct DurableLaunch {
@@ -96,6 +141,8 @@ pub(crate) struct DurableLaunch {
     dir: String,
     cap: u64,
     meta: String,
+    /// The adapter's durable starts before this one (it is sent after their answers).
+    pub(crate) after: Vec<Weak<Session>>,
 }
 
 impl DurableLaunch {
@@ -129,6 +176,7 @@ impl DurableLaunch {
             dir: dir.to_owned(),
             cap: spec.output_cap,
             meta: meta.to_string(),
+            after: Vec::new(),
         })
     }
 
@@ -495,7 +543,9 @@ pub(crate) async fn attach(
         dir: dir.to_owned(),
         pos: start,
     };
-    let child = DurableChild::start(shared, tail, Some(resume), d.stdin);
+    // Stdin only while it runs (envd's pipe went with the process).
+    let stdin = d.stdin && d.info.state == DurableState::Running;
+    let child = DurableChild::start(shared, tail, Some(resume), stdin);
     Ok(Attached {
         child,
         info: d.info,
@@ -850,6 +900,9 @@ impl ChildBackend for DurableChild {
     }
 
     async fn wait(&self) -> Result<ExitStatus, Error> {
+        // Streams nobody took are not read: the status does not wait for them.
+        drop(take(&self.stdout));
+        drop(take(&self.stderr));
         let mut rx = self.shared.status.clone();
         let r = rx
             .wait_for(|s| s.is_some())
