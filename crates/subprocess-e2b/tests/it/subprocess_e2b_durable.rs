@@ -500,7 +500,11 @@ async fn a_cut_attach_stream_resumes_from_the_exact_offsets() {
         .expect("spawn");
     drop(c.take_stdout());
     assert!(within("wait", 60, c.wait()).await.expect("wait").success());
-    let starts = || env.emu.counters().get_on(Plane::Envd, "POST /process.Process/Start");
+    let starts = || {
+        env.emu
+            .counters()
+            .get_on(Plane::Envd, "POST /process.Process/Start")
+    };
     // The reader's stream is cut after a few frames, once.
     env.emu.faults().add(
         testing_fake::FaultRule::new(testing_fake::FaultAction::CutStream { after_frames: 6 })
@@ -509,14 +513,30 @@ async fn a_cut_attach_stream_resumes_from_the_exact_offsets() {
             .times(1),
     );
     let before = starts();
-    let mut a = p.durable_attach(&id, OutputOffsets::default()).await.expect("attach");
+    let mut a = p
+        .durable_attach(&id, OutputOffsets::default())
+        .await
+        .expect("attach");
     let (out, err) = (a.child.take_stdout(), a.child.take_stderr());
     let (out, err) = futures::future::join(drain(out), drain(err)).await;
-    let expected: Vec<u8> = (1..=300000).flat_map(|i| format!("{i}\n").into_bytes()).collect();
-    assert!(out == expected, "every stdout byte once, in order ({} bytes)", out.len());
-    let expected: Vec<u8> = (1..=1000).flat_map(|i| format!("{i}\n").into_bytes()).collect();
+    let expected: Vec<u8> = (1..=300000)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect();
+    assert!(
+        out == expected,
+        "every stdout byte once, in order ({} bytes)",
+        out.len()
+    );
+    let expected: Vec<u8> = (1..=1000)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect();
     assert_eq!(err, expected);
-    assert!(within("wait", 60, a.child.wait()).await.expect("wait").success());
+    assert!(
+        within("wait", 60, a.child.wait())
+            .await
+            .expect("wait")
+            .success()
+    );
     assert_eq!(starts() - before, 2, "one resume after the cut");
 }
 
