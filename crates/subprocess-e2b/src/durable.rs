@@ -28,7 +28,7 @@
 //! root, of the helper's reader `--tail STATE ID OUT ERR`: it sends the record's
 //! description, the streams from the asked offsets (or the oldest kept byte, the
 //! difference counted in [`Attached::dropped`]), then live (inotify on the record), then
-//! the recorded status, as frames on its stdout (`helper/tail.rs`, [`crate::frames`]).
+//! the recorded status, as frames on its stdout (`helper/tail.rs`, `src/frames.rs`).
 //! A cut attach stream is resumed from the exact offsets reached (a new `--tail`), so
 //! nothing is lost or doubled. Stdin writes and close go to envd's `SendInput` /
 //! `CloseStdin` by tag (the watcher shares envd's stdin pipe with the program);
@@ -37,7 +37,7 @@
 //! Dropping an attached child SIGKILLs its reader, never the command.
 //!
 //! The state is [`DurableState::Unknown`] (and `wait` is
-//! [`ErrorKind::OutcomeUnknown`](exec_world::ErrorKind::OutcomeUnknown)) when no status
+//! [`exec_world::ErrorKind::OutcomeUnknown`]) when no status
 //! was recorded and the sandbox booted since the start (another `boot_id`: a cold resume)
 //! or the watcher is gone (no such pid, a zombie, or another start time).
 //!
@@ -64,6 +64,12 @@
 //! A reader left by a host that died mid-attach runs until the command ends. Bytes the
 //! cap overwrites while an attach reads slower than the command writes arrive as an
 //! error item on that stream, naming the count, and the stream goes on after the gap.
+//! An attach reads through envd's process stream (base64 events): in world-bench
+//! (`attach_64m`) a finished 64 MiB record reads at about half the speed of an fs-e2b
+//! read of the same bytes (a root `GET /files` of the record's ring would be faster).
+//! The spawning host keeps the spawn's own event stream open (its output discarded once
+//! the `Child` is gone) until the command ends or the host goes. When the acting user is
+//! root, the records are not protected from it.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -377,7 +383,8 @@ pub(crate) async fn list(world: &WorldShared, dir: &str) -> Result<Vec<DurableIn
         let Some(id) = p.tag.as_deref().and_then(|t| DurableId::new(t).ok()) else {
             continue;
         };
-        if out.iter().any(|i| i.id == id) {
+        // A durable start whose record is being made (or already listed).
+        if is_durable_start(&p) || out.iter().any(|i| i.id == id) {
             continue;
         }
         out.push(DurableInfo {
@@ -519,39 +526,61 @@ pub(crate) async fn attach(
 ) -> Result<Attached, Error> {
     let op = format!("attaching to durable command {id}");
     let native = helper(&world).await?;
-    let stream = start_tail(&world, &native, dir, id, from).await?;
-    let tail_pid = stream.pid();
-    let mut tail = TailStream::new(stream, false);
-    let (mut meta, mut pid_line, mut state) = (Bytes::new(), Bytes::new(), DurableState::Unknown);
-    let (start, dropped) = loop {
-        let Some(f) = tail.next().await.map_err(|e| e.with_op(op.clone()))? else {
-            return Err(Error::other("the record reader ended early").with_op(op));
+    let mut attempts = 0;
+    'again: loop {
+        attempts += 1;
+        let stream = start_tail(&world, &native, dir, id, from).await?;
+        let tail_pid = stream.pid();
+        let mut tail = TailStream::new(stream, false);
+        let (mut meta, mut pid_line, mut state) =
+            (Bytes::new(), Bytes::new(), DurableState::Unknown);
+        let (start, dropped) = loop {
+            let Some(f) = tail.next().await.map_err(|e| e.with_op(op.clone()))? else {
+                return Err(Error::other("the record reader ended early").with_op(op));
+            };
+            match f.kind {
+                b'n' => match attach_live(world.clone(), id, &op).await? {
+                    // A durable start of this id is making its record right now (another
+                    // client's spawn in flight): read the record once it is there.
+                    None if attempts < 20 => {
+                        tokio::time::sleep(Duration::from_millis(25)).await;
+                        continue 'again;
+                    }
+                    None => {
+                        return Err(Error::other("the command's record did not appear").with_op(op));
+                    }
+                    Some(a) => return Ok(a),
+                },
+                b'm' => meta = f.payload,
+                b'i' => pid_line = f.payload,
+                b'a' => state = parse_state(&f.payload),
+                b's' => break parse_start(&f.payload),
+                _ => {}
+            }
         };
-        match f.kind {
-            b'n' => return attach_live(world, id, &op).await,
-            b'm' => meta = f.payload,
-            b'i' => pid_line = f.payload,
-            b'a' => state = parse_state(&f.payload),
-            b's' => break parse_start(&f.payload),
-            _ => {}
-        }
-    };
-    let d = describe(id, &meta, &pid_line, state);
-    let shared = Arc::new(Shared::new(world.clone(), id.clone(), &d, tail_pid));
-    let resume = Resume {
-        native,
-        dir: dir.to_owned(),
-        pos: start,
-    };
-    // Stdin only while it runs (envd's pipe went with the process).
-    let stdin = d.stdin && d.info.state == DurableState::Running;
-    let child = DurableChild::start(shared, tail, Some(resume), stdin);
-    Ok(Attached {
-        child,
-        info: d.info,
-        start,
-        dropped,
-    })
+        let d = describe(id, &meta, &pid_line, state);
+        let shared = Arc::new(Shared::new(world.clone(), id.clone(), &d, tail_pid));
+        let resume = Resume {
+            native,
+            dir: dir.to_owned(),
+            pos: start,
+        };
+        // Stdin only while it runs (envd's pipe went with the process).
+        let stdin = d.stdin && d.info.state == DurableState::Running;
+        let child = DurableChild::start(shared, tail, Some(resume), stdin);
+        return Ok(Attached {
+            child,
+            info: d.info,
+            start,
+            dropped,
+        });
+    }
+}
+
+/// True for envd's process of a durable spawn (the helper with `--durable` first): its
+/// record exists, or is being made.
+fn is_durable_start(p: &e2b_core::proto::process::ProcessInfo) -> bool {
+    p.config.args.first().map(String::as_str) == Some("--durable")
 }
 
 /// `START_OUT START_ERR DROPPED_OUT DROPPED_ERR`.
@@ -575,8 +604,13 @@ fn parse_start(p: &[u8]) -> (OutputOffsets, OutputOffsets) {
 }
 
 /// A record-less command (started by an official SDK with a tag): envd's `List` for its
-/// description, `Connect` by tag for its live output and end.
-async fn attach_live(world: Arc<WorldShared>, id: &DurableId, op: &str) -> Result<Attached, Error> {
+/// description, `Connect` by tag for its live output and end. `None` when the tagged
+/// process is a durable start making its record (read the record instead).
+async fn attach_live(
+    world: Arc<WorldShared>,
+    id: &DurableId,
+    op: &str,
+) -> Result<Option<Attached>, Error> {
     let procs = world
         .api
         .list_processes()
@@ -588,6 +622,9 @@ async fn attach_live(world: Arc<WorldShared>, id: &DurableId, op: &str) -> Resul
     else {
         return Err(Error::not_found(id.as_str()).with_op(op));
     };
+    if is_durable_start(&p) {
+        return Ok(None);
+    }
     let stream = world
         .api
         .connect_process(
@@ -626,12 +663,12 @@ async fn attach_live(world: Arc<WorldShared>, id: &DurableId, op: &str) -> Resul
     let mut shared = Shared::new(world, id.clone(), &d, 0);
     shared.live_only = true;
     let child = DurableChild::start(Arc::new(shared), TailStream::new(stream, true), None, true);
-    Ok(Attached {
+    Ok(Some(Attached {
         child,
         info,
         start: OutputOffsets::default(),
         dropped: OutputOffsets::default(),
-    })
+    }))
 }
 
 /// What an attached child's parts share.
@@ -805,6 +842,8 @@ async fn pump(
                 }
             }
             b'x' => {
+                // The reader ends by itself after its last frame.
+                shared.done.store(true, Ordering::SeqCst);
                 let r = parse_status(&f.payload).ok_or_else(|| {
                     Error::other(format!(
                         "unreadable recorded status {:?}",
@@ -815,6 +854,7 @@ async fn pump(
                 break;
             }
             b'u' => {
+                shared.done.store(true, Ordering::SeqCst);
                 shared.finish(Err(Error::outcome_unknown(
                     format!("waiting for durable command {}", shared.id),
                     String::from_utf8_lossy(&f.payload).into_owned(),
@@ -822,6 +862,7 @@ async fn pump(
                 break;
             }
             b'n' => {
+                shared.done.store(true, Ordering::SeqCst);
                 shared.finish(Err(Error::outcome_unknown(
                     format!("waiting for durable command {}", shared.id),
                     "its record is gone",
