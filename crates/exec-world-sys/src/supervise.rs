@@ -260,9 +260,9 @@ pub fn supervise(s: &Supervise<'_>) -> io::Result<Supervised> {
             65536
         }
     };
-    // The supervisor's buffers (its copies, after the fork).
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut stdin_buf = vec![0u8; 64 * 1024];
+    // The supervisor's buffers: a mapping of their own (its copy survives when it sheds
+    // the host's memory), unmapped here when this function returns.
+    let buffers = Buffers::new()?;
     let plan = Plan {
         candidates: candidates.as_ptr(),
         argv: argv.as_ptr(),
@@ -287,10 +287,10 @@ pub fn supervise(s: &Supervise<'_>) -> io::Result<Supervised> {
         exec_w: exec_w.as_raw_fd(),
         report_w: report_w.as_raw_fd(),
         cap: s.cap,
-        buf: buf.as_mut_ptr(),
-        buf_len: buf.len(),
-        stdin_buf: stdin_buf.as_mut_ptr(),
-        stdin_buf_len: stdin_buf.len(),
+        buf: buffers.0,
+        buf_len: BUF,
+        stdin_buf: buffers.0.wrapping_add(BUF),
+        stdin_buf_len: BUF,
     };
 
     // SAFETY: a raw fork (no CLONE_VM): the child has a copy of our memory and runs only
@@ -353,6 +353,40 @@ pub fn supervise(s: &Supervise<'_>) -> io::Result<Supervised> {
         supervisor: word(4),
         pid: word(8),
     })
+}
+
+/// The size of each of the supervisor's two buffers.
+const BUF: usize = 64 * 1024;
+
+/// The supervisor's buffers (`2 * BUF` bytes), an anonymous mapping.
+struct Buffers(*mut u8);
+
+impl Buffers {
+    fn new() -> io::Result<Buffers> {
+        // SAFETY: a fresh anonymous private mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * BUF,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Buffers(p.cast()))
+    }
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new` (our copy; the supervisor's
+        // copy is its own).
+        unsafe { libc::munmap(self.0.cast(), 2 * BUF) };
+    }
 }
 
 /// Everything the forked processes use, prepared before the fork.
@@ -635,9 +669,156 @@ unsafe fn supervisor(p: &Plan<'_>) -> ! {
         write_all(p.report_w, &report);
         libc::close(p.report_w);
 
+        // The command runs: nothing of the host's memory is needed any more.
+        shed_host_memory(&[p.buf as usize]);
+
         // 4-6.
         pump(p, cmd);
         libc::_exit(0)
+    }
+}
+
+/// Unmaps the host's memory this fork still shares copy-on-write (the heap, anonymous
+/// mappings, other threads' stacks), so the supervisor does not keep pages the host
+/// later changes or frees: a long-lived supervisor would otherwise pin up to the host's
+/// whole footprint at the time of the fork. Kept: every file-backed mapping and the
+/// anonymous one right after each (a library's `.bss`), the named kernel mappings
+/// (`[stack]`, `[vdso]`, …), the mapping holding our stack pointer, the one holding our
+/// thread's TLS block (x86_64's fs base; `errno` lives there), and those holding `keep`.
+/// Only on x86_64 (elsewhere the TLS base is not read, so nothing is unmapped).
+///
+/// # Safety
+/// Only raw system calls; afterwards nothing of the host's heap may be touched.
+unsafe fn shed_host_memory(keep: &[usize]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: raw system calls on our own address space; see the list of what is kept.
+    unsafe {
+        let mut fs_base: usize = 0;
+        const ARCH_GET_FS: c_int = 0x1003;
+        if libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_GET_FS,
+            &mut fs_base as *mut usize,
+        ) != 0
+        {
+            return;
+        }
+        let here = 0u8;
+        let sp = &here as *const u8 as usize;
+        // Passes: each collects up to `ranges.len()` mappings to drop, then drops them.
+        loop {
+            let mut ranges = [(0usize, 0usize); 128];
+            let mut n = 0;
+            let mut full = false;
+            let fd = libc::open(
+                c"/proc/self/maps".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return;
+            }
+            let mut buf = [0u8; 4096];
+            let mut len = 0;
+            let mut prev_end = 0usize;
+            let mut prev_file = false;
+            'read: loop {
+                let r = libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len);
+                if r <= 0 {
+                    break;
+                }
+                len += r as usize;
+                let mut start = 0;
+                while let Some(nl) = buf[start..len].iter().position(|&b| b == b'\n') {
+                    let line = &buf[start..start + nl];
+                    start += nl + 1;
+                    let Some(m) = MapLine::parse(line) else {
+                        continue;
+                    };
+                    let anon = m.inode == 0
+                        && (m.name.is_empty()
+                            || m.name == b"[heap]"
+                            || m.name.starts_with(b"[anon:"));
+                    let after_file = m.lo == prev_end && prev_file;
+                    prev_end = m.hi;
+                    prev_file = m.inode != 0;
+                    let holds = |a: usize| m.lo <= a && a < m.hi;
+                    if !anon
+                        || !m.private
+                        || after_file
+                        || holds(sp)
+                        || holds(fs_base)
+                        || keep.iter().any(|&k| holds(k))
+                    {
+                        continue;
+                    }
+                    if n == ranges.len() {
+                        full = true;
+                        break 'read;
+                    }
+                    ranges[n] = (m.lo, m.hi);
+                    n += 1;
+                }
+                buf.copy_within(start..len, 0);
+                len -= start;
+                if len == buf.len() {
+                    // A line longer than the buffer (a huge name): give up on the rest.
+                    break;
+                }
+            }
+            libc::close(fd);
+            for &(lo, hi) in &ranges[..n] {
+                libc::munmap(lo as *mut libc::c_void, hi - lo);
+            }
+            if !full {
+                return;
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = keep;
+}
+
+/// One line of `/proc/self/maps`: `lo-hi perms offset dev inode name`.
+struct MapLine<'a> {
+    lo: usize,
+    hi: usize,
+    private: bool,
+    inode: u64,
+    name: &'a [u8],
+}
+
+impl<'a> MapLine<'a> {
+    fn parse(line: &'a [u8]) -> Option<MapLine<'a>> {
+        let hex = |t: &[u8]| -> Option<usize> {
+            let mut v: usize = 0;
+            for &b in t {
+                let d = (b as char).to_digit(16)? as usize;
+                v = v.checked_mul(16)?.checked_add(d)?;
+            }
+            Some(v)
+        };
+        let mut fields = line.splitn(6, |&b| b == b' ');
+        let range = fields.next()?;
+        let perms = fields.next()?;
+        let _offset = fields.next()?;
+        let _dev = fields.next()?;
+        let inode = fields.next()?;
+        let name = fields.next().unwrap_or(b"");
+        let dash = range.iter().position(|&b| b == b'-')?;
+        let mut ino: u64 = 0;
+        for &b in inode {
+            ino = ino
+                .checked_mul(10)?
+                .checked_add(u64::from(b.checked_sub(b'0').filter(|d| *d < 10)?))?;
+        }
+        let start = name.iter().position(|&b| b != b' ').unwrap_or(name.len());
+        Some(MapLine {
+            lo: hex(&range[..dash])?,
+            hi: hex(&range[dash + 1..])?,
+            private: perms.get(3) == Some(&b'p'),
+            inode: ino,
+            name: &name[start..],
+        })
     }
 }
 
@@ -1028,6 +1209,21 @@ mod tests {
         assert!(alive(me, t));
         assert!(!alive(me, t + 1));
         assert_eq!(start_time_raw(me as i32), t);
+    }
+
+    #[test]
+    fn maps_lines_parse() {
+        let l = MapLine::parse(b"7f0000000000-7f0000021000 rw-p 00000000 00:00 0 ").expect("anon");
+        assert_eq!(
+            (l.lo, l.hi, l.private, l.inode),
+            (0x7f00_0000_0000, 0x7f00_0002_1000, true, 0)
+        );
+        assert!(l.name.is_empty());
+        let l = MapLine::parse(b"55d0-55e0 r-xp 00001000 08:01 1234   /usr/bin/x y").expect("file");
+        assert_eq!((l.inode, l.name), (1234, &b"/usr/bin/x y"[..]));
+        let l = MapLine::parse(b"1000-2000 rw-s 00000000 00:01 77 /dev/zero (deleted)")
+            .expect("shared");
+        assert!(!l.private);
     }
 
     #[test]
