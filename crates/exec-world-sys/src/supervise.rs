@@ -83,6 +83,8 @@ pub struct Supervise<'a> {
     pub cap: u64,
     /// The spawn cgroup's `cgroup.procs`, open for writing (the command joins it).
     pub cgroup_procs: Option<BorrowedFd<'a>>,
+    /// The spawn cgroup's directory: removed by the supervisor at the end when empty.
+    pub cgroup_dir: Option<&'a std::path::Path>,
 }
 
 /// A started supervised command.
@@ -260,6 +262,13 @@ pub fn supervise(s: &Supervise<'_>) -> io::Result<Supervised> {
             65536
         }
     };
+    let cgroup_dir = match s.cgroup_dir {
+        Some(d) => Some(
+            CString::new(d.as_os_str().as_encoded_bytes())
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a cgroup path"))?,
+        ),
+        None => None,
+    };
     // The supervisor's buffers: a mapping of their own (its copy survives when it sheds
     // the host's memory), unmapped here when this function returns.
     let buffers = Buffers::new()?;
@@ -287,6 +296,7 @@ pub fn supervise(s: &Supervise<'_>) -> io::Result<Supervised> {
         exec_w: exec_w.as_raw_fd(),
         report_w: report_w.as_raw_fd(),
         cap: s.cap,
+        cgroup_dir: cgroup_dir.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
         buf: buffers.0,
         buf_len: BUF,
         stdin_buf: buffers.0.wrapping_add(BUF),
@@ -415,6 +425,9 @@ struct Plan<'a> {
     exec_w: RawFd,
     report_w: RawFd,
     cap: u64,
+    /// NULL, or the cgroup directory to remove at the end (copied to the stack before
+    /// the host's memory is shed).
+    cgroup_dir: *const c_char,
     buf: *mut u8,
     buf_len: usize,
     stdin_buf: *mut u8,
@@ -669,11 +682,26 @@ unsafe fn supervisor(p: &Plan<'_>) -> ! {
         write_all(p.report_w, &report);
         libc::close(p.report_w);
 
+        // The cgroup path, onto our stack (it lives on the host's heap).
+        let mut cg = [0u8; 512];
+        let mut have_cg = false;
+        if !p.cgroup_dir.is_null() {
+            let src = CStr::from_ptr(p.cgroup_dir).to_bytes();
+            if src.len() < cg.len() {
+                cg[..src.len()].copy_from_slice(src);
+                have_cg = true;
+            }
+        }
         // The command runs: nothing of the host's memory is needed any more.
         shed_host_memory(&[p.buf as usize]);
 
         // 4-6.
         pump(p, cmd);
+        if have_cg {
+            // Empty once the command and its descendants are gone; else it stays (the
+            // next terminate, or a sweep, removes it).
+            libc::rmdir(cg.as_ptr().cast());
+        }
         libc::_exit(0)
     }
 }

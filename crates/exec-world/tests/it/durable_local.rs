@@ -393,6 +393,21 @@ async fn durable_disk_use_is_bounded_by_the_cap() {
         used <= cap + (1 << 20) + (64 << 10),
         "{used} bytes on disk for a cap of {cap}"
     );
+    // The command's cgroup (where this process can make them) is removed at its end.
+    let meta = std::fs::read_to_string(s.state().join("durable").join(id.as_str()).join("meta"))
+        .expect("meta");
+    if let Some(cg) = meta.lines().find_map(|l| l.strip_prefix("cgroup ")) {
+        let cg = percent_encoding::percent_decode_str(cg)
+            .decode_utf8_lossy()
+            .into_owned();
+        assert!(cg.contains("exec-world-"), "{cg}");
+        assert!(
+            !Path::new(&cg).exists(),
+            "the ended command's cgroup {cg} is left"
+        );
+    } else {
+        println!("no cgroup here: the cgroup removal is not checked");
+    }
     proc.durable_collect(&id).await.expect("collect");
 }
 
