@@ -111,24 +111,30 @@ pub fn alive(pid: u32, start: u64) -> bool {
     parse_start_time(&stat) == Some(start) && !matches!(stat_state(&stat), Some(b'Z' | b'X'))
 }
 
-/// Sends `sig` to `pid` only if it is still the process that started at `start`: through
-/// a pidfd opened first and checked after (the pidfd pins the process, so a pid reused
-/// in between is never signalled). `Ok(false)`: that process is gone (nothing sent).
-pub fn signal_checked(pid: u32, start: u64, sig: i32) -> io::Result<bool> {
+/// A pidfd of `pid` if it is still the process that started at `start` (opened first,
+/// checked after: the pidfd pins the process, so a pid reused in between is never
+/// named by it). `Ok(None)`: that process is gone. Readable once the process exited.
+pub fn pidfd_checked(pid: u32, start: u64) -> io::Result<Option<OwnedFd>> {
     // SAFETY: pidfd_open(2) on a pid number; the result is a new descriptor we own.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
         let e = io::Error::last_os_error();
         return match e.raw_os_error() {
-            Some(libc::ESRCH) => Ok(false),
+            Some(libc::ESRCH) => Ok(None),
             _ => Err(e),
         };
     }
     // SAFETY: a fresh descriptor from pidfd_open.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-    if !alive(pid, start) {
+    Ok(alive(pid, start).then_some(fd))
+}
+
+/// Sends `sig` to `pid` only if it is still the process that started at `start`, through
+/// a checked pidfd ([`pidfd_checked`]). `Ok(false)`: that process is gone (nothing sent).
+pub fn signal_checked(pid: u32, start: u64, sig: i32) -> io::Result<bool> {
+    let Some(fd) = pidfd_checked(pid, start)? else {
         return Ok(false);
-    }
+    };
     // SAFETY: pidfd_send_signal(2) on our pidfd; no siginfo.
     let r = unsafe {
         libc::syscall(
