@@ -303,7 +303,14 @@ impl ChildBackend for DurableChild {
             .command
             .and_then(|c| pidfd_checked(c.pid, c.start).ok().flatten())
             .and_then(|fd| {
-                tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE).ok()
+                // SAFETY: an OwnedFd is a valid open descriptor, owned by the AsyncFd.
+                unsafe {
+                    tokio::io::unix::AsyncFd::register_with_interest(
+                        fd,
+                        tokio::io::Interest::READABLE,
+                    )
+                }
+                .ok()
             });
         loop {
             let record = self.record.clone();
