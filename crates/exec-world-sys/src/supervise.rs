@@ -14,7 +14,9 @@
 //! 2. forks the command: its own session and process group, the spawn's cgroup joined
 //!    (`cgroup.procs`), stdin from `/dev/null` or from a pipe the supervisor feeds,
 //!    stdout/stderr into pipes the supervisor reads, then `execve` along `PATH`;
-//! 3. writes `pid` into the record directory (its own and the command's pid and start
+//! 3. unmaps the host's memory it still shares copy-on-write (heap, anonymous mappings;
+//!    see `shed_host_memory`), so it does not pin pages the host later changes;
+//!    writes `pid` into the record directory (its own and the command's pid and start
 //!    time) and tells the host the command started (or why it did not);
 //! 4. copies stdout and stderr into the record files `stdout` / `stderr`, where a byte's
 //!    file offset is its stream offset: beyond `cap` kept bytes the oldest are punched out
@@ -29,6 +31,10 @@
 //!
 //! A record with no `status` whose supervisor is gone (pid and start time no longer
 //! match) has an unknown outcome.
+//!
+//! Limits: records are not `fsync`ed (they survive the host process, not a machine
+//! crash); where the file system refuses `PUNCH_HOLE` the record files keep every byte on
+//! disk (readers still see only the last `cap`).
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_char, c_int};

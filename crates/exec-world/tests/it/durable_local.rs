@@ -498,3 +498,59 @@ async fn durable_supervisor_keeps_none_of_the_host_memory() {
     assert_eq!(big[4096], 2);
     proc.durable_collect(&id).await.expect("collect");
 }
+
+/// A reader that falls more than the cap behind gets an `Interrupted` item naming the
+/// offset to attach again from (never zeros or a silently shifted stream), and an attach
+/// from there gets exactly the kept bytes.
+#[tokio::test]
+async fn durable_reader_behind_the_cap_is_told_where_to_resume() {
+    let s = Scratch::new("lag");
+    let proc = s.proc();
+    let id = DurableId::random();
+    let go = s.0.join("go");
+    let cap = 64u64 << 10;
+    let spec = SpawnSpec::new("sh")
+        .arg("-c")
+        .arg(r#"while [ ! -e "$1" ]; do sleep 0.02; done; head -c 1000000 /dev/zero | tr '\0' y"#)
+        .arg("sh")
+        .arg(go.to_str().expect("utf-8"))
+        .durable(DurableSpec::new(id.clone()).output_cap(cap));
+    let mut child = proc.spawn(spec).expect("spawn");
+    // Attached from 0 before anything was written; reads only once all was written.
+    let mut out = child.take_stdout().expect("stdout");
+    std::fs::write(&go, b"go").expect("go");
+    assert!(child.wait().await.expect("wait").success());
+    let e = match out.next().await {
+        Some(Err(e)) => e,
+        other => panic!("expected an error item, got {other:?}"),
+    };
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+    let resume = 1_000_000 - cap;
+    assert!(
+        e.to_string().contains(&format!("from offset {resume}")),
+        "{e}"
+    );
+    assert!(
+        out.next().await.is_none(),
+        "the stream goes on after the error"
+    );
+    let mut a = proc
+        .durable_attach(
+            &id,
+            OutputOffsets {
+                stdout: resume,
+                stderr: 0,
+            },
+        )
+        .await
+        .expect("attach");
+    assert_eq!(a.dropped.stdout, 0);
+    let mut o = a.child.take_stdout().expect("stdout");
+    let mut got = Vec::new();
+    while let Some(c) = o.next().await {
+        got.extend_from_slice(&c.expect("chunk"));
+    }
+    assert_eq!(got.len() as u64, cap);
+    assert!(got.iter().all(|&b| b == b'y'));
+    proc.durable_collect(&id).await.expect("collect");
+}
