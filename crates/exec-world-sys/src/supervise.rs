@@ -14,10 +14,10 @@
 //! 2. forks the command: its own session and process group, the spawn's cgroup joined
 //!    (`cgroup.procs`), stdin from `/dev/null` or from a pipe the supervisor feeds,
 //!    stdout/stderr into pipes the supervisor reads, then `execve` along `PATH`;
-//! 3. unmaps the host's memory it still shares copy-on-write (heap, anonymous mappings;
-//!    see `shed_host_memory`), so it does not pin pages the host later changes;
-//!    writes `pid` into the record directory (its own and the command's pid and start
-//!    time) and tells the host the command started (or why it did not);
+//! 3. writes `pid` into the record directory (its own and the command's pid and start
+//!    time), tells the host the command started (or why it did not), then unmaps the
+//!    host's memory it still shares copy-on-write (heap, anonymous mappings; see
+//!    `shed_host_memory`), so it does not pin pages the host later changes;
 //! 4. copies stdout and stderr into the record files `stdout` / `stderr`, where a byte's
 //!    file offset is its stream offset: beyond `cap` kept bytes the oldest are punched out
 //!    (`fallocate(PUNCH_HOLE)`, the file stays sparse), so a reader knows from the size
