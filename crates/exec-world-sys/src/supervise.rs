@@ -613,10 +613,16 @@ unsafe fn intermediate(p: &Plan<'_>) -> ! {
 unsafe fn supervisor(p: &Plan<'_>) -> ! {
     // SAFETY: raw system calls on descriptors and memory prepared before the fork.
     unsafe {
-        // 1. Signals: defaults (the host's handlers are code of a process we are not),
-        // SIGPIPE ignored (a command that closed its stdin), nothing blocked.
+        // 1. Signals: every handled one back to its default (the host's handlers are code
+        // of a process we are not; ignored ones stay ignored, as CLONE_CLEAR_SIGHAND and
+        // std's spawn leave them), SIGPIPE ignored (a command that closed its stdin),
+        // nothing blocked.
         for sig in 1..=64 {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction != libc::SIG_DFL
+                && old.sa_sigaction != libc::SIG_IGN
+            {
                 libc::signal(sig, libc::SIG_DFL);
             }
         }

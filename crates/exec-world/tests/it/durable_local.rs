@@ -554,3 +554,39 @@ async fn durable_reader_behind_the_cap_is_told_where_to_resume() {
     assert!(got.iter().all(|&b| b == b'y'));
     proc.durable_collect(&id).await.expect("collect");
 }
+
+/// A durable command starts with the same signal dispositions and mask as any local
+/// spawn (handled ones at default, ignored ones ignored, SIGPIPE default, none blocked).
+#[tokio::test]
+async fn durable_command_signals_match_a_plain_spawn() {
+    let s = Scratch::new("signals");
+    let proc = s.proc();
+    let probe = || {
+        SpawnSpec::new("grep")
+            .arg("-E")
+            .arg("^Sig(Blk|Ign|Cgt)")
+            .arg("/proc/self/status")
+    };
+    let mut plain = proc.spawn(probe()).expect("plain");
+    let mut o = plain.take_stdout().expect("stdout");
+    let mut want = Vec::new();
+    while let Some(c) = o.next().await {
+        want.extend_from_slice(&c.expect("chunk"));
+    }
+    assert!(plain.wait().await.expect("wait").success());
+    let id = DurableId::random();
+    let mut d = proc
+        .spawn(probe().durable(DurableSpec::new(id.clone())))
+        .expect("durable");
+    let mut o = d.take_stdout().expect("stdout");
+    let mut got = Vec::new();
+    while let Some(c) = o.next().await {
+        got.extend_from_slice(&c.expect("chunk"));
+    }
+    assert!(d.wait().await.expect("wait").success());
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&want)
+    );
+    proc.durable_collect(&id).await.expect("collect");
+}
