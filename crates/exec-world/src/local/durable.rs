@@ -345,7 +345,6 @@ impl Records {
         };
         let built = (|| -> std::io::Result<(std::fs::File, std::fs::File)> {
             std::fs::DirBuilder::new().mode(0o700).create(&tmp)?;
-            std::fs::write(tmp.join("meta"), meta.encode())?;
             let new_file = |name: &str| {
                 std::fs::OpenOptions::new()
                     .write(true)
@@ -353,6 +352,7 @@ impl Records {
                     .mode(0o600)
                     .open(tmp.join(name))
             };
+            std::io::Write::write_all(&mut new_file("meta")?, meta.encode().as_bytes())?;
             let out = new_file(files::STDOUT)?;
             let err = new_file(files::STDERR)?;
             if meta.piped {
@@ -434,6 +434,7 @@ impl Records {
             stdin_fifo: fifo.as_ref().map(|f| f.as_fd()),
             cap: d.output_cap,
             cgroup_procs: procs.as_ref().map(|f| f.as_fd()),
+            cgroup_dir: cg.as_ref().map(|c| c.dir.as_path()),
         });
         drop((record, fifo, out, err, procs));
         if let Err(e) = started {
