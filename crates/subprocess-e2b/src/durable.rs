@@ -61,9 +61,13 @@
 //!
 //! Durable spawns need the native helper (this build for x86_64 Linux and a sandbox that
 //! runs it) and a sandbox where envd may start processes as root; else `Unsupported`.
-//! A reader left by a host that died mid-attach runs until the command ends. Bytes the
-//! cap overwrites while an attach reads slower than the command writes arrive as an
-//! error item on that stream, naming the count, and the stream goes on after the gap.
+//! A reader left by a host that died mid-attach runs until the command ends. The
+//! command never waits for an attach (the watcher writes the record first): a reader
+//! that falls more than the cap behind gets an
+//! [`ErrorKind::Interrupted`](exec_world::ErrorKind::Interrupted) item naming the
+//! offset to attach again from, and that stream ends there. The spawning `Child`'s own
+//! streams keep envd's back-pressure while it is held (a slow reader of them slows the
+//! command, as for any spawn); once it is dropped its output is discarded.
 //! An attach reads through envd's process stream (base64 events): in world-bench
 //! (`attach_64m`) a finished 64 MiB record reads at about half the speed of an fs-e2b
 //! read of the same bytes (a root `GET /files` of the record's ring would be faster).
@@ -759,11 +763,14 @@ async fn pump(
     err: mpsc::Sender<Item>,
 ) {
     let mut resumes = 0;
-    let gap = |stream: &str, n: u64| {
-        Error::other(format!(
-            "{n} bytes of {stream} were dropped by the output cap before they were read"
-        ))
-        .with_op(format!("reading durable command {}", shared.id))
+    // A stream that fell more than the cap behind ends with Interrupted (as the local
+    // backend's): the sender goes, the other stream and the status go on.
+    let (mut out, mut err) = (Some(out), Some(err));
+    let gap = |stream: &str, n: u64, resume_at: u64| {
+        Error::interrupted(format!("reading the {stream} of durable command {}", shared.id))
+            .with_detail(format!(
+                "this reader fell more than the output cap behind: {n} bytes were dropped; attach again from offset {resume_at}"
+            ))
     };
     loop {
         let next = tail.next().await;
@@ -808,25 +815,32 @@ async fn pump(
                     }
                 }
                 let tx = if f.kind == b'o' { &out } else { &err };
-                let _ = tx.send(Ok(f.payload)).await;
+                if let Some(tx) = tx {
+                    let _ = tx.send(Ok(f.payload)).await;
+                }
             }
             b'g' => {
                 let text = String::from_utf8_lossy(&f.payload).into_owned();
                 let (which, n) = text.split_once(' ').unwrap_or(("o", "0"));
                 let n: u64 = n.trim().parse().unwrap_or(0);
+                let mut at = 0;
                 if let Some(r) = resume.as_mut() {
-                    if which == "o" {
-                        r.pos.stdout += n;
+                    let pos = if which == "o" {
+                        &mut r.pos.stdout
                     } else {
-                        r.pos.stderr += n;
-                    }
+                        &mut r.pos.stderr
+                    };
+                    *pos += n;
+                    at = *pos;
                 }
                 let (tx, name) = if which == "o" {
-                    (&out, "stdout")
+                    (&mut out, "stdout")
                 } else {
-                    (&err, "stderr")
+                    (&mut err, "stderr")
                 };
-                let _ = tx.send(Err(gap(name, n))).await;
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(Err(gap(name, n, at))).await;
+                }
             }
             b's' => {
                 // A resumed reader: bytes dropped since the cut are a gap.
@@ -834,11 +848,19 @@ async fn pump(
                 if let Some(r) = resume.as_mut() {
                     r.pos = start;
                 }
-                if dropped.stdout > 0 {
-                    let _ = out.send(Err(gap("stdout", dropped.stdout))).await;
+                if dropped.stdout > 0
+                    && let Some(tx) = out.take()
+                {
+                    let _ = tx
+                        .send(Err(gap("stdout", dropped.stdout, start.stdout)))
+                        .await;
                 }
-                if dropped.stderr > 0 {
-                    let _ = err.send(Err(gap("stderr", dropped.stderr))).await;
+                if dropped.stderr > 0
+                    && let Some(tx) = err.take()
+                {
+                    let _ = tx
+                        .send(Err(gap("stderr", dropped.stderr, start.stderr)))
+                        .await;
                 }
             }
             b'x' => {
