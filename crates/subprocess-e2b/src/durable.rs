@@ -64,7 +64,7 @@
 //! A reader left by a host that died mid-attach runs until the command ends. The
 //! command never waits for an attach (the watcher writes the record first): a reader
 //! that falls more than the cap behind gets an
-//! [`ErrorKind::Interrupted`](exec_world::ErrorKind::Interrupted) item naming the
+//! [`exec_world::ErrorKind::Interrupted`] item naming the
 //! offset to attach again from, and that stream ends there. The spawning `Child`'s own
 //! streams keep envd's back-pressure while it is held (a slow reader of them slows the
 //! command, as for any spawn); once it is dropped its output is discarded.
