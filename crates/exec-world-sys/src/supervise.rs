@@ -15,7 +15,9 @@
 //!    (`cgroup.procs`), stdin from `/dev/null` or from a pipe the supervisor feeds,
 //!    stdout/stderr into pipes the supervisor reads, then `execve` along `PATH`;
 //! 3. writes `pid` into the record directory (its own and the command's pid and start
-//!    time) and tells the host the command started (or why it did not);
+//!    time), tells the host the command started (or why it did not), then unmaps the
+//!    host's memory it still shares copy-on-write (heap, anonymous mappings; see
+//!    `shed_host_memory`), so it does not pin pages the host later changes;
 //! 4. copies stdout and stderr into the record files `stdout` / `stderr`, where a byte's
 //!    file offset is its stream offset: beyond `cap` kept bytes the oldest are punched out
 //!    (`fallocate(PUNCH_HOLE)`, the file stays sparse), so a reader knows from the size
@@ -29,6 +31,10 @@
 //!
 //! A record with no `status` whose supervisor is gone (pid and start time no longer
 //! match) has an unknown outcome.
+//!
+//! Limits: records are not `fsync`ed (they survive the host process, not a machine
+//! crash); where the file system refuses `PUNCH_HOLE` the record files keep every byte on
+//! disk (readers still see only the last `cap`).
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_char, c_int};
@@ -83,6 +89,8 @@ pub struct Supervise<'a> {
     pub cap: u64,
     /// The spawn cgroup's `cgroup.procs`, open for writing (the command joins it).
     pub cgroup_procs: Option<BorrowedFd<'a>>,
+    /// The spawn cgroup's directory: removed by the supervisor at the end when empty.
+    pub cgroup_dir: Option<&'a std::path::Path>,
 }
 
 /// A started supervised command.
@@ -109,24 +117,30 @@ pub fn alive(pid: u32, start: u64) -> bool {
     parse_start_time(&stat) == Some(start) && !matches!(stat_state(&stat), Some(b'Z' | b'X'))
 }
 
-/// Sends `sig` to `pid` only if it is still the process that started at `start`: through
-/// a pidfd opened first and checked after (the pidfd pins the process, so a pid reused
-/// in between is never signalled). `Ok(false)`: that process is gone (nothing sent).
-pub fn signal_checked(pid: u32, start: u64, sig: i32) -> io::Result<bool> {
+/// A pidfd of `pid` if it is still the process that started at `start` (opened first,
+/// checked after: the pidfd pins the process, so a pid reused in between is never
+/// named by it). `Ok(None)`: that process is gone. Readable once the process exited.
+pub fn pidfd_checked(pid: u32, start: u64) -> io::Result<Option<OwnedFd>> {
     // SAFETY: pidfd_open(2) on a pid number; the result is a new descriptor we own.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
         let e = io::Error::last_os_error();
         return match e.raw_os_error() {
-            Some(libc::ESRCH) => Ok(false),
+            Some(libc::ESRCH) => Ok(None),
             _ => Err(e),
         };
     }
     // SAFETY: a fresh descriptor from pidfd_open.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-    if !alive(pid, start) {
+    Ok(alive(pid, start).then_some(fd))
+}
+
+/// Sends `sig` to `pid` only if it is still the process that started at `start`, through
+/// a checked pidfd ([`pidfd_checked`]). `Ok(false)`: that process is gone (nothing sent).
+pub fn signal_checked(pid: u32, start: u64, sig: i32) -> io::Result<bool> {
+    let Some(fd) = pidfd_checked(pid, start)? else {
         return Ok(false);
-    }
+    };
     // SAFETY: pidfd_send_signal(2) on our pidfd; no siginfo.
     let r = unsafe {
         libc::syscall(
@@ -260,9 +274,16 @@ pub fn supervise(s: &Supervise<'_>) -> io::Result<Supervised> {
             65536
         }
     };
-    // The supervisor's buffers (its copies, after the fork).
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut stdin_buf = vec![0u8; 64 * 1024];
+    let cgroup_dir = match s.cgroup_dir {
+        Some(d) => Some(
+            CString::new(d.as_os_str().as_encoded_bytes())
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a cgroup path"))?,
+        ),
+        None => None,
+    };
+    // The supervisor's buffers: a mapping of their own (its copy survives when it sheds
+    // the host's memory), unmapped here when this function returns.
+    let buffers = Buffers::new()?;
     let plan = Plan {
         candidates: candidates.as_ptr(),
         argv: argv.as_ptr(),
@@ -287,10 +308,11 @@ pub fn supervise(s: &Supervise<'_>) -> io::Result<Supervised> {
         exec_w: exec_w.as_raw_fd(),
         report_w: report_w.as_raw_fd(),
         cap: s.cap,
-        buf: buf.as_mut_ptr(),
-        buf_len: buf.len(),
-        stdin_buf: stdin_buf.as_mut_ptr(),
-        stdin_buf_len: stdin_buf.len(),
+        cgroup_dir: cgroup_dir.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+        buf: buffers.0,
+        buf_len: BUF,
+        stdin_buf: buffers.0.wrapping_add(BUF),
+        stdin_buf_len: BUF,
     };
 
     // SAFETY: a raw fork (no CLONE_VM): the child has a copy of our memory and runs only
@@ -355,6 +377,40 @@ pub fn supervise(s: &Supervise<'_>) -> io::Result<Supervised> {
     })
 }
 
+/// The size of each of the supervisor's two buffers.
+const BUF: usize = 64 * 1024;
+
+/// The supervisor's buffers (`2 * BUF` bytes), an anonymous mapping.
+struct Buffers(*mut u8);
+
+impl Buffers {
+    fn new() -> io::Result<Buffers> {
+        // SAFETY: a fresh anonymous private mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * BUF,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Buffers(p.cast()))
+    }
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new` (our copy; the supervisor's
+        // copy is its own).
+        unsafe { libc::munmap(self.0.cast(), 2 * BUF) };
+    }
+}
+
 /// Everything the forked processes use, prepared before the fork.
 struct Plan<'a> {
     candidates: *const *const c_char,
@@ -381,6 +437,9 @@ struct Plan<'a> {
     exec_w: RawFd,
     report_w: RawFd,
     cap: u64,
+    /// NULL, or the cgroup directory to remove at the end (copied to the stack before
+    /// the host's memory is shed).
+    cgroup_dir: *const c_char,
     buf: *mut u8,
     buf_len: usize,
     stdin_buf: *mut u8,
@@ -554,10 +613,16 @@ unsafe fn intermediate(p: &Plan<'_>) -> ! {
 unsafe fn supervisor(p: &Plan<'_>) -> ! {
     // SAFETY: raw system calls on descriptors and memory prepared before the fork.
     unsafe {
-        // 1. Signals: defaults (the host's handlers are code of a process we are not),
-        // SIGPIPE ignored (a command that closed its stdin), nothing blocked.
+        // 1. Signals: every handled one back to its default (the host's handlers are code
+        // of a process we are not; ignored ones stay ignored, as CLONE_CLEAR_SIGHAND and
+        // std's spawn leave them), SIGPIPE ignored (a command that closed its stdin),
+        // nothing blocked.
         for sig in 1..=64 {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction != libc::SIG_DFL
+                && old.sa_sigaction != libc::SIG_IGN
+            {
                 libc::signal(sig, libc::SIG_DFL);
             }
         }
@@ -635,9 +700,171 @@ unsafe fn supervisor(p: &Plan<'_>) -> ! {
         write_all(p.report_w, &report);
         libc::close(p.report_w);
 
+        // The cgroup path, onto our stack (it lives on the host's heap).
+        let mut cg = [0u8; 512];
+        let mut have_cg = false;
+        if !p.cgroup_dir.is_null() {
+            let src = CStr::from_ptr(p.cgroup_dir).to_bytes();
+            if src.len() < cg.len() {
+                cg[..src.len()].copy_from_slice(src);
+                have_cg = true;
+            }
+        }
+        // The command runs: nothing of the host's memory is needed any more.
+        shed_host_memory(&[p.buf as usize]);
+
         // 4-6.
         pump(p, cmd);
+        if have_cg {
+            // Empty once the command and its descendants are gone; else it stays (the
+            // next terminate, or a sweep, removes it).
+            libc::rmdir(cg.as_ptr().cast());
+        }
         libc::_exit(0)
+    }
+}
+
+/// Unmaps the host's memory this fork still shares copy-on-write (the heap, anonymous
+/// mappings, other threads' stacks), so the supervisor does not keep pages the host
+/// later changes or frees: a long-lived supervisor would otherwise pin up to the host's
+/// whole footprint at the time of the fork. Kept: every file-backed mapping and the
+/// anonymous one right after each (a library's `.bss`), the named kernel mappings
+/// (`[stack]`, `[vdso]`, …), the mapping holding our stack pointer, the one holding our
+/// thread's TLS block (x86_64's fs base; `errno` lives there), and those holding `keep`.
+/// Only on x86_64 (elsewhere the TLS base is not read, so nothing is unmapped).
+///
+/// # Safety
+/// Only raw system calls; afterwards nothing of the host's heap may be touched.
+unsafe fn shed_host_memory(keep: &[usize]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: raw system calls on our own address space; see the list of what is kept.
+    unsafe {
+        let mut fs_base: usize = 0;
+        const ARCH_GET_FS: c_int = 0x1003;
+        if libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_GET_FS,
+            &mut fs_base as *mut usize,
+        ) != 0
+        {
+            return;
+        }
+        let here = 0u8;
+        let sp = &here as *const u8 as usize;
+        // Passes: each collects up to `ranges.len()` mappings to drop, then drops them.
+        loop {
+            let mut ranges = [(0usize, 0usize); 128];
+            let mut n = 0;
+            let mut full = false;
+            let fd = libc::open(
+                c"/proc/self/maps".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return;
+            }
+            let mut buf = [0u8; 4096];
+            let mut len = 0;
+            let mut prev_end = 0usize;
+            let mut prev_file = false;
+            'read: loop {
+                let r = libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len);
+                if r <= 0 {
+                    break;
+                }
+                len += r as usize;
+                let mut start = 0;
+                while let Some(nl) = buf[start..len].iter().position(|&b| b == b'\n') {
+                    let line = &buf[start..start + nl];
+                    start += nl + 1;
+                    let Some(m) = MapLine::parse(line) else {
+                        continue;
+                    };
+                    let anon = m.inode == 0
+                        && (m.name.is_empty()
+                            || m.name == b"[heap]"
+                            || m.name.starts_with(b"[anon:"));
+                    let after_file = m.lo == prev_end && prev_file;
+                    prev_end = m.hi;
+                    prev_file = m.inode != 0;
+                    let holds = |a: usize| m.lo <= a && a < m.hi;
+                    if !anon
+                        || !m.private
+                        || after_file
+                        || holds(sp)
+                        || holds(fs_base)
+                        || keep.iter().any(|&k| holds(k))
+                    {
+                        continue;
+                    }
+                    if n == ranges.len() {
+                        full = true;
+                        break 'read;
+                    }
+                    ranges[n] = (m.lo, m.hi);
+                    n += 1;
+                }
+                buf.copy_within(start..len, 0);
+                len -= start;
+                if len == buf.len() {
+                    // A line longer than the buffer (a huge name): give up on the rest.
+                    break;
+                }
+            }
+            libc::close(fd);
+            for &(lo, hi) in &ranges[..n] {
+                libc::munmap(lo as *mut libc::c_void, hi - lo);
+            }
+            if !full {
+                return;
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = keep;
+}
+
+/// One line of `/proc/self/maps`: `lo-hi perms offset dev inode name`.
+struct MapLine<'a> {
+    lo: usize,
+    hi: usize,
+    private: bool,
+    inode: u64,
+    name: &'a [u8],
+}
+
+impl<'a> MapLine<'a> {
+    fn parse(line: &'a [u8]) -> Option<MapLine<'a>> {
+        let hex = |t: &[u8]| -> Option<usize> {
+            let mut v: usize = 0;
+            for &b in t {
+                let d = (b as char).to_digit(16)? as usize;
+                v = v.checked_mul(16)?.checked_add(d)?;
+            }
+            Some(v)
+        };
+        let mut fields = line.splitn(6, |&b| b == b' ');
+        let range = fields.next()?;
+        let perms = fields.next()?;
+        let _offset = fields.next()?;
+        let _dev = fields.next()?;
+        let inode = fields.next()?;
+        let name = fields.next().unwrap_or(b"");
+        let dash = range.iter().position(|&b| b == b'-')?;
+        let mut ino: u64 = 0;
+        for &b in inode {
+            ino = ino
+                .checked_mul(10)?
+                .checked_add(u64::from(b.checked_sub(b'0').filter(|d| *d < 10)?))?;
+        }
+        let start = name.iter().position(|&b| b != b' ').unwrap_or(name.len());
+        Some(MapLine {
+            lo: hex(&range[..dash])?,
+            hi: hex(&range[dash + 1..])?,
+            private: perms.get(3) == Some(&b'p'),
+            inode: ino,
+            name: &name[start..],
+        })
     }
 }
 
@@ -1028,6 +1255,21 @@ mod tests {
         assert!(alive(me, t));
         assert!(!alive(me, t + 1));
         assert_eq!(start_time_raw(me as i32), t);
+    }
+
+    #[test]
+    fn maps_lines_parse() {
+        let l = MapLine::parse(b"7f0000000000-7f0000021000 rw-p 00000000 00:00 0 ").expect("anon");
+        assert_eq!(
+            (l.lo, l.hi, l.private, l.inode),
+            (0x7f00_0000_0000, 0x7f00_0002_1000, true, 0)
+        );
+        assert!(l.name.is_empty());
+        let l = MapLine::parse(b"55d0-55e0 r-xp 00001000 08:01 1234   /usr/bin/x y").expect("file");
+        assert_eq!((l.inode, l.name), (1234, &b"/usr/bin/x y"[..]));
+        let l = MapLine::parse(b"1000-2000 rw-s 00000000 00:01 77 /dev/zero (deleted)")
+            .expect("shared");
+        assert!(!l.private);
     }
 
     #[test]

@@ -165,6 +165,11 @@ pub struct DurableSpec {
     pub tag: Option<String>,
     /// Bytes kept per output stream; beyond it the oldest are dropped (and counted).
     /// Default [`DEFAULT_OUTPUT_CAP`].
+    ///
+    /// The command never waits for a reader (its output goes to the record, not to a
+    /// pipe the reader holds): a reader that falls more than the cap behind gets an
+    /// [`ErrorKind::Interrupted`](crate::ErrorKind::Interrupted) item naming the offset
+    /// to attach again from, never a silently shortened stream.
     pub output_cap: u64,
 }
 

@@ -28,7 +28,7 @@
 //! root, of the helper's reader `--tail STATE ID OUT ERR`: it sends the record's
 //! description, the streams from the asked offsets (or the oldest kept byte, the
 //! difference counted in [`Attached::dropped`]), then live (inotify on the record), then
-//! the recorded status, as frames on its stdout (`helper/tail.rs`, [`crate::frames`]).
+//! the recorded status, as frames on its stdout (`helper/tail.rs`, `src/frames.rs`).
 //! A cut attach stream is resumed from the exact offsets reached (a new `--tail`), so
 //! nothing is lost or doubled. Stdin writes and close go to envd's `SendInput` /
 //! `CloseStdin` by tag (the watcher shares envd's stdin pipe with the program);
@@ -37,7 +37,7 @@
 //! Dropping an attached child SIGKILLs its reader, never the command.
 //!
 //! The state is [`DurableState::Unknown`] (and `wait` is
-//! [`ErrorKind::OutcomeUnknown`](exec_world::ErrorKind::OutcomeUnknown)) when no status
+//! [`exec_world::ErrorKind::OutcomeUnknown`]) when no status
 //! was recorded and the sandbox booted since the start (another `boot_id`: a cold resume)
 //! or the watcher is gone (no such pid, a zombie, or another start time).
 //!
@@ -61,12 +61,22 @@
 //!
 //! Durable spawns need the native helper (this build for x86_64 Linux and a sandbox that
 //! runs it) and a sandbox where envd may start processes as root; else `Unsupported`.
-//! A reader left by a host that died mid-attach runs until the command ends. Bytes the
-//! cap overwrites while an attach reads slower than the command writes arrive as an
-//! error item on that stream, naming the count, and the stream goes on after the gap.
+//! A reader left by a host that died mid-attach runs until the command ends. The
+//! command never waits for an attach (the watcher writes the record first): a reader
+//! that falls more than the cap behind gets an
+//! [`exec_world::ErrorKind::Interrupted`] item naming the
+//! offset to attach again from, and that stream ends there. The spawning `Child`'s own
+//! streams keep envd's back-pressure while it is held (a slow reader of them slows the
+//! command, as for any spawn); once it is dropped its output is discarded.
+//! An attach reads through envd's process stream (base64 events): in world-bench
+//! (`attach_64m`) a finished 64 MiB record reads at about half the speed of an fs-e2b
+//! read of the same bytes (a root `GET /files` of the record's ring would be faster).
+//! The spawning host keeps the spawn's own event stream open (its output discarded once
+//! the `Child` is gone) until the command ends or the host goes. When the acting user is
+//! root, the records are not protected from it.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -81,6 +91,7 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 
 use crate::frames::{Deframer, Frame};
+use crate::session::Session;
 use crate::world::WorldShared;
 
 /// Where durable records live unless configured otherwise: root-owned, 0700.
@@ -89,6 +100,50 @@ pub const DEFAULT_DURABLE_DIR: &str = "/var/lib/exec-world/durable";
 /// How often a cut attach stream is resumed before `wait` reports the cut.
 const RESUMES: u32 = 3;
 
+/// The durable starts of one adapter still in flight. `spawn` returns before envd
+/// answered; the adapter's later durable starts and its `durable_list` / `attach` /
+/// `collect` wait for these answers first, so a command exists for them once its
+/// `spawn` returned (and the first of two starts with one id is the one that runs).
+#[derive(Default)]
+pub(crate) struct Pending(Mutex<Vec<Weak<Session>>>);
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pending")
+    }
+}
+
+impl Pending {
+    /// The starts in flight now.
+    pub(crate) fn snapshot(&self) -> Vec<Weak<Session>> {
+        let mut v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        v.retain(|w| w.upgrade().is_some_and(|s| !s.start_known()));
+        v.clone()
+    }
+
+    /// Adds a start in flight.
+    pub(crate) fn add(&self, s: &Arc<Session>) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::downgrade(s));
+    }
+
+    /// Waits until the starts in flight now were answered (or failed).
+    pub(crate) async fn settle(&self) {
+        settle(&self.snapshot()).await;
+    }
+}
+
+/// Waits until each of `starts` was answered (or failed).
+pub(crate) async fn settle(starts: &[Weak<Session>]) {
+    for w in starts {
+        if let Some(s) = w.upgrade() {
+            let _ = s.started().await;
+        }
+    }
+}
+
 /// What a durable spawn adds to its start (`session.rs`).
 #[derive(Clone, Debug)]
 pub(crate) struct DurableLaunch {
@@ -96,6 +151,8 @@ pub(crate) struct DurableLaunch {
     dir: String,
     cap: u64,
     meta: String,
+    /// The adapter's durable starts before this one (it is sent after their answers).
+    pub(crate) after: Vec<Weak<Session>>,
 }
 
 impl DurableLaunch {
@@ -129,6 +186,7 @@ impl DurableLaunch {
             dir: dir.to_owned(),
             cap: spec.output_cap,
             meta: meta.to_string(),
+            after: Vec::new(),
         })
     }
 
@@ -329,7 +387,8 @@ pub(crate) async fn list(world: &WorldShared, dir: &str) -> Result<Vec<DurableIn
         let Some(id) = p.tag.as_deref().and_then(|t| DurableId::new(t).ok()) else {
             continue;
         };
-        if out.iter().any(|i| i.id == id) {
+        // A durable start whose record is being made (or already listed).
+        if is_durable_start(&p) || out.iter().any(|i| i.id == id) {
             continue;
         }
         out.push(DurableInfo {
@@ -471,37 +530,61 @@ pub(crate) async fn attach(
 ) -> Result<Attached, Error> {
     let op = format!("attaching to durable command {id}");
     let native = helper(&world).await?;
-    let stream = start_tail(&world, &native, dir, id, from).await?;
-    let tail_pid = stream.pid();
-    let mut tail = TailStream::new(stream, false);
-    let (mut meta, mut pid_line, mut state) = (Bytes::new(), Bytes::new(), DurableState::Unknown);
-    let (start, dropped) = loop {
-        let Some(f) = tail.next().await.map_err(|e| e.with_op(op.clone()))? else {
-            return Err(Error::other("the record reader ended early").with_op(op));
+    let mut attempts = 0;
+    'again: loop {
+        attempts += 1;
+        let stream = start_tail(&world, &native, dir, id, from).await?;
+        let tail_pid = stream.pid();
+        let mut tail = TailStream::new(stream, false);
+        let (mut meta, mut pid_line, mut state) =
+            (Bytes::new(), Bytes::new(), DurableState::Unknown);
+        let (start, dropped) = loop {
+            let Some(f) = tail.next().await.map_err(|e| e.with_op(op.clone()))? else {
+                return Err(Error::other("the record reader ended early").with_op(op));
+            };
+            match f.kind {
+                b'n' => match attach_live(world.clone(), id, &op).await? {
+                    // A durable start of this id is making its record right now (another
+                    // client's spawn in flight): read the record once it is there.
+                    None if attempts < 20 => {
+                        tokio::time::sleep(Duration::from_millis(25)).await;
+                        continue 'again;
+                    }
+                    None => {
+                        return Err(Error::other("the command's record did not appear").with_op(op));
+                    }
+                    Some(a) => return Ok(a),
+                },
+                b'm' => meta = f.payload,
+                b'i' => pid_line = f.payload,
+                b'a' => state = parse_state(&f.payload),
+                b's' => break parse_start(&f.payload),
+                _ => {}
+            }
         };
-        match f.kind {
-            b'n' => return attach_live(world, id, &op).await,
-            b'm' => meta = f.payload,
-            b'i' => pid_line = f.payload,
-            b'a' => state = parse_state(&f.payload),
-            b's' => break parse_start(&f.payload),
-            _ => {}
-        }
-    };
-    let d = describe(id, &meta, &pid_line, state);
-    let shared = Arc::new(Shared::new(world.clone(), id.clone(), &d, tail_pid));
-    let resume = Resume {
-        native,
-        dir: dir.to_owned(),
-        pos: start,
-    };
-    let child = DurableChild::start(shared, tail, Some(resume), d.stdin);
-    Ok(Attached {
-        child,
-        info: d.info,
-        start,
-        dropped,
-    })
+        let d = describe(id, &meta, &pid_line, state);
+        let shared = Arc::new(Shared::new(world.clone(), id.clone(), &d, tail_pid));
+        let resume = Resume {
+            native,
+            dir: dir.to_owned(),
+            pos: start,
+        };
+        // Stdin only while it runs (envd's pipe went with the process).
+        let stdin = d.stdin && d.info.state == DurableState::Running;
+        let child = DurableChild::start(shared, tail, Some(resume), stdin);
+        return Ok(Attached {
+            child,
+            info: d.info,
+            start,
+            dropped,
+        });
+    }
+}
+
+/// True for envd's process of a durable spawn (the helper with `--durable` first): its
+/// record exists, or is being made.
+fn is_durable_start(p: &e2b_core::proto::process::ProcessInfo) -> bool {
+    p.config.args.first().map(String::as_str) == Some("--durable")
 }
 
 /// `START_OUT START_ERR DROPPED_OUT DROPPED_ERR`.
@@ -525,8 +608,13 @@ fn parse_start(p: &[u8]) -> (OutputOffsets, OutputOffsets) {
 }
 
 /// A record-less command (started by an official SDK with a tag): envd's `List` for its
-/// description, `Connect` by tag for its live output and end.
-async fn attach_live(world: Arc<WorldShared>, id: &DurableId, op: &str) -> Result<Attached, Error> {
+/// description, `Connect` by tag for its live output and end. `None` when the tagged
+/// process is a durable start making its record (read the record instead).
+async fn attach_live(
+    world: Arc<WorldShared>,
+    id: &DurableId,
+    op: &str,
+) -> Result<Option<Attached>, Error> {
     let procs = world
         .api
         .list_processes()
@@ -538,6 +626,9 @@ async fn attach_live(world: Arc<WorldShared>, id: &DurableId, op: &str) -> Resul
     else {
         return Err(Error::not_found(id.as_str()).with_op(op));
     };
+    if is_durable_start(&p) {
+        return Ok(None);
+    }
     let stream = world
         .api
         .connect_process(
@@ -576,12 +667,12 @@ async fn attach_live(world: Arc<WorldShared>, id: &DurableId, op: &str) -> Resul
     let mut shared = Shared::new(world, id.clone(), &d, 0);
     shared.live_only = true;
     let child = DurableChild::start(Arc::new(shared), TailStream::new(stream, true), None, true);
-    Ok(Attached {
+    Ok(Some(Attached {
         child,
         info,
         start: OutputOffsets::default(),
         dropped: OutputOffsets::default(),
-    })
+    }))
 }
 
 /// What an attached child's parts share.
@@ -672,11 +763,14 @@ async fn pump(
     err: mpsc::Sender<Item>,
 ) {
     let mut resumes = 0;
-    let gap = |stream: &str, n: u64| {
-        Error::other(format!(
-            "{n} bytes of {stream} were dropped by the output cap before they were read"
-        ))
-        .with_op(format!("reading durable command {}", shared.id))
+    // A stream that fell more than the cap behind ends with Interrupted (as the local
+    // backend's): the sender goes, the other stream and the status go on.
+    let (mut out, mut err) = (Some(out), Some(err));
+    let gap = |stream: &str, n: u64, resume_at: u64| {
+        Error::interrupted(format!("reading the {stream} of durable command {}", shared.id))
+            .with_detail(format!(
+                "this reader fell more than the output cap behind: {n} bytes were dropped; attach again from offset {resume_at}"
+            ))
     };
     loop {
         let next = tail.next().await;
@@ -721,25 +815,32 @@ async fn pump(
                     }
                 }
                 let tx = if f.kind == b'o' { &out } else { &err };
-                let _ = tx.send(Ok(f.payload)).await;
+                if let Some(tx) = tx {
+                    let _ = tx.send(Ok(f.payload)).await;
+                }
             }
             b'g' => {
                 let text = String::from_utf8_lossy(&f.payload).into_owned();
                 let (which, n) = text.split_once(' ').unwrap_or(("o", "0"));
                 let n: u64 = n.trim().parse().unwrap_or(0);
+                let mut at = 0;
                 if let Some(r) = resume.as_mut() {
-                    if which == "o" {
-                        r.pos.stdout += n;
+                    let pos = if which == "o" {
+                        &mut r.pos.stdout
                     } else {
-                        r.pos.stderr += n;
-                    }
+                        &mut r.pos.stderr
+                    };
+                    *pos += n;
+                    at = *pos;
                 }
                 let (tx, name) = if which == "o" {
-                    (&out, "stdout")
+                    (&mut out, "stdout")
                 } else {
-                    (&err, "stderr")
+                    (&mut err, "stderr")
                 };
-                let _ = tx.send(Err(gap(name, n))).await;
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(Err(gap(name, n, at))).await;
+                }
             }
             b's' => {
                 // A resumed reader: bytes dropped since the cut are a gap.
@@ -747,14 +848,24 @@ async fn pump(
                 if let Some(r) = resume.as_mut() {
                     r.pos = start;
                 }
-                if dropped.stdout > 0 {
-                    let _ = out.send(Err(gap("stdout", dropped.stdout))).await;
+                if dropped.stdout > 0
+                    && let Some(tx) = out.take()
+                {
+                    let _ = tx
+                        .send(Err(gap("stdout", dropped.stdout, start.stdout)))
+                        .await;
                 }
-                if dropped.stderr > 0 {
-                    let _ = err.send(Err(gap("stderr", dropped.stderr))).await;
+                if dropped.stderr > 0
+                    && let Some(tx) = err.take()
+                {
+                    let _ = tx
+                        .send(Err(gap("stderr", dropped.stderr, start.stderr)))
+                        .await;
                 }
             }
             b'x' => {
+                // The reader ends by itself after its last frame.
+                shared.done.store(true, Ordering::SeqCst);
                 let r = parse_status(&f.payload).ok_or_else(|| {
                     Error::other(format!(
                         "unreadable recorded status {:?}",
@@ -765,6 +876,7 @@ async fn pump(
                 break;
             }
             b'u' => {
+                shared.done.store(true, Ordering::SeqCst);
                 shared.finish(Err(Error::outcome_unknown(
                     format!("waiting for durable command {}", shared.id),
                     String::from_utf8_lossy(&f.payload).into_owned(),
@@ -772,6 +884,7 @@ async fn pump(
                 break;
             }
             b'n' => {
+                shared.done.store(true, Ordering::SeqCst);
                 shared.finish(Err(Error::outcome_unknown(
                     format!("waiting for durable command {}", shared.id),
                     "its record is gone",
@@ -850,6 +963,9 @@ impl ChildBackend for DurableChild {
     }
 
     async fn wait(&self) -> Result<ExitStatus, Error> {
+        // Streams nobody took are not read: the status does not wait for them.
+        drop(take(&self.stdout));
+        drop(take(&self.stderr));
         let mut rx = self.shared.status.clone();
         let r = rx
             .wait_for(|s| s.is_some())

@@ -224,6 +224,11 @@ impl Session {
         }
     }
 
+    /// True once the start was answered (the verified pid, or a failure).
+    pub(crate) fn start_known(&self) -> bool {
+        self.started.borrow().is_some()
+    }
+
     /// True once the process's end (or a failure) is known.
     pub(crate) fn ended(&self) -> bool {
         self.status.borrow().is_some()
@@ -505,6 +510,9 @@ async fn start(
         }
     };
     spec = spec.user(user).cwd(launch.cwd.clone());
+    if let Some(d) = &durable {
+        crate::durable::settle(&d.after).await;
+    }
     if let Some(t) = world.process_timeout {
         spec = spec.timeout(t);
     }

@@ -34,6 +34,8 @@ pub struct E2bSubprocess {
     kill_after: Option<Duration>,
     /// Where durable records live (root-owned).
     durable_dir: Arc<str>,
+    /// This adapter's durable starts in flight.
+    pending: Arc<crate::durable::Pending>,
 }
 
 impl E2bSubprocess {
@@ -68,6 +70,7 @@ impl E2bSubprocess {
             process_timeout: opts.process_timeout,
             kill_after: opts.kill_after,
             durable_dir: Arc::from(opts.durable_dir.as_str()),
+            pending: Arc::default(),
         })
     }
 
@@ -231,17 +234,22 @@ impl Subprocess for E2bSubprocess {
         let piped = spec.stdin == StdinMode::Piped;
         let marker = exec_world_sys::tree_script::new_marker();
         let durable = match &spec.durable {
-            Some(d) => Some(crate::durable::DurableLaunch::new(
-                d,
-                &self.durable_dir,
-                &spec.program,
-                &spec.args,
-                &cwd,
-                &marker,
-                piped,
-            )?),
+            Some(d) => {
+                let mut l = crate::durable::DurableLaunch::new(
+                    d,
+                    &self.durable_dir,
+                    &spec.program,
+                    &spec.args,
+                    &cwd,
+                    &marker,
+                    piped,
+                )?;
+                l.after = self.pending.snapshot();
+                Some(l)
+            }
             None => None,
         };
+        let is_durable = durable.is_some();
         let launch = Launch {
             wrap: WrapArgs {
                 base: spec.env_base,
@@ -262,6 +270,9 @@ impl Subprocess for E2bSubprocess {
             durable,
         };
         let session = Session::launch(self.world.clone(), launch)?;
+        if is_durable {
+            self.pending.add(&session);
+        }
         Ok(Child::new(Box::new(E2bChild::new(session, piped))))
     }
 
@@ -297,14 +308,17 @@ impl Subprocess for E2bSubprocess {
     }
 
     async fn durable_list(&self) -> Result<Vec<DurableInfo>, Error> {
+        self.pending.settle().await;
         crate::durable::list(&self.world, &self.durable_dir).await
     }
 
     async fn durable_attach(&self, id: &DurableId, from: OutputOffsets) -> Result<Attached, Error> {
+        self.pending.settle().await;
         crate::durable::attach(self.world.clone(), &self.durable_dir, id, from).await
     }
 
     async fn durable_collect(&self, id: &DurableId) -> Result<(), Error> {
+        self.pending.settle().await;
         crate::durable::collect(&self.world, &self.durable_dir, id).await
     }
 }

@@ -434,6 +434,7 @@ impl Records {
             stdin_fifo: fifo.as_ref().map(|f| f.as_fd()),
             cap: d.output_cap,
             cgroup_procs: procs.as_ref().map(|f| f.as_fd()),
+            cgroup_dir: cg.as_ref().map(|c| c.dir.as_path()),
         });
         drop((record, fifo, out, err, procs));
         if let Err(e) = started {

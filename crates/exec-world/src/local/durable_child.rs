@@ -21,7 +21,7 @@ use super::tree::Tree;
 use crate::durable::{Attached, DurableInfo, DurableState, OutputOffsets};
 use crate::error::Error;
 use crate::proc::{Child, ChildBackend, ExitStatus, InputSink, OutputStream, Signal};
-use exec_world_sys::supervise::{STDIN_FRAME_MAX, alive, files, signal_checked};
+use exec_world_sys::supervise::{STDIN_FRAME_MAX, alive, files, pidfd_checked, signal_checked};
 
 /// One process for good: its pid and start time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +40,8 @@ impl Identity {
 /// The shortest and longest pause between two looks at a record that has nothing new.
 const POLL_MIN: Duration = Duration::from_millis(2);
 const POLL_MAX: Duration = Duration::from_millis(50);
+/// How often `wait` looks at the supervisor while the command's pidfd is quiet.
+const WATCH_SUPERVISOR: Duration = Duration::from_millis(250);
 /// The largest chunk a stream yields.
 const CHUNK: u64 = 256 * 1024;
 
@@ -294,6 +296,22 @@ impl ChildBackend for DurableChild {
 
     async fn wait(&self) -> Result<ExitStatus, Error> {
         let mut pause = POLL_MIN;
+        // While the command runs, its pidfd says when it ends (the status follows within
+        // moments); the record is still looked at now and then, for a supervisor that
+        // vanished.
+        let mut exit = self
+            .command
+            .and_then(|c| pidfd_checked(c.pid, c.start).ok().flatten())
+            .and_then(|fd| {
+                // SAFETY: an OwnedFd is a valid open descriptor, owned by the AsyncFd.
+                unsafe {
+                    tokio::io::unix::AsyncFd::register_with_interest(
+                        fd,
+                        tokio::io::Interest::READABLE,
+                    )
+                }
+                .ok()
+            });
         loop {
             let record = self.record.clone();
             let end = tokio::task::spawn_blocking(move || record.end())
@@ -309,8 +327,21 @@ impl ChildBackend for DurableChild {
                 }
                 End::Running => {}
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(POLL_MAX);
+            match &exit {
+                Some(fd) => {
+                    tokio::select! {
+                        _ = fd.readable() => {
+                            exit = None;
+                            pause = POLL_MIN;
+                        }
+                        _ = tokio::time::sleep(WATCH_SUPERVISOR) => {}
+                    }
+                }
+                None => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(POLL_MAX);
+                }
+            }
         }
     }
 

@@ -393,6 +393,21 @@ async fn durable_disk_use_is_bounded_by_the_cap() {
         used <= cap + (1 << 20) + (64 << 10),
         "{used} bytes on disk for a cap of {cap}"
     );
+    // The command's cgroup (where this process can make them) is removed at its end.
+    let meta = std::fs::read_to_string(s.state().join("durable").join(id.as_str()).join("meta"))
+        .expect("meta");
+    if let Some(cg) = meta.lines().find_map(|l| l.strip_prefix("cgroup ")) {
+        let cg = percent_encoding::percent_decode_str(cg)
+            .decode_utf8_lossy()
+            .into_owned();
+        assert!(cg.contains("exec-world-"), "{cg}");
+        assert!(
+            !Path::new(&cg).exists(),
+            "the ended command's cgroup {cg} is left"
+        );
+    } else {
+        println!("no cgroup here: the cgroup removal is not checked");
+    }
     proc.durable_collect(&id).await.expect("collect");
 }
 
@@ -436,5 +451,142 @@ async fn durable_state_dir_default_and_checks() {
     assert!(proc.durable_list().await.expect("list").is_empty());
     let c = proc.spawn(sh("exit 0", &[], &id)).expect("the id is free");
     assert!(c.wait().await.expect("wait").success());
+    proc.durable_collect(&id).await.expect("collect");
+}
+
+/// The supervisor, a fork of this process, keeps none of this process's memory: 96 MiB
+/// touched here before the start are not in its resident set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_supervisor_keeps_none_of_the_host_memory() {
+    let s = Scratch::new("memory");
+    let proc = s.proc();
+    let mut big = vec![1u8; 96 << 20];
+    let id = DurableId::random();
+    let child = proc
+        .spawn(sh("echo up; exec sleep 600", &[], &id))
+        .expect("spawn");
+    let (sup, _) = pids(&s.state(), &id);
+    // The host changes its pages afterwards (each one copied for the host, not kept by
+    // the supervisor).
+    for b in big.iter_mut().step_by(4096) {
+        *b = 2;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{sup}/status")).expect("status");
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("RssAnon");
+    assert!(
+        rss_kib < 16 * 1024,
+        "the supervisor holds {rss_kib} KiB of anonymous memory"
+    );
+    // And it still does its job after shedding: output, status.
+    let mut a = proc
+        .durable_attach(&id, OutputOffsets::default())
+        .await
+        .expect("attach");
+    let mut o = a.child.take_stdout().expect("stdout");
+    let mut seen = Vec::new();
+    read_until(&mut o, &mut seen, "up").await;
+    let st = child
+        .terminate(Duration::from_secs(2))
+        .await
+        .expect("terminate");
+    assert_eq!(st.signal, Some(15));
+    assert_eq!(big[4096], 2);
+    proc.durable_collect(&id).await.expect("collect");
+}
+
+/// A reader that falls more than the cap behind gets an `Interrupted` item naming the
+/// offset to attach again from (never zeros or a silently shifted stream), and an attach
+/// from there gets exactly the kept bytes.
+#[tokio::test]
+async fn durable_reader_behind_the_cap_is_told_where_to_resume() {
+    let s = Scratch::new("lag");
+    let proc = s.proc();
+    let id = DurableId::random();
+    let go = s.0.join("go");
+    let cap = 64u64 << 10;
+    let spec = SpawnSpec::new("sh")
+        .arg("-c")
+        .arg(r#"while [ ! -e "$1" ]; do sleep 0.02; done; head -c 1000000 /dev/zero | tr '\0' y"#)
+        .arg("sh")
+        .arg(go.to_str().expect("utf-8"))
+        .durable(DurableSpec::new(id.clone()).output_cap(cap));
+    let mut child = proc.spawn(spec).expect("spawn");
+    // Attached from 0 before anything was written; reads only once all was written.
+    let mut out = child.take_stdout().expect("stdout");
+    std::fs::write(&go, b"go").expect("go");
+    assert!(child.wait().await.expect("wait").success());
+    let e = match out.next().await {
+        Some(Err(e)) => e,
+        other => panic!("expected an error item, got {other:?}"),
+    };
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+    let resume = 1_000_000 - cap;
+    assert!(
+        e.to_string().contains(&format!("from offset {resume}")),
+        "{e}"
+    );
+    assert!(
+        out.next().await.is_none(),
+        "the stream goes on after the error"
+    );
+    let mut a = proc
+        .durable_attach(
+            &id,
+            OutputOffsets {
+                stdout: resume,
+                stderr: 0,
+            },
+        )
+        .await
+        .expect("attach");
+    assert_eq!(a.dropped.stdout, 0);
+    let mut o = a.child.take_stdout().expect("stdout");
+    let mut got = Vec::new();
+    while let Some(c) = o.next().await {
+        got.extend_from_slice(&c.expect("chunk"));
+    }
+    assert_eq!(got.len() as u64, cap);
+    assert!(got.iter().all(|&b| b == b'y'));
+    proc.durable_collect(&id).await.expect("collect");
+}
+
+/// A durable command starts with the same signal dispositions and mask as any local
+/// spawn (handled ones at default, ignored ones ignored, SIGPIPE default, none blocked).
+#[tokio::test]
+async fn durable_command_signals_match_a_plain_spawn() {
+    let s = Scratch::new("signals");
+    let proc = s.proc();
+    let probe = || {
+        SpawnSpec::new("grep")
+            .arg("-E")
+            .arg("^Sig(Blk|Ign|Cgt)")
+            .arg("/proc/self/status")
+    };
+    let mut plain = proc.spawn(probe()).expect("plain");
+    let mut o = plain.take_stdout().expect("stdout");
+    let mut want = Vec::new();
+    while let Some(c) = o.next().await {
+        want.extend_from_slice(&c.expect("chunk"));
+    }
+    assert!(plain.wait().await.expect("wait").success());
+    let id = DurableId::random();
+    let mut d = proc
+        .spawn(probe().durable(DurableSpec::new(id.clone())))
+        .expect("durable");
+    let mut o = d.take_stdout().expect("stdout");
+    let mut got = Vec::new();
+    while let Some(c) = o.next().await {
+        got.extend_from_slice(&c.expect("chunk"));
+    }
+    assert!(d.wait().await.expect("wait").success());
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&want)
+    );
     proc.durable_collect(&id).await.expect("collect");
 }

@@ -489,3 +489,122 @@ async fn unknown_after_the_watcher_is_killed_and_after_a_cold_boot() {
         .await
         .expect("an unknown one can be collected");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cut_attach_stream_resumes_from_the_exact_offsets() {
+    let env = env().await;
+    let p = proc_of(&env).await;
+    let id = DurableId::random();
+    let mut c = p
+        .spawn(durable("seq 1 300000; seq 1 1000 >&2", &id))
+        .expect("spawn");
+    drop(c.take_stdout());
+    assert!(within("wait", 60, c.wait()).await.expect("wait").success());
+    let starts = || {
+        env.emu
+            .counters()
+            .get_on(Plane::Envd, "POST /process.Process/Start")
+    };
+    // The reader's stream is cut after a few frames, once.
+    env.emu.faults().add(
+        testing_fake::FaultRule::new(testing_fake::FaultAction::CutStream { after_frames: 6 })
+            .surface(Plane::Envd)
+            .path_prefix("/process.Process/Start")
+            .times(1),
+    );
+    let before = starts();
+    let mut a = p
+        .durable_attach(&id, OutputOffsets::default())
+        .await
+        .expect("attach");
+    let (out, err) = (a.child.take_stdout(), a.child.take_stderr());
+    let (out, err) = futures::future::join(drain(out), drain(err)).await;
+    let expected: Vec<u8> = (1..=300000)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect();
+    assert!(
+        out == expected,
+        "every stdout byte once, in order ({} bytes)",
+        out.len()
+    );
+    let expected: Vec<u8> = (1..=1000)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect();
+    assert_eq!(err, expected);
+    assert!(
+        within("wait", 60, a.child.wait())
+            .await
+            .expect("wait")
+            .success()
+    );
+    assert_eq!(starts() - before, 2, "one resume after the cut");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_backstop_holds_for_a_durable_command_and_its_end_is_recorded() {
+    let env = env().await;
+    let p = proc_of(&env).await.kill_after(Some(Duration::from_secs(1)));
+    let id = DurableId::random();
+    let c = p.spawn(durable("echo up; sleep 100", &id)).expect("spawn");
+    within("started", 60, c.started()).await.expect("started");
+    drop(c);
+    let mut a = fresh(&env)
+        .await
+        .durable_attach(&id, OutputOffsets::default())
+        .await
+        .expect("attach");
+    assert_eq!(drain(a.child.take_stdout()).await, b"up\n");
+    let st = within("wait", 60, a.child.wait()).await.expect("wait");
+    assert_eq!(st.signal, Some(9), "{st:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reader_more_than_the_cap_behind_is_interrupted_with_the_offset() {
+    let env = env().await;
+    let p = proc_of(&env).await;
+    let id = DurableId::random();
+    let c = p
+        .spawn(
+            SpawnSpec::new("sh")
+                .arg("-c")
+                .arg("while [ ! -e /tmp/go-slow ]; do sleep 0.02; done; seq 1 400000")
+                .durable(DurableSpec::new(id.clone()).output_cap(64 << 10)),
+        )
+        .expect("spawn");
+    within("started", 60, c.started()).await.expect("started");
+    drop(c);
+    let mut a = p
+        .durable_attach(&id, OutputOffsets::default())
+        .await
+        .expect("attach");
+    let mut out = a.child.take_stdout().expect("stdout");
+    let (_, code) = root_sh(&env, "touch /tmp/go-slow").await;
+    assert_eq!(code, 0);
+    // Nobody reads while the command writes 2.7 MB through a 64 KiB cap.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut got = 0usize;
+    let mut interrupted = None;
+    while let Some(item) = within("output", 60, out.next()).await {
+        match item {
+            Ok(b) => got += b.len(),
+            Err(e) => {
+                interrupted = Some(e);
+                break;
+            }
+        }
+    }
+    let e = interrupted.expect("an Interrupted item, not a silently shortened stream");
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+    assert!(e.to_string().contains("attach again from offset"), "{e}");
+    assert!(
+        within("end", 30, out.next()).await.is_none(),
+        "the stream ends there"
+    );
+    assert!(got < 2_000_000, "{got}");
+    assert!(
+        within("wait", 60, a.child.wait())
+            .await
+            .expect("wait")
+            .success()
+    );
+}
