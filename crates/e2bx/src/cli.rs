@@ -73,6 +73,14 @@ pub enum Command {
     Run(RunArgs),
     /// An interactive login shell (bash) in the sandbox, on a PTY.
     Shell(ShellArgs),
+    /// List the sandbox's detached commands (`run --detach`): running, or ended and not
+    /// yet removed.
+    Ps,
+    /// Stream a detached command's output (from the start, or --from N) until it ends;
+    /// e2bx exits with its code. Ctrl-C detaches and leaves it running.
+    Attach(AttachArgs),
+    /// Kill a detached command and everything it started (TERM, 2 s, KILL).
+    Kill(KillArgs),
     /// Copy one file (or with -r a directory tree) up (local -> sbx:PATH) or down
     /// (sbx:PATH -> local), streamed.
     Cp(CpArgs),
@@ -102,7 +110,9 @@ pub enum Command {
     after_help = "Example: e2bx run --cwd /tmp --env A=1 -- sh -c 'echo $A > a && cat a'\n\
 The command gets its own process group (setsid); Ctrl-C kills that whole group in the\n\
 sandbox and exits 130. No login profile is read; use `-- bash -lc '...'` for that.\n\
-A piped stdin (not a terminal) is forwarded to the command."
+A piped stdin (not a terminal) is forwarded to the command.\n\
+With --detach (and --sandbox) it prints the command's id and returns at once; the command\n\
+keeps running: `e2bx --sandbox S ps`, `attach ID`, `kill ID`."
 )]
 pub struct RunArgs {
     /// Working directory in the sandbox (default: the user's home).
@@ -117,9 +127,37 @@ pub struct RunArgs {
     /// Run as this sandbox user (default: the template's user).
     #[arg(long)]
     pub user: Option<String>,
+    /// Start it detached (needs --sandbox): print its id and return; it outlives e2bx,
+    /// its output and exit status are kept in the sandbox for `attach`.
+    #[arg(long)]
+    pub detach: bool,
+    /// The detached command's id (`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`; default random).
+    /// An id in use is refused and nothing runs, so a retried start never runs twice.
+    #[arg(long, value_name = "ID", requires = "detach")]
+    pub id: Option<String>,
     /// The program and its arguments, passed as-is (no shell unless you name one).
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// `e2bx attach`.
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// The command's id (as `run --detach` printed it).
+    pub id: String,
+    /// Start at this byte offset of its stdout (default: the first byte kept).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub from: u64,
+    /// Start at this byte offset of its stderr.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub from_stderr: u64,
+}
+
+/// `e2bx kill`.
+#[derive(Debug, Args)]
+pub struct KillArgs {
+    /// The command's id.
+    pub id: String,
 }
 
 /// `e2bx shell`.

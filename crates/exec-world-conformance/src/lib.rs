@@ -19,9 +19,11 @@
 //! `kill`, `sed`, `nohup`, `setsid`, `stty`. No test asserts on wall-clock time; waits
 //! are bounded only to turn a hang into a failure.
 
+pub mod durable;
 pub mod fs;
 pub mod proc;
 pub mod sandbox;
+mod sandbox_durable;
 mod sandbox_fork;
 pub mod terminal;
 pub mod tree;
@@ -52,8 +54,14 @@ pub struct World {
     /// Where `fs`'s `/` is in `proc`'s view, when they differ (a [`exec_world::Rooted`] view
     /// over a world whose processes see the real tree); `None`: the same tree.
     pub proc_root: Option<WorldPath>,
+    fresh: Option<ProcFactory>,
     _guard: Option<Box<dyn Any + Send + Sync>>,
 }
+
+/// Makes a new adapter instance on the same world (a new client, as a restarted host or
+/// another replica would have): see [`World::with_fresh_proc`].
+pub type ProcFactory =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Arc<dyn Subprocess>> + Send + Sync>;
 
 impl World {
     /// A world over `fs` and `proc` with scratch directory `scratch` (must exist, empty).
@@ -63,7 +71,30 @@ impl World {
             proc,
             scratch,
             proc_root: None,
+            fresh: None,
             _guard: None,
+        }
+    }
+
+    /// Gives the suite a way to make a *new* adapter instance on the same world (the
+    /// durable tests attach from one, as a restarted host would). Without it they use
+    /// [`World::proc`] again.
+    pub fn with_fresh_proc(
+        mut self,
+        make: impl Fn() -> futures::future::BoxFuture<'static, Arc<dyn Subprocess>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> World {
+        self.fresh = Some(Arc::new(make));
+        self
+    }
+
+    /// A new adapter instance on this world (see [`World::with_fresh_proc`]).
+    pub async fn fresh_proc(&self) -> Arc<dyn Subprocess> {
+        match &self.fresh {
+            Some(make) => make().await,
+            None => self.proc.clone(),
         }
     }
 
@@ -207,6 +238,30 @@ macro_rules! __proc_test_names {
     };
 }
 
+/// The durable-command tests, by name.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __durable_test_names {
+    ($cb:ident!($($pre:tt)*)) => {
+        $crate::$cb! { $($pre)* [
+            durable_ids_and_tags_validated,
+            durable_list_and_attach_ended_from_fresh_instance,
+            durable_attach_running_from_fresh_instance,
+            durable_unheard_output_arrives_complete,
+            durable_cap_drops_oldest_and_counts,
+            durable_cap_64_mib_through_16_mib,
+            durable_cut_attach_resumes_exactly,
+            durable_start_never_runs_twice,
+            durable_two_attaches_get_everything,
+            durable_stdin_closed_by_default,
+            durable_stdin_piped_across_attaches,
+            durable_drop_and_detach_leave_it_running,
+            durable_signal_and_terminate_attached,
+            durable_collect_semantics,
+        ] }
+    };
+}
+
 /// The terminal tests, by name.
 #[doc(hidden)]
 #[macro_export]
@@ -253,6 +308,15 @@ macro_rules! proc_conformance_tests {
     };
 }
 
+/// One `#[tokio::test]` per durable-command conformance test; `$make` is an
+/// `async fn() -> World` (give it [`World::with_fresh_proc`]).
+#[macro_export]
+macro_rules! durable_conformance_tests {
+    ($make:path) => {
+        $crate::__durable_test_names!(__conformance_tests!($make, durable,));
+    };
+}
+
 /// One `#[tokio::test]` per terminal conformance test; `$make` is an `async fn() -> World`.
 #[macro_export]
 macro_rules! terminal_conformance_tests {
@@ -280,6 +344,12 @@ pub fn tree_tests() -> Vec<(&'static str, TestFn)> {
 /// The process tests as `(name, fn)`.
 pub fn proc_tests() -> Vec<(&'static str, TestFn)> {
     crate::__proc_test_names!(__conformance_list!(proc,))
+}
+
+/// The durable-command tests as `(name, fn)` (each gated on
+/// [`ProcCapabilities::durable`](exec_world::ProcCapabilities::durable)).
+pub fn durable_tests() -> Vec<(&'static str, TestFn)> {
+    crate::__durable_test_names!(__conformance_list!(durable,))
 }
 
 /// The terminal tests as `(name, fn)`.

@@ -18,6 +18,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+pub use super::sandbox_durable::{
+    sb_exec_attach_resumes, sb_exec_id_never_twice, sb_exec_other_replica, sb_exec_start_attach,
+    sb_exec_survives_suspend, sb_exec_timeout_unattached,
+};
 pub use super::sandbox_fork::sb_fork;
 
 use exec_world::ErrorKind;
@@ -760,6 +764,12 @@ macro_rules! __sandbox_test_names {
             sb_concurrent,
             sb_invalid_create,
             sb_fork,
+            sb_exec_start_attach,
+            sb_exec_other_replica,
+            sb_exec_attach_resumes,
+            sb_exec_id_never_twice,
+            sb_exec_timeout_unattached,
+            sb_exec_survives_suspend,
         ] }
     };
 }

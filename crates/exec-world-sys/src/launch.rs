@@ -111,16 +111,16 @@ pub fn launch(l: &Launch<'_>) -> io::Result<Outcome> {
 
 /// What the child reads before `exec`, built before the clone (the child must not
 /// allocate: another thread of ours may hold the allocator's lock).
-struct Prepared {
+pub(crate) struct Prepared {
     /// Where to `execve`, in order (one entry for a path, else one per `PATH` directory).
-    candidates: Vec<CString>,
-    argv: Vec<CString>,
-    env: Vec<CString>,
-    cwd: CString,
+    pub(crate) candidates: Vec<CString>,
+    pub(crate) argv: Vec<CString>,
+    pub(crate) env: Vec<CString>,
+    pub(crate) cwd: CString,
 }
 
 impl Prepared {
-    fn new(l: &Launch<'_>) -> io::Result<Prepared> {
+    pub(crate) fn new(l: &Launch<'_>) -> io::Result<Prepared> {
         let c = |s: &str| {
             CString::new(s).map_err(|_| {
                 io::Error::new(
@@ -192,7 +192,7 @@ impl Stdio {
 
 /// A close-on-exec pipe whose descriptors are all above 2 (so the child's `dup2` onto
 /// 0, 1, 2 never overwrites one it still needs).
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     Ok((above_stdio(r)?, above_stdio(w)?))
 }
@@ -205,14 +205,14 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(rustix::io::fcntl_dupfd_cloexec(&fd, 3)?)
 }
 
-fn nonblocking(fd: &OwnedFd) -> io::Result<()> {
+pub(crate) fn nonblocking(fd: &OwnedFd) -> io::Result<()> {
     let flags = rustix::fs::fcntl_getfl(fd)?;
     rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK)?;
     Ok(())
 }
 
 /// A fresh descriptor of `/dev/null` for the child's stdin.
-fn dev_null() -> io::Result<OwnedFd> {
+pub(crate) fn dev_null() -> io::Result<OwnedFd> {
     let fd = rustix::fs::open(
         "/dev/null",
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
@@ -239,7 +239,7 @@ struct ChildArgs {
 }
 
 /// `errno` (the calling thread's: the child shares our thread's TLS until it execs).
-fn errno() -> c_int {
+pub(crate) fn errno() -> c_int {
     io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
@@ -281,28 +281,47 @@ unsafe extern "C" fn child_main(arg: *mut c_void) -> ! {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        // glibc's execvp along the candidates: EACCES is remembered and the search goes
-        // on; "not there" errors go on; any other error ends it.
+        fail(exec_along(a.candidates, a.argv, a.envp, a.sh_argv))
+    }
+}
+
+/// glibc's execvp along `candidates` (NULL-terminated): EACCES is remembered and the
+/// search goes on; "not there" errors go on; any other error ends it. A file without `#!`
+/// (ENOEXEC) runs under `/bin/sh` through `sh_argv` (`["/bin/sh", <slot>, argv[1..],
+/// NULL]`, the slot filled here). Returns the errno to report (it returns only on failure).
+/// Only raw system calls: callable between a fork or clone and exec.
+///
+/// # Safety
+/// Every array is NULL-terminated and points to NUL-terminated strings; `sh_argv` is
+/// writable and has the slot.
+pub(crate) unsafe fn exec_along(
+    candidates: *const *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    sh_argv: *mut *const c_char,
+) -> c_int {
+    // SAFETY: the caller's contract on the arrays.
+    unsafe {
         let mut eacces = false;
         let mut last = libc::ENOENT;
-        let mut c = a.candidates;
+        let mut c = candidates;
         while !(*c).is_null() {
-            libc::execve(*c, a.argv, a.envp);
+            libc::execve(*c, argv, envp);
             let mut e = errno();
             if e == libc::ENOEXEC {
-                *a.sh_argv.add(1) = *c;
-                libc::execve(*a.sh_argv, a.sh_argv as *const *const c_char, a.envp);
+                *sh_argv.add(1) = *c;
+                libc::execve(*sh_argv, sh_argv as *const *const c_char, envp);
                 e = errno();
             }
             match e {
                 libc::EACCES => eacces = true,
                 libc::ENOENT | libc::ESTALE | libc::ENOTDIR | libc::ENODEV | libc::ETIMEDOUT => {}
-                _ => fail(e),
+                _ => return e,
             }
             last = e;
             c = c.add(1);
         }
-        fail(if eacces { libc::EACCES } else { last })
+        if eacces { libc::EACCES } else { last }
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`cgroup`]: a cgroup v2 per spawn, spares, `cgroup.kill`;
 //! - [`launch`]: the `clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP)` spawn, and
 //!   [`reap`] for its pidfd waits;
+//! - [`supervise`]: the double-forked supervisor of a durable command and its record;
 //! - [`mounts`]: this process's cgroup directory and mountinfo unescaping;
 //! - [`tree_script`]: the descendant-tracking kill as a POSIX `sh` script (run inside a
 //!   sandbox) and the spawn markers it finds processes by;
@@ -23,4 +24,5 @@ pub mod launch;
 pub mod mounts;
 pub mod pty;
 pub mod reap;
+pub mod supervise;
 pub mod tree_script;

@@ -64,6 +64,10 @@ pub enum ErrorKind {
     Interrupted,
     /// The connection to the world failed (network, protocol, a busy or limiting server).
     Transport,
+    /// The end of a durable command cannot be known: its record is gone, its supervising
+    /// parent was killed before recording a status, the sandbox rebooted. Never a guess,
+    /// never a rerun (see [`crate::durable`]).
+    OutcomeUnknown,
     /// Anything else; the detail says what.
     Other,
 }
@@ -87,6 +91,7 @@ impl ErrorKind {
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Interrupted => "interrupted",
             ErrorKind::Transport => "transport error",
+            ErrorKind::OutcomeUnknown => "outcome unknown",
             ErrorKind::Other => "",
         }
     }
@@ -236,6 +241,19 @@ impl Error {
             .with_op(op)
             .with_cause(source)
             .with_temporary(true)
+    }
+
+    /// [`ErrorKind::OutcomeUnknown`](crate::ErrorKind::OutcomeUnknown) while doing `op`,
+    /// because `detail`.
+    ///
+    /// ```
+    /// let e = exec_world::Error::outcome_unknown("wait for durable command x", "its supervisor vanished");
+    /// assert_eq!(e.kind(), exec_world::ErrorKind::OutcomeUnknown);
+    /// ```
+    pub fn outcome_unknown(op: impl Into<String>, detail: impl Into<String>) -> Error {
+        Error::new(ErrorKind::OutcomeUnknown)
+            .with_op(op)
+            .with_detail(detail)
     }
 
     /// [`ErrorKind::Other`](crate::ErrorKind::Other) with just a message.

@@ -32,6 +32,7 @@
 //! # let _ = (text, status); Ok(()) }
 //! ```
 
+pub mod durable;
 mod error;
 mod fs;
 pub mod local;
@@ -44,6 +45,9 @@ mod terminal;
 pub mod tree;
 pub mod watch;
 
+pub use durable::{
+    Attached, DEFAULT_OUTPUT_CAP, DurableId, DurableInfo, DurableSpec, DurableState, OutputOffsets,
+};
 pub use error::{BoxError, Error, ErrorKind, SharedError};
 pub use fs::{
     ByteStream, Created, DirEntry, FileKind, Fs, FsCapabilities, Metadata, Version, WriteOptions,

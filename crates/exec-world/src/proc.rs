@@ -11,6 +11,7 @@ use futures::Stream;
 use tokio::io::AsyncWrite;
 use tokio_util::sync::CancellationToken;
 
+use crate::durable::{Attached, DurableId, DurableInfo, DurableSpec, OutputOffsets};
 use crate::error::Error;
 use crate::path::WorldPath;
 use crate::terminal::{Terminal, TerminalSpec};
@@ -80,6 +81,9 @@ pub struct SpawnSpec {
     pub cwd: Option<WorldPath>,
     /// Standard input (default `/dev/null`).
     pub stdin: StdinMode,
+    /// Makes the command durable (see [`crate::durable`]): it outlives its [`Child`], its
+    /// output and status are kept where it runs. `None` (default): killed on drop.
+    pub durable: Option<DurableSpec>,
 }
 
 impl SpawnSpec {
@@ -93,6 +97,7 @@ impl SpawnSpec {
             env: BTreeMap::new(),
             cwd: None,
             stdin: StdinMode::Null,
+            durable: None,
         }
     }
 
@@ -133,6 +138,20 @@ impl SpawnSpec {
     /// Sets standard input.
     pub fn stdin(mut self, mode: StdinMode) -> Self {
         self.stdin = mode;
+        self
+    }
+
+    /// Makes the spawn durable (backends with [`ProcCapabilities::durable`]; others
+    /// refuse it with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported)).
+    ///
+    /// ```
+    /// # use exec_world::{DurableId, DurableSpec, SpawnSpec};
+    /// let spec = SpawnSpec::new("sleep").arg("600").durable(DurableSpec::new("nap-1".parse()?));
+    /// assert_eq!(spec.durable.map(|d| d.id.to_string()).as_deref(), Some("nap-1"));
+    /// # Ok::<(), exec_world::Error>(())
+    /// ```
+    pub fn durable(mut self, spec: DurableSpec) -> Self {
+        self.durable = Some(spec);
         self
     }
 }
@@ -243,6 +262,9 @@ pub struct ProcCapabilities {
     /// process's end only after its output pipes close), such a descendant keeps `wait`
     /// pending until it ends or is terminated.
     pub exit_before_output_eof: bool,
+    /// Durable spawns ([`SpawnSpec::durable`]) and [`Subprocess::durable_list`],
+    /// [`Subprocess::durable_attach`], [`Subprocess::durable_collect`] work.
+    pub durable: bool,
 }
 
 /// A backend's side of a running process. Implement this (plus [`Subprocess`]) to add a
@@ -392,4 +414,55 @@ pub trait Subprocess: Send + Sync {
 
     /// Starts `spec` on a new pseudo-terminal (its own session).
     fn spawn_terminal(&self, spec: TerminalSpec) -> Result<Terminal, Error>;
+
+    /// The durable commands of this world that run, or ended and are not yet collected.
+    /// Default: [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    ///
+    /// ```no_run
+    /// # use exec_world::{LocalSubprocess, Subprocess, DurableState};
+    /// # async fn demo() -> Result<(), exec_world::Error> {
+    /// let proc = LocalSubprocess::new()?;
+    /// for c in proc.durable_list().await? {
+    ///     println!("{} {} {:?}", c.id, c.program, c.state);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    async fn durable_list(&self) -> Result<Vec<DurableInfo>, Error> {
+        Err(Error::unsupported("durable commands"))
+    }
+
+    /// A [`Child`] for the durable command `id` (running or ended), with its stdout and
+    /// stderr from `from` (bytes the cap dropped are skipped and counted in
+    /// [`Attached::dropped`]), then live, then its status. NotFound when there is no
+    /// such command. Default: [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    ///
+    /// ```no_run
+    /// # use exec_world::{LocalSubprocess, OutputOffsets, Subprocess};
+    /// # async fn demo() -> Result<(), exec_world::Error> {
+    /// let proc = LocalSubprocess::new()?;
+    /// let mut a = proc.durable_attach(&"nap-1".parse()?, OutputOffsets::default()).await?;
+    /// let out = a.child.take_stdout();
+    /// let status = a.child.wait().await?;
+    /// # let _ = (out, status); Ok(()) }
+    /// ```
+    async fn durable_attach(&self, id: &DurableId, from: OutputOffsets) -> Result<Attached, Error> {
+        let _ = (id, from);
+        Err(Error::unsupported("durable commands"))
+    }
+
+    /// Forgets an ended durable command's record (its output and status); its id may be
+    /// used again. Running: InvalidSpec. Missing: NotFound. Default:
+    /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    ///
+    /// ```no_run
+    /// # use exec_world::{LocalSubprocess, Subprocess};
+    /// # async fn demo() -> Result<(), exec_world::Error> {
+    /// let proc = LocalSubprocess::new()?;
+    /// proc.durable_collect(&"nap-1".parse()?).await?;
+    /// # Ok(()) }
+    /// ```
+    async fn durable_collect(&self, id: &DurableId) -> Result<(), Error> {
+        let _ = id;
+        Err(Error::unsupported("durable commands"))
+    }
 }

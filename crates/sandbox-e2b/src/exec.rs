@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use exec_world::sandbox::{
-    ExecOutput, ExecSpec, SANDBOX_ID_VAR, SandboxError, TAG_VAR, UNTAGGED, WORKSPACE, failed_by,
-    gone, invalid, run_capped, validate,
+    ExecOutput, ExecSpec, SANDBOX_ID_VAR, SandboxError, TAG_VAR, UNTAGGED, WORKSPACE,
+    durable_program, durable_spec, failed_by, gone, invalid, run_capped, validate,
 };
 use exec_world::{Child, EnvBase, SpawnSpec, Subprocess as _, WorldPath};
 
@@ -28,9 +28,24 @@ pub(crate) const BACKSTOP_GRACE_SECS: u64 = 5;
 
 const OP: &str = "exec";
 
-fn spawn(a: &Attached, id: &str, spec: &ExecSpec, cwd: &WorldPath) -> Result<Child, SandboxError> {
-    let mut s = SpawnSpec::new("/bin/bash")
-        .args(["-c".to_owned(), spec.command.clone()])
+/// The spawn of `spec` (durable, under the in-sandbox `timeout` watchdog, when it has an
+/// id), started at once (its start error comes from `started`).
+fn spawn(
+    op: &'static str,
+    a: &Attached,
+    id: &str,
+    spec: &ExecSpec,
+    cwd: &WorldPath,
+) -> Result<Child, SandboxError> {
+    let mut s = if spec.id.is_some() {
+        let (prog, args) = durable_program(spec);
+        SpawnSpec::new(prog)
+            .args(args)
+            .durable(durable_spec(op, spec)?)
+    } else {
+        SpawnSpec::new("/bin/bash").args(["-c".to_owned(), spec.command.clone()])
+    };
+    s = s
         .env_base(EnvBase::Base)
         .cwd(cwd.clone())
         .env("HOME", WORKSPACE)
@@ -44,12 +59,49 @@ fn spawn(a: &Attached, id: &str, spec: &ExecSpec, cwd: &WorldPath) -> Result<Chi
     let backstop = spec
         .timeout
         .saturating_add(Duration::from_secs(BACKSTOP_GRACE_SECS));
+    let durable = spec.id.is_some();
     a.proc
         .clone()
         .kill_after(Some(backstop))
         .spawn(s)
-        .map(ReleaseOnExit::wrap)
-        .map_err(|e| failed_by(OP, None, e))
+        // A durable command's handle is given up as it is (dropping one kills nothing).
+        .map(|c| if durable { c } else { ReleaseOnExit::wrap(c) })
+        .map_err(|e| failed_by(op, None, e))
+}
+
+/// Checks `spec`, leases the sandbox for the command's time limit, and starts it (once
+/// more after a fresh connect when the lease was stale: a durable start that reached
+/// the sandbox is refused the second time as AlreadyExists, so it never runs twice).
+pub(crate) async fn start(
+    op: &'static str,
+    leases: &Leases<Attached>,
+    id: &str,
+    spec: &ExecSpec,
+) -> Result<Child, SandboxError> {
+    validate::exec_spec(op, spec)?;
+    let cwd = spec.cwd.as_deref().unwrap_or(WORKSPACE);
+    validate::path(op, cwd)?;
+    let cwd = WorldPath::new(cwd).map_err(|e| invalid(op, "cwd", e.to_string()))?;
+    let need = spec.timeout.saturating_add(TIMEOUT_MARGIN);
+    check_id(op, id)?;
+    let a = leases
+        .attach(op, id, need)
+        .await
+        .map_err(|e| contract(op, id, e))?;
+    let mut child = spawn(op, &a, id, spec, &cwd)?;
+    if let Err(e) = child.started().await {
+        if !is_stale(&e) {
+            return Err(start_error(op, id, e));
+        }
+        // Paused or deleted behind our lease (another replica): connect once, retry.
+        let a = leases
+            .connect(op, id, need, None)
+            .await
+            .map_err(|e| contract(op, id, e))?;
+        child = spawn(op, &a, id, spec, &cwd)?;
+        child.started().await.map_err(|e| start_error(op, id, e))?;
+    }
+    Ok(child)
 }
 
 pub(crate) async fn exec(
@@ -58,29 +110,7 @@ pub(crate) async fn exec(
     spec: ExecSpec,
     stop_wait: Duration,
 ) -> Result<ExecOutput, SandboxError> {
-    validate::exec_spec(OP, &spec)?;
-    let cwd = spec.cwd.as_deref().unwrap_or(WORKSPACE);
-    validate::path(OP, cwd)?;
-    let cwd = WorldPath::new(cwd).map_err(|e| invalid(OP, "cwd", e.to_string()))?;
-    let need = spec.timeout.saturating_add(TIMEOUT_MARGIN);
-    check_id(OP, id)?;
-    let a = leases
-        .attach(OP, id, need)
-        .await
-        .map_err(|e| contract(OP, id, e))?;
-    let mut child = spawn(&a, id, &spec, &cwd)?;
-    if let Err(e) = child.started().await {
-        if !is_stale(&e) {
-            return Err(start_error(id, e));
-        }
-        // Paused or deleted behind our lease (another replica): connect once, retry.
-        let a = leases
-            .connect(OP, id, need, None)
-            .await
-            .map_err(|e| contract(OP, id, e))?;
-        child = spawn(&a, id, &spec, &cwd)?;
-        child.started().await.map_err(|e| start_error(id, e))?;
-    }
+    let child = start(OP, leases, id, &spec).await?;
     let r = run_capped(
         child,
         spec.timeout,
@@ -96,9 +126,9 @@ pub(crate) async fn exec(
     Ok(r.output())
 }
 
-fn start_error(id: &str, e: exec_world::Error) -> SandboxError {
+fn start_error(op: &'static str, id: &str, e: exec_world::Error) -> SandboxError {
     if e.is_gone() {
-        return gone(OP, id);
+        return gone(op, id);
     }
-    failed_by(OP, None, e)
+    failed_by(op, None, e)
 }

@@ -13,6 +13,8 @@
 //!   life it knows is too close, or when e2b-core calls envd's answer unroutable.
 //! * [`E2bWorld`]: an `Fs` + `Subprocess` world in a sandbox in one call (owner, adapters,
 //!   keep-alive, shutdown), for consumers of the exec-world seams.
+//! * durable execs (`durable.rs`): `exec_start`, `exec_attach`, `exec_list`, `exec_kill`,
+//!   `exec_forget` on subprocess-e2b's durable commands (records kept in the sandbox).
 //! * exec (`exec.rs`), files through fs-e2b (`io.rs`), and `kill_all` / `kill_tagged`
 //!   through exec-world's in-world script as the sandbox user.
 //!
@@ -36,6 +38,7 @@
 
 mod config;
 mod conversation;
+mod durable;
 mod errors;
 mod exec;
 mod fork;
@@ -50,9 +53,11 @@ use async_trait::async_trait;
 use e2b_core::proto::control::SandboxState;
 use e2b_core::trusted_shell::TrustedShell;
 use e2b_core::{Client, CreateOptions, ListQuery};
+use exec_world::OutputOffsets;
 use exec_world::sandbox::{
-    CreateSpec, Egress, ExecOutput, ExecSpec, FileContent, FileStat, ResumeOutcome,
-    SIGNAL_EXECS_SH, SandboxCapabilities, SandboxError, SandboxHandle, SandboxProvider, validate,
+    CreateSpec, Egress, ExecId, ExecInfo, ExecOutput, ExecSpec, ExecStream, FileContent, FileStat,
+    ResumeOutcome, SIGNAL_EXECS_SH, SandboxCapabilities, SandboxError, SandboxHandle,
+    SandboxProvider, validate,
 };
 use exec_world_sys::tree_script::KILL_TREE_SH;
 
@@ -316,6 +321,31 @@ impl SandboxProvider for E2bSandboxes {
 
     async fn exec(&self, h: &SandboxHandle, spec: ExecSpec) -> Result<ExecOutput, SandboxError> {
         exec::exec(&self.leases, &h.id, spec, self.stop_wait).await
+    }
+
+    async fn exec_start(&self, h: &SandboxHandle, spec: ExecSpec) -> Result<ExecId, SandboxError> {
+        durable::start(&self.leases, &h.id, spec).await
+    }
+
+    async fn exec_attach(
+        &self,
+        h: &SandboxHandle,
+        id: &ExecId,
+        from: OutputOffsets,
+    ) -> Result<ExecStream, SandboxError> {
+        durable::attach(&self.leases, &h.id, id, from).await
+    }
+
+    async fn exec_list(&self, h: &SandboxHandle) -> Result<Vec<ExecInfo>, SandboxError> {
+        durable::list(&self.leases, &h.id).await
+    }
+
+    async fn exec_kill(&self, h: &SandboxHandle, id: &ExecId) -> Result<(), SandboxError> {
+        durable::kill(&self.leases, &h.id, id).await
+    }
+
+    async fn exec_forget(&self, h: &SandboxHandle, id: &ExecId) -> Result<(), SandboxError> {
+        durable::forget(&self.leases, &h.id, id).await
     }
 
     async fn read_file(

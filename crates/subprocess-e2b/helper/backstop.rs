@@ -80,6 +80,13 @@ pub(crate) fn watch(child: isize, secs: u64, cgroup_kill: &[u8]) -> ! {
             );
         }
     }
+    kill_tree(child, cgroup_kill);
+    wait_and_mirror(child)
+}
+
+/// Kills `child`'s tree: `1` to `cgroup_kill` (a NUL-terminated `…/cgroup.kill`; empty:
+/// no cgroup) or, failing that, SIGKILL to its process group and to itself.
+pub(crate) fn kill_tree(child: isize, cgroup_kill: &[u8]) {
     let killed = !cgroup_kill.is_empty() && {
         let fd = open(cgroup_kill, O_WRONLY);
         fd >= 0 && {
@@ -92,5 +99,4 @@ pub(crate) fn watch(child: isize, secs: u64, cgroup_kill: &[u8]) -> ! {
         sys_plain(SYS_KILL, (-child) as usize, SIGKILL, 0);
         sys_plain(SYS_KILL, child as usize, SIGKILL, 0);
     }
-    wait_and_mirror(child)
 }

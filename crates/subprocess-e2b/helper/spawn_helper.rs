@@ -31,7 +31,9 @@ mod backstop;
 mod env;
 mod mem;
 mod process;
+mod record;
 mod sys;
+mod tail;
 
 use env::{name_of, scrubbed};
 use mem::{Arena, CList, cstr, decimal, parse_num, strip_prefix};
@@ -82,15 +84,17 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
     }
     // Room for every string rebuilt at most a few times (PATH entries joined with the
     // program name, the fixed variables) and both pointer lists.
-    let mut arena = Arena::new(bytes * 4 + (argc + envc + 32) * 16);
-
-    // `--kill-after SECS` first: the backstop.
-    let (kill_after, at) = match (argc, (argc >= 2).then(|| arg(1))) {
-        (n, Some(b"--kill-after")) if n >= 3 => match parse_num(arg(2)) {
-            Some(secs) => (Some(secs), 3),
+    let mut arena = Arena::new(bytes * 4 + (argc + envc + 32) * 16 + (256 << 10));
+    // The record readers (`--tail`, `--list`, `--collect`) end here.
+    tail::dispatch(argc, &arg, &mut arena);
+    // `--durable STATE ID CAP META` first (the record), then `--kill-after SECS`.
+    let (durable, at) = record::parse(argc, &arg, 1);
+    let (kill_after, at) = match (argc, (argc > at + 1).then(|| arg(at))) {
+        (n, Some(b"--kill-after")) if n >= at + 2 => match parse_num(arg(at + 1)) {
+            Some(secs) => (Some(secs), at + 2),
             None => fail(b"usage", 125),
         },
-        _ => (None, 1),
+        _ => (None, at),
     };
     let first = if argc > at { Some(arg(at)) } else { None };
     let (root, user_at) = match (argc - at, first) {
@@ -99,9 +103,12 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
         _ => fail(b"usage", 125),
     };
 
-    // The cgroup is made before any fork, so that the backstop's parent knows it.
+    // A durable spawn's record is made first: an id that exists runs nothing.
+    let mut record = durable.as_ref().map(|d| record::create(d, &mut arena));
+    // The cgroup is made before any fork, so that the backstop's parent knows it
+    // (`--root` with an empty MOUNT: no cgroup, only the drop).
     let mut cgroup: &[u8] = b"";
-    if root {
+    if root && !arg(at + 1).is_empty() {
         let own = sys_plain(SYS_GETPID, 0, 0, 0);
         let own_text = arena.join(&[decimal(own as u64, &mut [0u8; 20])]);
         cgroup = cgroup_dir(&mut arena, arg(at + 1), arg(at + 2), own_text);
@@ -109,7 +116,7 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
 
     // A session of its own. The backstop forks and stays as the watching parent; else,
     // when envd made us a group leader (`setsid` refused), fork as `setsid -w` does.
-    if let Some(secs) = kill_after {
+    if kill_after.is_some() || record.is_some() {
         let cgroup_kill: &[u8] = if cgroup.is_empty() {
             b""
         } else {
@@ -119,8 +126,11 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
         if child < 0 {
             fail(b"fork", 125);
         }
-        if child > 0 {
-            watch(child, secs, cgroup_kill);
+        match (child > 0, &mut record) {
+            (true, Some(r)) => record::watch(r, child, kill_after, cgroup, cgroup_kill, &mut arena),
+            (true, None) => watch(child, kill_after.unwrap_or(0), cgroup_kill),
+            (false, Some(r)) => record::child_side(r),
+            (false, None) => {}
         }
         if sys_plain(SYS_SETSID, 0, 0, 0) < 0 {
             fail(b"setsid", 125);
@@ -141,7 +151,9 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
     let pid_text = arena.join(&[decimal(pid as u64, &mut [0u8; 20])]);
 
     if root {
-        enter_cgroup(&mut arena, cgroup, pid_text);
+        if !cgroup.is_empty() {
+            enter_cgroup(&mut arena, cgroup, pid_text);
+        }
         if !arg(at + 3).is_empty() {
             drop_to(&mut arena, arg(at + 3), arg(at + 4), arg(at + 5));
         }
@@ -275,6 +287,9 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
     }
     let header = arena.join(&[b"EXEC-WORLD-PGID ", pid_text, b" ", cgroup, b"\n"]);
     write_all(1, header);
+    if let Some(r) = &record {
+        record::redirect(r);
+    }
     // SAFETY: NUL-terminated path, NULL-terminated argv and envp.
     let mut r = unsafe {
         sys(

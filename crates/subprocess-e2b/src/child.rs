@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -42,17 +42,41 @@ impl E2bChild {
 
 /// The caller's stdin half; a task forwards the other half to envd once started.
 fn forward_stdin(session: Arc<Session>) -> InputSink {
+    let api = session.world.api.clone();
+    // A durable command's stdin outlives this child: only an explicit shutdown closes it.
+    let close_on_drop = !session.detached.load(Ordering::SeqCst);
+    forward_input(
+        api,
+        async move {
+            let s = session.started().await.ok()?;
+            Some(ProcessSelector::Pid(s.envd_pid))
+        },
+        close_on_drop,
+    )
+}
+
+/// The caller's stdin half; a task sends the other half to envd's SendInput for the
+/// process `target` resolves to (`None`: nothing is sent), CloseStdin at EOF: a shutdown
+/// of the sink, or its drop when `close_on_drop`.
+pub(crate) fn forward_input(
+    api: Arc<dyn e2b_core::EnvdApi>,
+    target: impl std::future::Future<Output = Option<ProcessSelector>> + Send + 'static,
+    close_on_drop: bool,
+) -> InputSink {
     let (writer, mut reader) = tokio::io::duplex(STDIN_CHUNK);
+    let shut = Arc::new(AtomicBool::new(close_on_drop));
+    let shut_seen = shut.clone();
     tokio::spawn(async move {
-        let Ok(s) = session.started().await else {
+        let Some(sel) = target.await else {
             return;
         };
-        let api = session.world.api.clone();
-        let sel = ProcessSelector::Pid(s.envd_pid);
         let mut buf = vec![0u8; STDIN_CHUNK];
         loop {
             match reader.read(&mut buf).await {
                 Ok(0) | Err(_) => {
+                    if !shut_seen.load(Ordering::SeqCst) {
+                        return;
+                    }
                     if let Err(e) = api.close_stdin(sel.clone()).await {
                         tracing::debug!(error = %e, "CloseStdin");
                     }
@@ -69,7 +93,41 @@ fn forward_stdin(session: Arc<Session>) -> InputSink {
             }
         }
     });
-    Box::pin(writer)
+    Box::pin(ShutdownFlag {
+        inner: writer,
+        shut,
+    })
+}
+
+/// A writer that notes its shutdown (an explicit close, unlike a drop).
+struct ShutdownFlag {
+    inner: tokio::io::DuplexStream,
+    shut: Arc<AtomicBool>,
+}
+
+impl tokio::io::AsyncWrite for ShutdownFlag {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.shut.store(true, Ordering::SeqCst);
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 fn take<T>(m: &mut Mutex<Option<T>>) -> Option<T> {

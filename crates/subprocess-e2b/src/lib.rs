@@ -66,6 +66,15 @@
 //! created empty with mode 0600 by the user (`umask 077; set -C`); then filled by an
 //! upload.
 //!
+//! # Durable commands
+//!
+//! [`SpawnSpec::durable`](exec_world::SpawnSpec::durable) spawns outlive their `Child`
+//! and this host: the native helper's watching parent (root) keeps a bounded record of
+//! the output and the exit status in a root-owned directory per command
+//! ([`DEFAULT_DURABLE_DIR`]), and any client of the sandbox lists, attaches to (from any
+//! kept offset, then live) and collects them. See [`durable`] for the design, the
+//! guarantees and the limits.
+//!
 //! # Environment
 //!
 //! The trusted shell (root, random root-level `HOME`, no profile) looks the user
@@ -136,6 +145,9 @@
 //! - `terminate` / `Drop` while running: 1 `Start` (tree kill), +1 `SendSignal` only as
 //!   the last resort; `which`: 1 `Start`.
 //!
+//! - durable commands ([`durable`]): a durable spawn 1 `Start`; `durable_attach` 1
+//!   `Start`; `durable_list` 1 `List` + 1 `Start`; `durable_collect` 1 `Start`.
+//!
 //! Nothing polls: waiting for the pid, the output and the exit are all the one stream.
 //! (The tree kill rescans `/proc` every 50 ms inside the sandbox during the grace.)
 //!
@@ -156,6 +168,8 @@
 //! `wait()` report it; if that kill cannot finish, dropping the child runs it again.
 
 mod child;
+pub mod durable;
+mod frames;
 mod native;
 mod options;
 mod queue;
@@ -169,6 +183,7 @@ mod terminal;
 mod world;
 pub mod wrapper;
 
+pub use durable::DEFAULT_DURABLE_DIR;
 pub use options::{DEFAULT_OUTPUT_BUFFER, E2bSubprocessOptions};
 pub use shell::UserInfo;
 pub use subprocess::E2bSubprocess;

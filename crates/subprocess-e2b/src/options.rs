@@ -46,6 +46,12 @@ pub struct E2bSubprocessOptions {
     /// placed once per adapter) where this build has it and the sandbox runs it; `false`
     /// keeps the `sh` helper for every spawn. Default `true`. Same guarantees either way.
     pub native_helper: bool,
+    /// Where durable commands keep their records in the sandbox (see the crate's
+    /// `durable` docs): an absolute path whose every component is, or can be made, a
+    /// directory owned by root that nobody else can write. Every client of a sandbox must
+    /// use the same one to find the others' commands. Default
+    /// [`DEFAULT_DURABLE_DIR`](crate::DEFAULT_DURABLE_DIR).
+    pub durable_dir: String,
 }
 
 impl E2bSubprocessOptions {
@@ -59,6 +65,7 @@ impl E2bSubprocessOptions {
             process_timeout: None,
             kill_after: None,
             native_helper: true,
+            durable_dir: crate::DEFAULT_DURABLE_DIR.to_owned(),
         }
     }
 
@@ -84,6 +91,12 @@ impl E2bSubprocessOptions {
     /// Sets [`E2bSubprocessOptions::native_helper`].
     pub fn native_helper(mut self, on: bool) -> Self {
         self.native_helper = on;
+        self
+    }
+
+    /// Sets [`E2bSubprocessOptions::durable_dir`].
+    pub fn durable_dir(mut self, dir: impl Into<String>) -> Self {
+        self.durable_dir = dir.into();
         self
     }
 

@@ -395,6 +395,11 @@ impl Session {
             }
             Some(Header::NotFound) => Err(Error::not_found(program).with_op("spawn")),
             Some(Header::NotExecutable) => Err(Error::permission_denied(program).with_op("spawn")),
+            Some(Header::Failed(why)) if crate::durable::refusal(&why).is_some() => {
+                Err(crate::durable::refusal(&why)
+                    .unwrap_or_else(|| Error::other(why))
+                    .with_path(program))
+            }
             Some(Header::Failed(why)) => {
                 Err(Error::other(format!("the spawn helper refused: {why}"))
                     .with_op("spawn")

@@ -83,6 +83,9 @@ pub(crate) struct Launch {
     pub(crate) pty: Option<(u32, u32)>,
     /// The in-sandbox backstop, if any.
     pub(crate) kill_after: Option<Duration>,
+    /// A durable spawn's record (`durable.rs`); such a spawn is never killed for a lost
+    /// stream or a drop.
+    pub(crate) durable: Option<crate::durable::DurableLaunch>,
 }
 
 impl Session {
@@ -108,7 +111,7 @@ impl Session {
             route: Mutex::new(Route::new(program, started_tx, status_tx)),
             fan_waker: Waker::from(fan.clone()),
             fan,
-            detached: AtomicBool::new(false),
+            detached: AtomicBool::new(launch.durable.is_some()),
             envd_pid: OnceLock::new(),
             reaped: AtomicBool::new(false),
             cgroup_name: OnceLock::new(),
@@ -219,6 +222,11 @@ impl Session {
             Some(Err(e)) => Err(e.clone()),
             None => Err(Error::other("no start result")),
         }
+    }
+
+    /// True once the start was answered (the verified pid, or a failure).
+    pub(crate) fn start_known(&self) -> bool {
+        self.started.borrow().is_some()
     }
 
     /// True once the process's end (or a failure) is known.
@@ -384,22 +392,29 @@ async fn start(
         launch.wrap.program = info.shell.clone();
     }
     let terminal = launch.pty.is_some();
-    let ids = match &setup.cgroup {
-        Some(_) => world.drop_ids(&info).await?.unwrap_or_default(),
-        None => Ids::default(),
+    let durable = launch.durable.take();
+    let ids = match (&setup.cgroup, &durable) {
+        (None, None) => Ids::default(),
+        _ => world.drop_ids(&info).await?.unwrap_or_default(),
     };
     let cgroup = setup.cgroup.as_ref().map(|cg| {
         let name = world.take_cgroup(terminal);
         let _ = session.cgroup_name.set(name.clone());
         (cg, name)
     });
-    let user = match cgroup {
-        Some(_) => "root".to_owned(),
-        None => info.name.clone(),
+    let user = match (&cgroup, &durable) {
+        (None, None) => info.name.clone(),
+        _ => "root".to_owned(),
     };
     // Piped spawns start the native helper when it was placed: it is the whole chain
     // (session, cgroup, drop, exec). Terminals and the rest use the `sh` helper.
     let native = setup.native.as_ref().filter(|_| launch.pty.is_none());
+    if durable.is_some() && native.is_none() {
+        return Err(Error::unsupported(
+            "durable commands need the native spawn helper (this build or this sandbox has none)",
+        )
+        .with_op(format!("starting {}", launch.wrap.program)));
+    }
     // The backstop, in whole seconds: the native helper's `--kill-after`, else `timeout
     // -s KILL` in front of the program (it kills its process group).
     let kill_after = launch.kill_after.map(|d| {
@@ -420,6 +435,15 @@ async fn start(
             "--root".to_owned(),
             cg.mount.clone(),
             name.clone(),
+            ids.uid,
+            ids.gid,
+            ids.groups,
+        ],
+        // Durable without a cgroup: root for the watcher, no cgroup, the drop.
+        (None, Some(_)) if durable.is_some() => vec![
+            "--root".to_owned(),
+            String::new(),
+            String::new(),
             ids.uid,
             ids.gid,
             ids.groups,
@@ -446,10 +470,13 @@ async fn start(
             if let Some(secs) = kill_after {
                 argv.splice(0..0, ["--kill-after".to_owned(), secs]);
             }
+            let mut start = StartProcess::new(native.clone());
+            if let Some(d) = &durable {
+                argv.splice(0..0, d.argv());
+                start = start.tag(d.id.to_string());
+            }
             argv.extend(launch.wrap.positional());
-            StartProcess::new(native.clone())
-                .args(argv)
-                .stdin(launch.stdin)
+            start.args(argv).stdin(launch.stdin)
         }
         (None, None) => {
             argv.extend(launch.wrap.positional());
@@ -483,6 +510,9 @@ async fn start(
         }
     };
     spec = spec.user(user).cwd(launch.cwd.clone());
+    if let Some(d) = &durable {
+        crate::durable::settle(&d.after).await;
+    }
     if let Some(t) = world.process_timeout {
         spec = spec.timeout(t);
     }

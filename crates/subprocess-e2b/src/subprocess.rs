@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use e2b_core::EnvdApi;
 use exec_world::{
-    Child, Error, ProcCapabilities, SpawnSpec, StdinMode, Subprocess, Terminal, TerminalSpec,
-    WorldPath,
+    Attached, Child, DurableId, DurableInfo, Error, OutputOffsets, ProcCapabilities, SpawnSpec,
+    StdinMode, Subprocess, Terminal, TerminalSpec, WorldPath,
 };
 
 use crate::child::E2bChild;
@@ -32,6 +32,10 @@ pub struct E2bSubprocess {
     output_buffer: usize,
     process_timeout: Option<Duration>,
     kill_after: Option<Duration>,
+    /// Where durable records live (root-owned).
+    durable_dir: Arc<str>,
+    /// This adapter's durable starts in flight.
+    pending: Arc<crate::durable::Pending>,
 }
 
 impl E2bSubprocess {
@@ -65,6 +69,8 @@ impl E2bSubprocess {
             output_buffer,
             process_timeout: opts.process_timeout,
             kill_after: opts.kill_after,
+            durable_dir: Arc::from(opts.durable_dir.as_str()),
+            pending: Arc::default(),
         })
     }
 
@@ -201,6 +207,9 @@ impl Subprocess for E2bSubprocess {
             // so a background job holding stdout keeps `wait` pending (as with the
             // official SDKs' `commands.run`).
             exit_before_output_eof: false,
+            // Durable commands: not yet (issue 20, the E2B side).
+            // Durable spawns need the native helper (and root in the sandbox).
+            durable: self.world.native_helper(),
         }
     }
 
@@ -221,6 +230,26 @@ impl Subprocess for E2bSubprocess {
 
     fn spawn(&self, spec: SpawnSpec) -> Result<Child, Error> {
         validate(&spec.program, &spec.args, &spec.env)?;
+        let cwd = self.resolve_cwd(spec.cwd.as_ref());
+        let piped = spec.stdin == StdinMode::Piped;
+        let marker = exec_world_sys::tree_script::new_marker();
+        let durable = match &spec.durable {
+            Some(d) => {
+                let mut l = crate::durable::DurableLaunch::new(
+                    d,
+                    &self.durable_dir,
+                    &spec.program,
+                    &spec.args,
+                    &cwd,
+                    &marker,
+                    piped,
+                )?;
+                l.after = self.pending.snapshot();
+                Some(l)
+            }
+            None => None,
+        };
+        let is_durable = durable.is_some();
         let launch = Launch {
             wrap: WrapArgs {
                 base: spec.env_base,
@@ -230,17 +259,20 @@ impl Subprocess for E2bSubprocess {
                 user: String::new(),
                 path: String::new(),
                 env: spec.env.clone(),
-                marker: exec_world_sys::tree_script::new_marker(),
+                marker,
                 program: spec.program.clone(),
                 args: spec.args.clone(),
             },
-            cwd: self.resolve_cwd(spec.cwd.as_ref()),
-            stdin: spec.stdin == StdinMode::Piped,
+            cwd,
+            stdin: piped,
             pty: None,
             kill_after: self.kill_after,
+            durable,
         };
-        let piped = launch.stdin;
         let session = Session::launch(self.world.clone(), launch)?;
+        if is_durable {
+            self.pending.add(&session);
+        }
         Ok(Child::new(Box::new(E2bChild::new(session, piped))))
     }
 
@@ -269,8 +301,24 @@ impl Subprocess for E2bSubprocess {
             stdin: false,
             pty: Some((u32::from(spec.size.cols), u32::from(spec.size.rows))),
             kill_after: self.kill_after,
+            durable: None,
         };
         let session = Session::launch(self.world.clone(), launch)?;
         Ok(Terminal::new(Box::new(E2bTerminal::new(session))))
+    }
+
+    async fn durable_list(&self) -> Result<Vec<DurableInfo>, Error> {
+        self.pending.settle().await;
+        crate::durable::list(&self.world, &self.durable_dir).await
+    }
+
+    async fn durable_attach(&self, id: &DurableId, from: OutputOffsets) -> Result<Attached, Error> {
+        self.pending.settle().await;
+        crate::durable::attach(self.world.clone(), &self.durable_dir, id, from).await
+    }
+
+    async fn durable_collect(&self, id: &DurableId) -> Result<(), Error> {
+        self.pending.settle().await;
+        crate::durable::collect(&self.world, &self.durable_dir, id).await
     }
 }

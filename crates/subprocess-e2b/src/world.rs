@@ -210,6 +210,15 @@ impl WorldShared {
             .cloned()
     }
 
+    /// True when piped spawns may use the native helper: the adapter wants it, this
+    /// build has it and (once the setup ran) the sandbox runs it.
+    pub(crate) fn native_helper(&self) -> bool {
+        match self.adapter.setup.get() {
+            Some(s) => s.native.is_some(),
+            None => self.adapter.native_helper,
+        }
+    }
+
     /// The cgroup2 mount spawns' cgroups live in, once the setup found one.
     pub(crate) fn setup_mount(&self) -> Option<&String> {
         self.adapter.setup.get()?.cgroup.as_ref().map(|c| &c.mount)

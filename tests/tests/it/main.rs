@@ -5,6 +5,7 @@
 mod sdk_support;
 
 mod agent_tools_e2b;
+mod durable_sdk;
 mod lifecycle_adapters;
 mod official_sdk;
 mod official_sdk_snapshots;

@@ -13,6 +13,8 @@ const EXEC: &[&str] = &[
 ];
 const FILES: &[&str] = &["curl", "raw", "ours", "sandbox", "js", "py"];
 const FLOOD: &[&str] = &["tokio", "local", "raw", "ours", "js", "py"];
+/// The durable figures: subprocess-e2b's exec / fs-e2b's read beside the durable ones.
+const DURABLE: &[&str] = &["ours", "durable"];
 /// Contenders that run on this machine, without the emulator.
 const HOST_ONLY: &[&str] = &["tokio", "local"];
 
@@ -45,12 +47,15 @@ fn tiny_run_reports_every_contender_on_every_figure() {
             "exec_c8",
             "files_small",
             "files_large",
-            "flood"
+            "flood",
+            "exec_durable",
+            "attach_64m"
         ]
     );
     for f in figures {
         let id = f["id"].as_str().unwrap();
         let want = match id {
+            "exec_durable" | "attach_64m" => DURABLE,
             i if i.starts_with("exec") => EXEC,
             i if i.starts_with("files") => FILES,
             _ => FLOOD,
@@ -79,7 +84,7 @@ fn tiny_run_reports_every_contender_on_every_figure() {
                     "{who}: only envd requests in the timed part: {by_route:?}"
                 );
             }
-            if id.starts_with("files") || id == "flood" {
+            if id.starts_with("files") || id == "flood" || id == "attach_64m" {
                 assert!(c["bytes"].as_u64().unwrap() > 0, "{who}");
             }
         }

@@ -3,6 +3,7 @@
 //! stopped), including after Ctrl-C.
 
 pub mod cp;
+pub mod detached;
 pub mod fs;
 pub mod mcp;
 pub mod run;
@@ -53,9 +54,16 @@ async fn with_backend(cli: &Cli, backend: &Backend, ints: &mut Interrupts) -> Cl
     if let Command::Volume(cmd) = &cli.command {
         return interruptible(ints, volume::volume(backend, g, cmd)).await;
     }
+    detached::needs_sandbox(cli)?;
     let session = interruptible(ints, backend.session(g)).await?;
     let r = match &cli.command {
+        Command::Run(a) if a.detach => {
+            interruptible(ints, detached::start(&session, a, g.json)).await
+        }
         Command::Run(a) => run::run(&session, a, g.json, ints).await,
+        Command::Ps => interruptible(ints, detached::ps(&session, g.json)).await,
+        Command::Attach(a) => detached::attach(&session, a, g.json, ints).await,
+        Command::Kill(a) => interruptible(ints, detached::kill(&session, &a.id)).await,
         Command::Shell(a) => shell::shell(&session, a, g.json, ints).await,
         Command::Cp(a) => {
             if session.owned() && cp::remote_path(&a.src).is_none() && !g.quiet {

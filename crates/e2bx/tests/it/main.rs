@@ -4,6 +4,7 @@
 
 mod support;
 
+mod cli_detached;
 mod cli_embedded;
 mod cli_hostile;
 mod cli_remote;

@@ -1,6 +1,8 @@
 //! Local adapters: the seams over this machine's file system and processes.
 
 mod beneath;
+mod durable;
+mod durable_child;
 mod fs;
 #[cfg(test)]
 mod launch_tests;

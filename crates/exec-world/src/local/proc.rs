@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,9 @@ use futures::StreamExt;
 use tokio::net::unix::pipe::{Receiver, Sender};
 use tokio::sync::watch;
 
+use super::durable::{Records, default_state_dir};
 use super::tree::{MARKER_VAR, Tree, new_marker, send};
+use crate::durable::{Attached, DurableId, DurableInfo, OutputOffsets};
 use crate::error::Error;
 use crate::path::WorldPath;
 use crate::proc::{
@@ -34,9 +36,18 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// Every child starts in a new session (`setsid`), so it leads its own process group,
 /// and carries `EXEC_WORLD_SPAWN=<unique id>` so `terminate` and `Drop` find descendants
 /// that left the group. Requires Linux `/proc` for descendant tracking.
+///
+/// **State directory**: durable commands ([`SpawnSpec::durable`]) keep their records
+/// (output, status, stdin FIFO; one 0700 directory per command under `durable/`) in the
+/// world's state directory: by default `$XDG_STATE_HOME/exec-world`, else
+/// `$HOME/.local/state/exec-world`, else `/tmp/exec-world-<uid>`; set it with
+/// [`LocalSubprocess::with_state_dir`]. Every `LocalSubprocess` (in any process of the
+/// same user) with the same state directory sees the same durable commands.
 #[derive(Clone, Debug)]
 pub struct LocalSubprocess {
     cwd: WorldPath,
+    records: Records,
+    state_dir: PathBuf,
 }
 
 impl LocalSubprocess {
@@ -52,9 +63,32 @@ impl LocalSubprocess {
 
     /// Local processes whose default cwd is `cwd` (made absolute against `/`).
     pub fn at(cwd: WorldPath) -> LocalSubprocess {
+        let state_dir = default_state_dir();
         LocalSubprocess {
             cwd: cwd.resolve(&WorldPath::root()),
+            records: Records::new(&state_dir),
+            state_dir,
         }
+    }
+
+    /// The same processes with `dir` as the world's state directory (where durable
+    /// commands keep their records; created 0700 on first use).
+    ///
+    /// ```
+    /// # use exec_world::LocalSubprocess;
+    /// let proc = LocalSubprocess::new()?.with_state_dir("/var/lib/my-agent/world");
+    /// assert_eq!(proc.state_dir(), std::path::Path::new("/var/lib/my-agent/world"));
+    /// # Ok::<(), exec_world::Error>(())
+    /// ```
+    pub fn with_state_dir(mut self, dir: impl Into<PathBuf>) -> LocalSubprocess {
+        self.state_dir = dir.into();
+        self.records = Records::new(&self.state_dir);
+        self
+    }
+
+    /// The world's state directory (see [`LocalSubprocess`]).
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
     }
 
     /// The absolute cwd for a spec's optional cwd; InvalidSpec if it is not a directory.
@@ -381,6 +415,7 @@ impl Subprocess for LocalSubprocess {
             terminals: true,
             terminal_resize: true,
             exit_before_output_eof: true,
+            durable: true,
         }
     }
 
@@ -397,6 +432,9 @@ impl Subprocess for LocalSubprocess {
         ensure_runtime()?;
         if spec.program.is_empty() {
             return Err(Error::invalid_spec("empty program"));
+        }
+        if let Some(d) = spec.durable.clone() {
+            return self.records.start(self, spec, d);
         }
         let cwd = self.resolve_cwd(spec.cwd.as_ref())?;
         let marker = new_marker();
@@ -465,5 +503,25 @@ impl Subprocess for LocalSubprocess {
 
     fn spawn_terminal(&self, spec: TerminalSpec) -> Result<Terminal, Error> {
         super::pty::spawn(self, spec)
+    }
+
+    async fn durable_list(&self) -> Result<Vec<DurableInfo>, Error> {
+        let records = self.records.clone();
+        tokio::task::spawn_blocking(move || records.list())
+            .await
+            .map_err(|e| Error::other(format!("list durable commands: {e}")))?
+    }
+
+    async fn durable_attach(&self, id: &DurableId, from: OutputOffsets) -> Result<Attached, Error> {
+        // Runs on this task (opening the stdin FIFO registers it with this runtime); it
+        // reads a few small files of the record.
+        self.records.attach(id, from)
+    }
+
+    async fn durable_collect(&self, id: &DurableId) -> Result<(), Error> {
+        let (records, id) = (self.records.clone(), id.clone());
+        tokio::task::spawn_blocking(move || records.collect(&id))
+            .await
+            .map_err(|e| Error::other(format!("collect durable command: {e}")))?
     }
 }

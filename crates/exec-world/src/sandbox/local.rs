@@ -32,17 +32,23 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 
 use super::{
-    CreateSpec, ExecOutput, ExecSpec, FileContent, FileStat, ResumeOutcome, SANDBOX_ID_VAR,
-    SandboxCapabilities, SandboxError, SandboxHandle, SandboxProvider, TAG_VAR, UNTAGGED,
-    WORKSPACE, failed, failed_by, gone, run_capped, signal_execs_args, validate,
+    CreateSpec, ExecId, ExecInfo, ExecOutput, ExecSpec, ExecStream, FileContent, FileStat,
+    ResumeOutcome, SANDBOX_ID_VAR, SandboxCapabilities, SandboxError, SandboxHandle,
+    SandboxProvider, TAG_VAR, UNTAGGED, WORKSPACE, durable_program, durable_spec, exec_events,
+    exec_id, exec_info, failed, failed_by, gone, not_an_exec, run_capped, signal_execs_args,
+    validate,
 };
 use crate::{
-    Error, ErrorKind, Fs as _, LocalFs, LocalSubprocess, Rooted, SpawnSpec, Subprocess, WorldPath,
-    WriteOptions, bytes_stream,
+    Error, ErrorKind, Fs as _, LocalFs, LocalSubprocess, OutputOffsets, Rooted, SpawnSpec,
+    Subprocess, WorldPath, WriteOptions, bytes_stream,
 };
 
 pub(super) const NAME_FILE: &str = ".sandbox-name";
 pub(super) const SUSPENDED_FILE: &str = ".suspended";
+/// Where the durable execs' records are kept (beside `workspace/`, out of its tree).
+pub(super) const EXECS_DIR: &str = ".execs";
+/// How long `exec_kill` lets a command end after SIGTERM before SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How long a stop (tree kill and end of output) may take before `exec` gives up on it.
 const STOP_WAIT: Duration = Duration::from_secs(3);
 /// How many links a write's final component may go through (Linux's `MAXSYMLINKS`).
@@ -135,6 +141,73 @@ impl LocalSandboxes {
         Ok(dir)
     }
 
+    /// The world's processes for sandbox directory `dir`, their durable records kept
+    /// in it (so every instance on this root, and a new host process, finds them).
+    fn procs(&self, dir: &Path) -> LocalSubprocess {
+        let home = WorldPath::new(dir.join("workspace").to_string_lossy().into_owned())
+            .unwrap_or_else(|_| WorldPath::root());
+        LocalSubprocess::at(home).with_state_dir(dir.join(EXECS_DIR))
+    }
+
+    /// The spawn of `spec` in sandbox `h` (durable with `spec.id`), and the processes to
+    /// start it with; checks the spec and wakes the sandbox.
+    async fn spawn_spec(
+        &self,
+        op: &'static str,
+        h: &SandboxHandle,
+        spec: &ExecSpec,
+    ) -> Result<(SpawnSpec, LocalSubprocess), SandboxError> {
+        validate::exec_spec(op, spec)?;
+        let cwd = spec.cwd.as_deref().unwrap_or(WORKSPACE);
+        validate::path(op, cwd)?;
+        let dir = self.wake(op, h).await?;
+        // The sandbox's layout is ours; what runs in it starts in its directory.
+        let world_path = |p: &Path| {
+            WorldPath::new(p.to_string_lossy().into_owned()).map_err(|e| failed_by(op, None, e))
+        };
+        let home = world_path(&dir.join("workspace"))?;
+        let mut s = if spec.id.is_some() {
+            let (prog, args) = durable_program(spec);
+            SpawnSpec::new(prog)
+                .args(args)
+                .durable(durable_spec(op, spec)?)
+        } else {
+            SpawnSpec::new("/bin/bash").args(["-c", spec.command.as_str()])
+        };
+        s = s
+            .cwd(world_path(&dir.join(cwd.trim_start_matches('/')))?)
+            .env("HOME", home.as_str())
+            .env("LANG", "C.UTF-8");
+        for (k, v) in &spec.env {
+            s = s.env(k, v);
+        }
+        s = s
+            .env(TAG_VAR, spec.tag.as_deref().unwrap_or(UNTAGGED))
+            .env(SANDBOX_ID_VAR, &h.id);
+        Ok((s, self.procs(&dir)))
+    }
+
+    /// A durable attach of exec `id` of sandbox `h`; NotFound unless it is a sandbox exec.
+    async fn attach_exec(
+        &self,
+        op: &'static str,
+        h: &SandboxHandle,
+        id: &ExecId,
+        from: OutputOffsets,
+    ) -> Result<crate::Attached, SandboxError> {
+        let dir = self.wake(op, h).await?;
+        let a = self
+            .procs(&dir)
+            .durable_attach(id, from)
+            .await
+            .map_err(|e| failed_by(op, None, e))?;
+        if exec_info(&a.info, |c| c.to_owned()).is_none() {
+            a.child.detach();
+            return Err(not_an_exec(op, id));
+        }
+        Ok(a)
+    }
+
     fn ids_named(&self, name: &str) -> Result<Vec<String>, SandboxError> {
         let rd =
             std::fs::read_dir(&self.root).map_err(|e| io_err("destroy_by_name", &self.root, e))?;
@@ -169,6 +242,19 @@ async fn follow_final(fs: &Rooted, op: &'static str, p: &WorldPath) -> Result<Wo
             .map_err(|e| e.with_op(op))?;
     }
     Err(Error::invalid_path(&p, format!("more than {MAX_LINKS} symbolic links")).with_op(op))
+}
+
+/// A world path under sandbox directory `dir` as the sandbox sees it (`/workspace/...`).
+fn sandbox_view(dir: &Path, world: &str) -> String {
+    match Path::new(world).strip_prefix(dir) {
+        Ok(rel) => format!("/{}", rel.to_string_lossy()),
+        Err(_) => world.to_owned(),
+    }
+}
+
+/// A start failure of `op`: the backend's kind kept (AlreadyExists for a used id).
+fn start_error(op: &'static str, e: Error) -> SandboxError {
+    failed_by(op, None, e)
 }
 
 fn remove_tree(op: &'static str, dir: &Path) -> Result<(), SandboxError> {
@@ -254,29 +340,9 @@ impl SandboxProvider for LocalSandboxes {
 
     async fn exec(&self, h: &SandboxHandle, spec: ExecSpec) -> Result<ExecOutput, SandboxError> {
         const OP: &str = "exec";
-        validate::exec_spec(OP, &spec)?;
-        let cwd = spec.cwd.as_deref().unwrap_or(WORKSPACE);
-        validate::path(OP, cwd)?;
-        let dir = self.wake(OP, h).await?;
-        // The sandbox's layout is ours; what runs in it starts in its directory.
-        let world_path = |p: &Path| {
-            WorldPath::new(p.to_string_lossy().into_owned()).map_err(|e| failed_by(OP, None, e))
-        };
-        let home = world_path(&dir.join("workspace"))?;
-        let mut s = SpawnSpec::new("/bin/bash")
-            .args(["-c", spec.command.as_str()])
-            .cwd(world_path(&dir.join(cwd.trim_start_matches('/')))?)
-            .env("HOME", home.as_str())
-            .env("LANG", "C.UTF-8");
-        for (k, v) in &spec.env {
-            s = s.env(k, v);
-        }
-        s = s
-            .env(TAG_VAR, spec.tag.as_deref().unwrap_or(UNTAGGED))
-            .env(SANDBOX_ID_VAR, &h.id);
-        let child = LocalSubprocess::at(home)
-            .spawn(s)
-            .map_err(|e| failed_by(OP, None, e))?;
+        let (s, procs) = self.spawn_spec(OP, h, &spec).await?;
+        let child = procs.spawn(s).map_err(|e| failed_by(OP, None, e))?;
+        child.started().await.map_err(|e| start_error(OP, e))?;
         let r = run_capped(
             child,
             spec.timeout,
@@ -287,6 +353,66 @@ impl SandboxProvider for LocalSandboxes {
         .await
         .map_err(|e| failed_by(OP, None, e))?;
         Ok(r.output())
+    }
+
+    async fn exec_start(&self, h: &SandboxHandle, spec: ExecSpec) -> Result<ExecId, SandboxError> {
+        const OP: &str = "exec_start";
+        let id = exec_id(OP, &spec)?;
+        let (s, procs) = self.spawn_spec(OP, h, &spec).await?;
+        let child = procs.spawn(s).map_err(|e| failed_by(OP, None, e))?;
+        child.started().await.map_err(|e| start_error(OP, e))?;
+        child.detach();
+        Ok(id)
+    }
+
+    async fn exec_attach(
+        &self,
+        h: &SandboxHandle,
+        id: &ExecId,
+        from: OutputOffsets,
+    ) -> Result<ExecStream, SandboxError> {
+        const OP: &str = "exec_attach";
+        let a = self.attach_exec(OP, h, id, from).await?;
+        Ok(exec_events(OP, a))
+    }
+
+    async fn exec_list(&self, h: &SandboxHandle) -> Result<Vec<ExecInfo>, SandboxError> {
+        const OP: &str = "exec_list";
+        let dir = self.wake(OP, h).await?;
+        let listed = self
+            .procs(&dir)
+            .durable_list()
+            .await
+            .map_err(|e| failed_by(OP, None, e))?;
+        Ok(listed
+            .iter()
+            .filter_map(|d| exec_info(d, |c| sandbox_view(&dir, c)))
+            .collect())
+    }
+
+    async fn exec_kill(&self, h: &SandboxHandle, id: &ExecId) -> Result<(), SandboxError> {
+        const OP: &str = "exec_kill";
+        let a = self
+            .attach_exec(OP, h, id, OutputOffsets::default())
+            .await?;
+        let mut child = a.child;
+        drop((child.take_stdout(), child.take_stderr()));
+        let r = child.terminate(KILL_GRACE).await;
+        child.detach();
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::OutcomeUnknown => Ok(()),
+            Err(e) => Err(failed_by(OP, None, e)),
+        }
+    }
+
+    async fn exec_forget(&self, h: &SandboxHandle, id: &ExecId) -> Result<(), SandboxError> {
+        const OP: &str = "exec_forget";
+        let dir = self.wake(OP, h).await?;
+        self.procs(&dir)
+            .durable_collect(id)
+            .await
+            .map_err(|e| failed_by(OP, None, e))
     }
 
     async fn read_file(

@@ -28,6 +28,7 @@
 //! # Ok(()) }
 //! ```
 
+mod durable_exec;
 pub mod error;
 mod local;
 mod local_fork;
@@ -41,6 +42,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+pub use durable_exec::{
+    ExecEnd, ExecEvent, ExecId, ExecInfo, ExecState, ExecStream, TIMEOUT_PROGRAM, durable_program,
+    durable_spec, exec_events, exec_id, exec_info, not_an_exec,
+};
 pub use error::{SandboxError, failed, failed_by, gone, invalid, not_regular_file};
 pub use local::LocalSandboxes;
 pub use run::{RunOutcome, exit_code_of, run_capped, utf8_cut};
@@ -157,6 +162,15 @@ pub struct ExecSpec {
     pub tag: Option<String>,
     /// Cancels the command (its tree is killed; the output so far is returned).
     pub cancel: CancellationToken,
+    /// A caller-chosen exec id (`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`): required by
+    /// [`SandboxProvider::exec_start`]; with `exec`, it makes the command durable (found by
+    /// [`SandboxProvider::exec_list`], attachable) and a retried `exec` with the same id is
+    /// refused with [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) instead
+    /// of running twice.
+    pub id: Option<String>,
+    /// Bytes of each output stream a durable exec keeps in the sandbox for attaches
+    /// (oldest dropped first, counted); default [`DEFAULT_OUTPUT_CAP`](crate::DEFAULT_OUTPUT_CAP).
+    pub kept_output_bytes: u64,
 }
 
 impl ExecSpec {
@@ -170,7 +184,29 @@ impl ExecSpec {
             max_output_bytes: 1 << 20,
             tag: None,
             cancel: CancellationToken::new(),
+            id: None,
+            kept_output_bytes: crate::DEFAULT_OUTPUT_CAP,
         }
+    }
+
+    /// The exec id (see [`ExecSpec::id`]); [`ExecId::random`] gives a fresh one.
+    ///
+    /// ```
+    /// use exec_world::sandbox::{ExecId, ExecSpec};
+    /// let spec = ExecSpec::new("make deploy").id("deploy-42");
+    /// assert_eq!(spec.id.as_deref(), Some("deploy-42"));
+    /// let spec = ExecSpec::new("make").id(ExecId::random().as_str());
+    /// assert_eq!(spec.id.map(|i| i.len()), Some(16));
+    /// ```
+    pub fn id(mut self, id: impl Into<String>) -> ExecSpec {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Bytes kept per output stream of a durable exec.
+    pub fn kept_output_bytes(mut self, bytes: u64) -> ExecSpec {
+        self.kept_output_bytes = bytes;
+        self
     }
 
     /// One more environment variable.
@@ -312,8 +348,63 @@ pub trait SandboxProvider: Send + Sync {
     /// holder), from any provider instance.
     async fn kill_tagged(&self, h: &SandboxHandle, tags: &[String]) -> Result<(), SandboxError>;
 
-    /// Runs `spec.command` with `bash -c` as the sandbox user.
+    /// Runs `spec.command` with `bash -c` as the sandbox user and returns when it ends
+    /// (its timeout, cancel, output cap). Without an id it is the plain fused form (one
+    /// request on E2B, nothing kept); with [`ExecSpec::id`] it is
+    /// [`SandboxProvider::exec_start`] + [`SandboxProvider::exec_attach`] collected with
+    /// the same limits, and the exec's record stays for `exec_list` / `exec_attach` until
+    /// [`SandboxProvider::exec_forget`].
     async fn exec(&self, h: &SandboxHandle, spec: ExecSpec) -> Result<ExecOutput, SandboxError>;
+
+    /// Starts `spec.command` (as `exec` does) under [`ExecSpec::id`] (required) and
+    /// returns its id at once. The command outlives this call and this host: its time
+    /// limit is kept in the sandbox (the whole process group is killed at the deadline),
+    /// its output (up to [`ExecSpec::kept_output_bytes`] per stream) and its end are
+    /// recorded there. An id that exists (running, or ended and not forgotten) is
+    /// [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) and runs nothing.
+    /// `spec.cancel` and `spec.max_output_bytes` do not apply (no host waits).
+    ///
+    /// ```no_run
+    /// use exec_world::sandbox::{ExecEvent, ExecSpec, LocalSandboxes, SandboxHandle, SandboxProvider};
+    /// use exec_world::OutputOffsets;
+    /// use futures::StreamExt as _;
+    /// # async fn demo(p: LocalSandboxes, h: SandboxHandle) -> Result<(), exec_world::Error> {
+    /// let id = p.exec_start(&h, ExecSpec::new("make test").id("test-1")).await?;
+    /// // ... this host may restart; any instance of the provider can go on:
+    /// let mut events = p.exec_attach(&h, &id, OutputOffsets::default()).await?;
+    /// while let Some(ev) = events.next().await {
+    ///     match ev? {
+    ///         ExecEvent::Stdout { data, .. } => print!("{}", String::from_utf8_lossy(&data)),
+    ///         ExecEvent::End(end) => println!("exit {:?}", end.exit_code()),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    async fn exec_start(&self, h: &SandboxHandle, spec: ExecSpec) -> Result<ExecId, SandboxError>;
+
+    /// The output of exec `id` from byte offsets `from` (0 = everything kept), then live,
+    /// then its end ([`ExecEnd::Unknown`] when it cannot be known), from any provider
+    /// instance; many attaches may run at once. Dropping the stream leaves the exec
+    /// running. NotFound when there is no such exec.
+    async fn exec_attach(
+        &self,
+        h: &SandboxHandle,
+        id: &ExecId,
+        from: crate::OutputOffsets,
+    ) -> Result<ExecStream, SandboxError>;
+
+    /// The durable execs of the sandbox: running, or ended and not forgotten.
+    async fn exec_list(&self, h: &SandboxHandle) -> Result<Vec<ExecInfo>, SandboxError>;
+
+    /// Kills exec `id` and everything it started (SIGTERM to its tree, then SIGKILL to
+    /// what remains), from any provider instance; returns when none survives. An exec
+    /// that already ended: Ok. NotFound when there is no such exec.
+    async fn exec_kill(&self, h: &SandboxHandle, id: &ExecId) -> Result<(), SandboxError>;
+
+    /// Forgets an ended exec's record (its output and end); its id may be used again.
+    /// Running: InvalidSpec. Missing: NotFound.
+    async fn exec_forget(&self, h: &SandboxHandle, id: &ExecId) -> Result<(), SandboxError>;
 
     /// Reads at most `max_bytes` of a file; `None` when missing or a directory.
     async fn read_file(

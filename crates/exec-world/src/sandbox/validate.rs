@@ -74,7 +74,7 @@ pub fn env_name(op: &'static str, key: &str) -> Result<(), SandboxError> {
 }
 
 /// What every provider checks before an exec, before any request: not cancelled already,
-/// every env name, the tag.
+/// every env name, the tag, the exec id when there is one.
 pub fn exec_spec(op: &'static str, spec: &ExecSpec) -> Result<(), SandboxError> {
     if spec.cancel.is_cancelled() {
         return Err(crate::Error::cancelled(op).with_detail("cancelled before it started"));
@@ -84,6 +84,9 @@ pub fn exec_spec(op: &'static str, spec: &ExecSpec) -> Result<(), SandboxError> 
     }
     if let Some(t) = &spec.tag {
         tag(op, t)?;
+    }
+    if spec.id.is_some() {
+        super::exec_id(op, spec)?;
     }
     Ok(())
 }

@@ -41,12 +41,39 @@ mod tree {
     exec_world_conformance::tree_conformance_tests!(world);
 }
 exec_world_conformance::proc_conformance_tests!(world);
+
+/// A world whose durable records live in its own state directory (inside the scratch
+/// directory), with fresh `LocalSubprocess` instances on the same state directory.
+async fn durable_world() -> World {
+    let w = world().await;
+    let state = std::path::PathBuf::from(w.scratch.as_str()).join(".state");
+    let make = {
+        let state = state.clone();
+        move || {
+            LocalSubprocess::new()
+                .expect("LocalSubprocess")
+                .with_state_dir(&state)
+        }
+    };
+    let proc: Arc<dyn exec_world::Subprocess> = Arc::new(make());
+    World::new(w.fs.clone(), proc, w.scratch.clone())
+        .with_fresh_proc(move || {
+            let p: Arc<dyn exec_world::Subprocess> = Arc::new(make());
+            Box::pin(async move { p })
+        })
+        .with_guard(w)
+}
+
+mod durable {
+    use super::durable_world;
+    exec_world_conformance::durable_conformance_tests!(durable_world);
+}
 exec_world_conformance::terminal_conformance_tests!(world);
 
 /// Every `pub async fn` of the suite is in the lists the macros and `*_tests()` use.
 #[test]
 fn lists_cover_every_suite_function() {
-    use exec_world_conformance::{fs_tests, proc_tests, terminal_tests};
+    use exec_world_conformance::{durable_tests, fs_tests, proc_tests, terminal_tests};
     let sources = [
         (
             include_str!("../../../exec-world-conformance/src/fs.rs"),
@@ -59,6 +86,10 @@ fn lists_cover_every_suite_function() {
         (
             include_str!("../../../exec-world-conformance/src/terminal.rs"),
             terminal_tests(),
+        ),
+        (
+            include_str!("../../../exec-world-conformance/src/durable.rs"),
+            durable_tests(),
         ),
     ];
     for (src, list) in sources {

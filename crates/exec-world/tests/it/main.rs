@@ -2,6 +2,7 @@
 //! each module is what was once its own `tests/<name>.rs`. Tests that change the
 //! process environment keep a binary of their own beside this one.
 
+mod durable_local;
 mod kill_tree_script;
 mod local_conformance;
 mod local_sandbox;

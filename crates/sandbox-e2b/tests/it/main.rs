@@ -6,6 +6,7 @@ mod sandbox_support;
 
 mod e2b_world;
 mod sandbox_e2b_conformance;
+mod sandbox_e2b_durable;
 mod sandbox_e2b_lifecycle;
 mod sandbox_e2b_live;
 mod sandbox_e2b_security;

@@ -5,6 +5,7 @@
 mod subprocess_e2b_support;
 
 mod subprocess_e2b_conformance;
+mod subprocess_e2b_durable;
 mod subprocess_e2b_escapes;
 mod subprocess_e2b_faults;
 mod subprocess_e2b_given_envd;

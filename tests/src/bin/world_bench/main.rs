@@ -26,6 +26,7 @@
 mod child;
 mod curl;
 mod data;
+mod durable;
 mod emulator;
 mod files;
 mod link;
@@ -88,6 +89,9 @@ fn main() {
 async fn contender(id: &str, figure: &str) -> Result<child::Outcome, AnyError> {
     if figure.starts_with("op_") || figure.starts_with("bw_") {
         return ops::run(id, figure).await;
+    }
+    if matches!(figure, "exec_durable" | "attach_64m") {
+        return durable::run(id, figure).await;
     }
     match id {
         "tokio" => local::tokio_run(figure).await,

@@ -39,6 +39,7 @@ const EXEC: &[&str] = &[
 ];
 const FILES: &[&str] = &["curl", "raw", "ours", "sandbox", "js", "py"];
 const FLOOD: &[&str] = &["tokio", "local", "raw", "ours", "js", "py"];
+const DURABLE: &[&str] = &["ours", "durable"];
 
 /// The latency mode's operations: id, what it times, contenders.
 const OPS: &[(&str, &str, &[&str])] = &[
@@ -86,6 +87,9 @@ pub fn display(contender: &str, figure: &str) -> &'static str {
         "raw" if is_fs(figure) => "raw e2b-core RPC",
         "raw" => "raw e2b-core Start",
         "rawsh" => "raw Start bash -c",
+        "ours" if figure == "attach_64m" => "fs-e2b read",
+        "durable" if figure == "attach_64m" => "durable attach",
+        "durable" => "durable start+attach",
         "ours" if is_fs(figure) => "fs-e2b",
         "ours" => "subprocess-e2b",
         "sandbox" => "sandbox-e2b",
@@ -191,6 +195,24 @@ pub fn figures(opts: &super::opts::Opts) -> Vec<Figure> {
         title: format!("{:.0} MiB stdout flood, MiB/s", mib(opts.flood_bytes)),
         conc: 0,
         contenders: keep(FLOOD),
+    });
+    out.push(Figure {
+        id: "exec_durable".into(),
+        title: format!(
+            "durable start + attach of `true` vs exec, ms (n={})",
+            opts.iterations
+        ),
+        conc: 0,
+        contenders: keep(DURABLE),
+    });
+    out.push(Figure {
+        id: "attach_64m".into(),
+        title: format!(
+            "attach to a finished command with {:.0} MiB kept vs an fs-e2b read, MiB/s",
+            mib(opts.large_bytes.min(64 << 20))
+        ),
+        conc: 0,
+        contenders: keep(DURABLE),
     });
     out
 }

@@ -47,6 +47,7 @@ impl FigureResult {
 
     fn baselines(&self) -> &'static [&'static str] {
         match self.figure.id.as_str() {
+            "exec_durable" | "attach_64m" => &["ours"],
             f if f.starts_with("exec") => &["raw", "rawsh", "js", "py", "local", "tokio"],
             f if f.starts_with("files") || f.starts_with("bw_") => &["curl", "raw"],
             f if f.starts_with("op_") => &["js", "py"],
@@ -255,6 +256,27 @@ pub fn targets(results: &[FigureResult]) -> Vec<Target> {
         }));
     }
     t.extend(ratio_target(results, "flood", "ours", "raw", false, 0.8));
+    // Durable commands: a start + attach of `true` costs at most one request more than
+    // an exec; an attach of a finished 64 MiB record reads at least 0.8x an fs-e2b read.
+    if let Some(r) = results.iter().find(|r| r.figure.id == "exec_durable") {
+        let (exec, durable) = (r.get("ours"), r.get("durable"));
+        if let (Some(e), Some(d)) = (exec, durable) {
+            let (re, rd) = (requests_per_op(e), requests_per_op(d));
+            t.push(Target {
+                name: "exec_durable: durable start+attach <= exec + 1 request".into(),
+                holds: (re.is_finite() && rd.is_finite()).then_some(rd <= re + 1.0),
+                detail: format!("{rd:.2} vs {re:.2} requests per op"),
+            });
+        }
+    }
+    t.extend(ratio_target(
+        results,
+        "attach_64m",
+        "durable",
+        "ours",
+        false,
+        0.8,
+    ));
     t.extend(check(results, "flood", "ours", "host RSS < 16 MiB", |m| {
         (m.peak_rss_mib < 16.0, format!("{:.1} MiB", m.peak_rss_mib))
     }));

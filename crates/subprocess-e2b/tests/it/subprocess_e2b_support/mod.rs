@@ -64,6 +64,25 @@ pub async fn world_sh() -> World {
     world_of(env, proc).await
 }
 
+/// A conformance world for the durable suite: as [`world`], and its fresh instances are
+/// new adapters on the same sandbox (a new client, as after a host restart).
+pub async fn durable_world() -> World {
+    let env = env().await;
+    let proc = proc_of(&env).await;
+    let api = env.api.clone();
+    world_of(env, proc).await.with_fresh_proc(move || {
+        let api = api.clone();
+        Box::pin(async move {
+            let p: Arc<dyn Subprocess> = Arc::new(
+                E2bSubprocess::at_home(api, None)
+                    .await
+                    .expect("fresh adapter"),
+            );
+            p
+        })
+    })
+}
+
 async fn world_of(env: Env, proc: E2bSubprocess) -> World {
     let api = env.api.clone();
     world_with(api, proc, env).await
