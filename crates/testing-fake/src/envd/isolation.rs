@@ -420,7 +420,8 @@ impl Isolation {
             None
         } else {
             check_denied(Step::UserModeNetwork)?;
-            Some(Pasta::start(&netns).map_err(|e| BoundaryError::new(Step::UserModeNetwork, e))?)
+            // Configures the namespace while the rest is built; awaited at the end.
+            Some(Pasta::spawn(&netns).map_err(|e| BoundaryError::new(Step::UserModeNetwork, e))?)
         };
         let net_raw = netns.net.as_raw_fd();
         // The holder's pre_exec reports the step that failed here (one byte).
@@ -603,6 +604,10 @@ impl Isolation {
                     "sandboxes share the host's clocks: no time namespace, uptime is the host's"
                 );
             });
+        }
+        if let Some(p) = &iso.uplink {
+            p.ready()
+                .map_err(|e| BoundaryError::new(Step::UserModeNetwork, e))?;
         }
         iso.ns = Some(Arc::new(NsFds {
             mnt,

@@ -212,19 +212,25 @@ enum Report {
 
 /// A running pasta: the sandbox's uplink.
 pub(crate) struct Pasta {
+    pid: u32,
     pidfd: OwnedFd,
+    /// The namespace pasta configures (to see it done).
+    net: OwnedFd,
+    /// What its thread reports once pasta ends (taken by [`Pasta::ready`]).
+    reports: std::sync::Mutex<Option<mpsc::Receiver<Report>>>,
 }
 
 impl std::fmt::Debug for Pasta {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Pasta")
+        f.debug_struct("Pasta").field("pid", &self.pid).finish()
     }
 }
 
 impl Pasta {
-    /// Start pasta on `ns` and wait until the namespace has its interface and default
-    /// route; an error says why (pasta missing, its own message, no default route).
-    pub(crate) fn start(ns: &NetNs) -> std::io::Result<Pasta> {
+    /// Start pasta on `ns`; [`Pasta::ready`] waits until it configured the namespace (the
+    /// rest of the sandbox is built meanwhile). An error says why (pasta missing, the
+    /// uplink namespace, no default route).
+    pub(crate) fn spawn(ns: &NetNs) -> std::io::Result<Pasta> {
         let bin = pasta_binary()?;
         let uplink = match std::env::var_os("E2B_LOCAL_UPLINK_NETNS").filter(|p| !p.is_empty()) {
             Some(p) => Some(OwnedFd::from(std::fs::File::open(&p).map_err(|e| {
@@ -246,13 +252,26 @@ impl Pasta {
         std::thread::Builder::new()
             .name("envd-pasta".into())
             .spawn(move || run_pasta(bin, uplink, net, owner, tx))?;
-        let (pid, pidfd) = match rx.recv() {
-            Ok(Report::Started(pid, fd)) => (pid, fd),
-            Ok(Report::Failed(e)) => return Err(e),
-            _ => return Err(std::io::Error::other("the pasta thread died")),
+        match rx.recv() {
+            Ok(Report::Started(pid, pidfd)) => Ok(Pasta {
+                pid,
+                pidfd,
+                net: ns.net.try_clone()?,
+                reports: std::sync::Mutex::new(Some(rx)),
+            }),
+            Ok(Report::Failed(e)) => Err(e),
+            _ => Err(std::io::Error::other("the pasta thread died")),
+        }
+    }
+
+    /// Wait until the namespace has pasta's interface and default route, or say why not
+    /// (pasta's own last words when it exited).
+    pub(crate) fn ready(&self) -> std::io::Result<()> {
+        let Some(rx) = self.reports.lock().ok().and_then(|mut r| r.take()) else {
+            return Ok(());
         };
-        let pasta = Pasta { pidfd };
-        let ready = in_netns(&ns.net, move || {
+        let pid = self.pid;
+        in_netns(&self.net, move || {
             let deadline = Instant::now() + PASTA_READY;
             loop {
                 if let Ok(Report::Exited(said)) = rx.try_recv() {
@@ -273,9 +292,7 @@ impl Pasta {
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
-        });
-        // Dropped (killed) on an error.
-        ready.map(|()| pasta)
+        })
     }
 
     /// Kill pasta (the namespace loses its uplink).

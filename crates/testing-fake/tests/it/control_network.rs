@@ -24,15 +24,16 @@ use crate::support::{Env, run_frames_at, stdout_of};
 /// A bash line printing what `host:port` answers (its first line), or nothing when the
 /// connection fails (3 s at most).
 fn probe(host: &str, port: u16) -> String {
-    format!(
-        "timeout 3 bash -c 'exec 3<>/dev/tcp/{host}/{port} && head -n1 <&3' 2>/dev/null; true"
-    )
+    format!("timeout 3 bash -c 'exec 3<>/dev/tcp/{host}/{port} && head -n1 <&3' 2>/dev/null; true")
 }
 
 /// A probe as `user` and the same through `sudo` (root in the sandbox), outputs joined.
 fn as_user_and_root(host: &str, port: u16) -> String {
     let p = probe(host, port);
-    format!("{p}; echo '|'; sudo -n bash -c \"{}\"", p.replace('"', "\\\""))
+    format!(
+        "{p}; echo '|'; sudo -n bash -c \"{}\"",
+        p.replace('"', "\\\"")
+    )
 }
 
 /// Accept on `listener` forever (a detached thread), answering `reply` and a newline.
@@ -292,7 +293,10 @@ async fn internet_goes_through_pasta_and_the_uplink_host_is_not_reachable() {
     }
     // Killed: its pasta ends with it.
     let killed = reqwest::Client::new()
-        .delete(format!("{api}/sandboxes/{}", sbx["sandboxID"].as_str().unwrap()))
+        .delete(format!(
+            "{api}/sandboxes/{}",
+            sbx["sandboxID"].as_str().unwrap()
+        ))
         .header("X-API-KEY", &key)
         .send()
         .await
@@ -322,7 +326,10 @@ async fn without_pasta_a_sandbox_with_internet_is_refused_one_without_is_created
         "{body}"
     );
     assert!(body.contains("/nonexistent/pasta"), "the cause: {body}");
-    assert!(body.contains("apt-get install passt"), "how to get it: {body}");
+    assert!(
+        body.contains("apt-get install passt"),
+        "how to get it: {body}"
+    );
     let (status, body) = create_with(
         &api,
         &key,

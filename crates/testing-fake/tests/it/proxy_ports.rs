@@ -136,7 +136,10 @@ async fn two_sandboxes_serve_the_same_port_and_the_proxy_reaches_each() {
         let mut buf = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut buf)).await;
         let text = String::from_utf8_lossy(&buf);
-        assert!(!text.contains("from-"), "a sandbox's port on the host: {text}");
+        assert!(
+            !text.contains("from-"),
+            "a sandbox's port on the host: {text}"
+        );
     }
     drop(servers);
     env.emu.shutdown().await;

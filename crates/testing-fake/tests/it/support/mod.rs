@@ -227,13 +227,19 @@ pub async fn run_frames_at(
     cmd: &str,
 ) -> (Vec<Value>, bool) {
     let msg = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", cmd]}, "stdin": false});
-    let resp = envd_at(http, sandbox_url, Method::POST, "/process.Process/Start", sbx)
-        .header("Content-Type", "application/connect+json")
-        .header("Connect-Protocol-Version", "1")
-        .body(encode_json(&msg).unwrap())
-        .send()
-        .await
-        .expect("Start reaches envd");
+    let resp = envd_at(
+        http,
+        sandbox_url,
+        Method::POST,
+        "/process.Process/Start",
+        sbx,
+    )
+    .header("Content-Type", "application/connect+json")
+    .header("Connect-Protocol-Version", "1")
+    .body(encode_json(&msg).unwrap())
+    .send()
+    .await
+    .expect("Start reaches envd");
     read_frames(resp).await
 }
 
