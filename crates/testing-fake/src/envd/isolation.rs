@@ -216,6 +216,8 @@ pub(crate) struct NsFds {
     user: Option<OwnedFd>,
     /// The sandbox's CPU, memory and process-count groups, joined first.
     limits: Arc<Limits>,
+    /// Limits set with cgroup v2 on a subtree the sandbox's processes do not join.
+    unlimited: Vec<&'static str>,
 }
 
 impl NsFds {
@@ -398,8 +400,7 @@ impl Isolation {
     ) -> Result<Isolation, BoundaryError> {
         static SWEPT: Once = Once::new();
         SWEPT.call_once(super::limits::sweep_stale);
-        let limits = Arc::new(Limits::create(cpus, memory_mb));
-        let holder_limits = limits.clone();
+        let mut limits = Limits::create(cpus, memory_mb);
         let mount_err = |e| BoundaryError::new(Step::MountNamespace, e);
         std::fs::create_dir_all(&layout.newroot).map_err(mount_err)?;
         if let Some(lower) = &layout.idmapped_lower {
@@ -434,6 +435,16 @@ impl Isolation {
         let parent = std::process::id();
         let layout = layout.clone();
         let cg = SandboxCgroup::create(ids.host_id(0)).map(Arc::new);
+        // What cgroup v1 could not limit, cgroup v2 may (a host with its controllers there).
+        let mut v2_applied = Vec::new();
+        if let Some(cg) = &cg
+            && !limits.missing.is_empty()
+        {
+            v2_applied = cg.apply_limits(cpus, memory_mb, &limits.missing);
+            limits.missing.retain(|c| !v2_applied.contains(c));
+        }
+        let limits = Arc::new(limits);
+        let holder_limits = limits.clone();
         let holder_cg = cg.clone();
         // The holder is spawned and reaped by a thread of its own, so PR_SET_PDEATHSIG
         // (which fires when the forking *thread* ends) kills it exactly when the emulator
@@ -598,6 +609,13 @@ impl Isolation {
             (Some(cg), Some((fd, _))) => Some((cg, fd)),
             _ => None,
         };
+        // Sandbox processes join the subtree only with its namespace: without it, the
+        // limits cgroup v2 set there do not hold.
+        let unlimited = if cgroup.is_none() {
+            v2_applied
+        } else {
+            Vec::new()
+        };
         if time.is_none() {
             NO_TIMENS.call_once(|| {
                 tracing::warn!(
@@ -617,6 +635,7 @@ impl Isolation {
             cgroup,
             user,
             limits,
+            unlimited,
         }));
         iso.ns_ino = Some(ino);
         Ok(iso)
@@ -631,7 +650,11 @@ impl Isolation {
     pub(crate) fn missing_limits(&self) -> Vec<&'static str> {
         self.ns
             .as_ref()
-            .map(|ns| ns.limits.missing.clone())
+            .map(|ns| {
+                let mut m = ns.limits.missing.clone();
+                m.extend(ns.unlimited.iter().copied());
+                m
+            })
             .unwrap_or_else(|| vec!["cpu", "memory", "pids"])
     }
 
