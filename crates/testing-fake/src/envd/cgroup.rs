@@ -47,9 +47,15 @@ fn base_dir() -> Option<PathBuf> {
 /// (a hybrid host binds them to v1) is not offered.
 fn enable_controllers(base: &Path, wanted: &[&'static str]) -> Vec<&'static str> {
     static ENABLED: std::sync::Mutex<Option<Vec<&'static str>>> = std::sync::Mutex::new(None);
-    let mut enabled = ENABLED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut enabled = ENABLED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(done) = enabled.as_ref() {
-        return wanted.iter().copied().filter(|c| done.contains(c)).collect();
+        return wanted
+            .iter()
+            .copied()
+            .filter(|c| done.contains(c))
+            .collect();
     }
     let words = |file: &str| -> Vec<String> {
         std::fs::read_to_string(base.join(file))
@@ -90,7 +96,11 @@ fn enable_controllers(base: &Path, wanted: &[&'static str]) -> Vec<&'static str>
             );
         }
     }
-    let got = wanted.iter().copied().filter(|c| done.contains(c)).collect();
+    let got = wanted
+        .iter()
+        .copied()
+        .filter(|c| done.contains(c))
+        .collect();
     *enabled = Some(done);
     got
 }
@@ -108,7 +118,10 @@ fn v2_limits(which: &[&'static str], cpus: u32, memory_mb: u32) -> Vec<(&'static
                 format!("{} {period}", period * u64::from(cpus.max(1))),
             )),
             "memory" => {
-                out.push(("memory.max", (u64::from(memory_mb.max(64)) << 20).to_string()));
+                out.push((
+                    "memory.max",
+                    (u64::from(memory_mb.max(64)) << 20).to_string(),
+                ));
                 out.push(("memory.swap.max", "0".to_owned()));
             }
             "pids" => out.push(("pids.max", super::limits::PIDS_MAX.to_string())),
