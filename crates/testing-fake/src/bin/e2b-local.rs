@@ -7,8 +7,8 @@
 //! `/_emulator/faults` with the same `X-API-KEY`.
 //!
 //! Every sandbox is a boundary (user, PID, mount and network namespaces, an allowlisted
-//! root filesystem; see the crate's README): a sandbox whose boundary cannot be built is not
-//! created. `--no-isolation` (or `E2B_LOCAL_NO_ISOLATION=1`) runs sandboxes as plain host
+//! root filesystem, internet access only through pasta; see the crate's README): a sandbox
+//! whose boundary cannot be built is not created. `--no-isolation` (or `E2B_LOCAL_NO_ISOLATION=1`) runs sandboxes as plain host
 //! processes instead, and is announced on stderr at every start.
 
 use std::io::Write as _;
@@ -39,6 +39,11 @@ struct Args {
     /// rights (same as `E2B_LOCAL_NO_ISOLATION=1`). Only for code you trust.
     #[arg(long)]
     no_isolation: bool,
+    /// Network namespace (a path such as `/run/netns/NAME` or `/proc/PID/ns/net`) whose
+    /// default route carries the internet traffic of sandboxes (pasta runs there; same as
+    /// `E2B_LOCAL_UPLINK_NETNS`). Default: the host's own network.
+    #[arg(long, value_name = "PATH")]
+    uplink_netns: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -46,6 +51,10 @@ fn main() -> ExitCode {
     if args.no_isolation {
         // SAFETY: no other thread exists yet (the runtime is built below).
         unsafe { std::env::set_var("E2B_LOCAL_NO_ISOLATION", "1") };
+    }
+    if let Some(ns) = &args.uplink_netns {
+        // SAFETY: no other thread exists yet (the runtime is built below).
+        unsafe { std::env::set_var("E2B_LOCAL_UPLINK_NETNS", ns) };
     }
     if testing_fake::envd::isolation_opted_out() {
         eprintln!("{}", testing_fake::envd::NO_ISOLATION_BANNER);

@@ -31,14 +31,144 @@ pub(crate) struct SandboxCgroup {
     procs: OwnedFd,
 }
 
+/// The emulator's cgroup2 directory as it was at the first sandbox: the parent of every
+/// sandbox subtree, even after [`enable_controllers`] moved the emulator into a leaf below.
+fn base_dir() -> Option<PathBuf> {
+    static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BASE.get_or_init(exec_world_sys::mounts::own_cgroup_dir)
+        .clone()
+}
+
+/// The cgroup v2 controllers among `wanted` that the sandbox subtrees below `base` can use,
+/// enabled once in `base/cgroup.subtree_control`. cgroup v2 lets a group hand controllers
+/// to its children only while it holds no process itself: when `base` holds the emulator
+/// (and nothing else of ours), the emulator moves into a leaf of its own below it,
+/// `e2b-local-<pid>-emulator`, first. A controller the host does not delegate to `base`
+/// (a hybrid host binds them to v1) is not offered.
+fn enable_controllers(base: &Path, wanted: &[&'static str]) -> Vec<&'static str> {
+    static ENABLED: std::sync::Mutex<Option<Vec<&'static str>>> = std::sync::Mutex::new(None);
+    let mut enabled = ENABLED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(done) = enabled.as_ref() {
+        return wanted
+            .iter()
+            .copied()
+            .filter(|c| done.contains(c))
+            .collect();
+    }
+    let words = |file: &str| -> Vec<String> {
+        std::fs::read_to_string(base.join(file))
+            .map(|t| t.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default()
+    };
+    let available = words("cgroup.controllers");
+    let offered: Vec<&'static str> = ["cpu", "memory", "pids"]
+        .into_iter()
+        .filter(|c| available.iter().any(|a| a == c))
+        .collect();
+    let mut done: Vec<&'static str> = Vec::new();
+    if !offered.is_empty() {
+        let line = offered
+            .iter()
+            .map(|c| format!("+{c}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let control = base.join("cgroup.subtree_control");
+        let mut ok = std::fs::write(&control, &line).is_ok();
+        if !ok {
+            // EBUSY: `base` holds processes (the emulator). Move the emulator below it.
+            let leaf = base.join(format!("{PREFIX}{}-emulator", std::process::id()));
+            ok = (std::fs::create_dir(&leaf).is_ok() || leaf.is_dir())
+                && std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string())
+                    .is_ok()
+                && std::fs::write(&control, &line).is_ok();
+        }
+        let now = words("cgroup.subtree_control");
+        done = offered
+            .into_iter()
+            .filter(|c| now.iter().any(|n| n == c))
+            .collect();
+        if !ok && done.is_empty() {
+            tracing::warn!(
+                dir = %base.display(),
+                "cgroup v2: the emulator's group cannot delegate cpu/memory/pids to sandboxes (it holds other processes, or they are not delegated to it)"
+            );
+        }
+    }
+    let got = wanted
+        .iter()
+        .copied()
+        .filter(|c| done.contains(c))
+        .collect();
+    *enabled = Some(done);
+    got
+}
+
+/// The cgroup v2 files and values of a sandbox of `cpus` CPUs and `memory_mb` of memory,
+/// for the controllers in `which`: `cpu.max` (quota and period), `memory.max` (with
+/// `memory.swap.max` 0, as a VM without swap), `pids.max`.
+fn v2_limits(which: &[&'static str], cpus: u32, memory_mb: u32) -> Vec<(&'static str, String)> {
+    let period = 100_000u64;
+    let mut out = Vec::new();
+    for c in which {
+        match *c {
+            "cpu" => out.push((
+                "cpu.max",
+                format!("{} {period}", period * u64::from(cpus.max(1))),
+            )),
+            "memory" => {
+                out.push((
+                    "memory.max",
+                    (u64::from(memory_mb.max(64)) << 20).to_string(),
+                ));
+                out.push(("memory.swap.max", "0".to_owned()));
+            }
+            "pids" => out.push(("pids.max", super::limits::PIDS_MAX.to_string())),
+            _ => {}
+        }
+    }
+    out
+}
+
 impl SandboxCgroup {
+    /// Apply the template's limits to the subtree with cgroup v2 for the controllers in
+    /// `missing` (those cgroup v1 could not give): the ones applied are returned. The
+    /// limit files stay the host root's: the sandbox's root, owner of the subtree's
+    /// `cgroup.procs` and `cgroup.subtree_control`, cannot raise them. Only hosts whose
+    /// controllers are on cgroup v2 get here (on a hybrid host they are bound to v1).
+    pub(crate) fn apply_limits(
+        &self,
+        cpus: u32,
+        memory_mb: u32,
+        missing: &[&'static str],
+    ) -> Vec<&'static str> {
+        let Some(base) = base_dir() else {
+            return Vec::new();
+        };
+        let usable = enable_controllers(&base, missing);
+        let mut applied = Vec::new();
+        for ctrl in usable {
+            let files = v2_limits(&[ctrl], cpus, memory_mb);
+            // memory.swap.max is absent without swap accounting: memory.max is the limit.
+            let ok = files.iter().all(|(file, value)| {
+                std::fs::write(self.dir.join(file), value).is_ok()
+                    || (*file == "memory.swap.max" && !self.dir.join(file).exists())
+            });
+            if ok {
+                applied.push(ctrl);
+            }
+        }
+        applied
+    }
+
     /// A fresh subtree delegated to host uid `owner` (the sandbox's root: it may make
     /// cgroups below it and move its processes), or `None` where the host has no usable
     /// cgroup2 (logged once).
     pub(crate) fn create(owner: u32) -> Option<SandboxCgroup> {
         static N: AtomicU64 = AtomicU64::new(0);
         static SWEPT: std::sync::Once = std::sync::Once::new();
-        let own = exec_world_sys::mounts::own_cgroup_dir()?;
+        let own = base_dir()?;
         SWEPT.call_once(|| sweep_stale(&own));
         let n = N.fetch_add(1, Ordering::Relaxed);
         let dir = own.join(format!("{PREFIX}{}-{n}", std::process::id()));
@@ -116,5 +246,25 @@ fn remove_tree(dir: &Path) -> bool {
     match std::fs::remove_dir(dir) {
         Ok(()) => true,
         Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v2_limits_are_the_templates() {
+        let all = v2_limits(&["cpu", "memory", "pids"], 2, 512);
+        assert_eq!(
+            all,
+            vec![
+                ("cpu.max", "200000 100000".to_owned()),
+                ("memory.max", (512u64 << 20).to_string()),
+                ("memory.swap.max", "0".to_owned()),
+                ("pids.max", super::super::limits::PIDS_MAX.to_string()),
+            ]
+        );
+        assert_eq!(v2_limits(&["pids"], 2, 512).len(), 1);
     }
 }

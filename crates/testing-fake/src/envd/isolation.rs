@@ -5,9 +5,10 @@
 //! init: it is PID 1 of a new PID namespace (sandbox processes cannot see or signal host
 //! processes, and when the holder dies, at the emulator's death included, the kernel kills every
 //! process of the sandbox), it has a new time namespace whose monotonic and boot clocks
-//! start at the boot (`/proc/uptime` counts from the boot), for sandboxes without internet
-//! access a new network namespace with only loopback up, and a new mount namespace whose
-//! root [`rootfs`](super::rootfs) builds in its `pre_exec` before `pivot_root`.
+//! start at the boot (`/proc/uptime` counts from the boot), the sandbox's own network
+//! namespace ([`net`](super::net): loopback only, plus pasta's uplink for a sandbox with
+//! internet access), and a new mount namespace whose root [`rootfs`](super::rootfs) builds
+//! in its `pre_exec` before `pivot_root`.
 //!
 //! Sandbox processes are forked from an [`FsWorker`] thread whose PID namespace for
 //! children is the sandbox's, and join the other namespaces with `setns` in their
@@ -29,6 +30,7 @@ use std::sync::{Arc, Mutex, Once, mpsc};
 
 use super::cgroup::{self, SandboxCgroup};
 use super::limits::Limits;
+use super::net::{NetNs, Pasta};
 use super::rootfs::{self, Layout};
 use super::userns::{self, IdMap};
 
@@ -55,11 +57,13 @@ pub enum Step {
     Overlay,
     /// The network namespace.
     NetworkNamespace,
+    /// The user-mode network stack (pasta) of a sandbox with internet access.
+    UserModeNetwork,
 }
 
 impl Step {
     /// Every step, in the order a sandbox is built.
-    pub const ALL: [Step; 8] = [
+    pub const ALL: [Step; 9] = [
         Step::Root,
         Step::UserNamespace,
         Step::PidNamespace,
@@ -68,6 +72,7 @@ impl Step {
         Step::IdmappedMount,
         Step::Overlay,
         Step::NetworkNamespace,
+        Step::UserModeNetwork,
     ];
 
     /// The short name (`user-namespace`, …), as `E2B_LOCAL_DENY_STEP` takes it.
@@ -81,6 +86,7 @@ impl Step {
             Step::IdmappedMount => "idmapped-mount",
             Step::Overlay => "overlay",
             Step::NetworkNamespace => "network-namespace",
+            Step::UserModeNetwork => "user-mode-network",
         }
     }
 
@@ -94,6 +100,9 @@ impl Step {
             Step::IdmappedMount => "no idmapped mount of the host's system files",
             Step::Overlay => "no overlay for the sandbox's writable root",
             Step::NetworkNamespace => "no network namespace for the sandbox",
+            Step::UserModeNetwork => {
+                "no user-mode network stack (pasta) for a sandbox with internet access"
+            }
         }
     }
 
@@ -116,6 +125,9 @@ impl Step {
             }
             Step::Overlay => {
                 "needs overlayfs (modprobe overlay) and a state directory whose path has no ',', ':' or '\\'"
+            }
+            Step::UserModeNetwork => {
+                "install Debian's passt package (apt-get install passt, which provides pasta; or point E2B_LOCAL_PASTA at the binary) on a host with an IPv4 default route, or create the sandbox with allow_internet_access: false"
             }
         }
     }
@@ -178,7 +190,8 @@ fn check_denied(step: Step) -> Result<(), BoundaryError> {
 pub(crate) struct Spec {
     /// The root filesystem.
     pub layout: Layout,
-    /// No internet access: a network namespace with only loopback.
+    /// No internet access: the sandbox's network namespace keeps only loopback (else
+    /// pasta gives it an uplink, see [`net`](super::net)).
     pub offline: bool,
     /// The sandbox's ids on the host: with [`IdMap::SANDBOX`] a user namespace maps
     /// them and the host's root is idmapped into the sandbox.
@@ -192,8 +205,8 @@ pub(crate) struct NsFds {
     mnt: OwnedFd,
     /// `None` when the kernel refused a PID namespace.
     pid: Option<OwnedFd>,
-    /// `None` for sandboxes with internet access (the host's network).
-    net: Option<OwnedFd>,
+    /// The sandbox's own network namespace ([`net`](super::net)).
+    net: OwnedFd,
     /// `None` when the kernel has no time namespaces.
     time: Option<OwnedFd>,
     /// The sandbox's cgroup subtree and its cgroup namespace: a process joins the subtree,
@@ -203,6 +216,15 @@ pub(crate) struct NsFds {
     user: Option<OwnedFd>,
     /// The sandbox's CPU, memory and process-count groups, joined first.
     limits: Arc<Limits>,
+    /// Limits set with cgroup v2 on a subtree the sandbox's processes do not join.
+    unlimited: Vec<&'static str>,
+}
+
+impl NsFds {
+    /// A TCP connection to `port` on the sandbox's loopback (the port proxy's way in).
+    pub(crate) fn connect_tcp(&self, port: u16) -> std::io::Result<std::net::TcpStream> {
+        super::net::connect_tcp(&self.net, port)
+    }
 }
 
 /// The holder process: a pidfd (signals never hit a recycled pid) and its reaper thread.
@@ -214,6 +236,8 @@ struct Holder {
 /// The isolation of one sandbox.
 pub(crate) struct Isolation {
     holder: Mutex<Option<Holder>>,
+    /// The uplink of a sandbox with internet access.
+    uplink: Option<Pasta>,
     holder_pid: Option<u32>,
     ns: Option<Arc<NsFds>>,
     ns_ino: Option<u64>,
@@ -330,34 +354,6 @@ fn read_failure(fd: &OwnedFd) -> Option<Step> {
         .flatten()
 }
 
-/// In the holder's `pre_exec`: a new network namespace with loopback up.
-fn enter_new_net() -> std::io::Result<()> {
-    // SAFETY: raw syscalls in the forked child; the ifreq lives on this stack.
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWNET) != 0 {
-            return Err(errno());
-        }
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(errno());
-        }
-        let mut ifr: libc::ifreq = std::mem::zeroed();
-        ifr.ifr_name[0] = b'l' as libc::c_char;
-        ifr.ifr_name[1] = b'o' as libc::c_char;
-        let mut rc = libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr);
-        if rc == 0 {
-            ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-            rc = libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr);
-        }
-        let err = errno();
-        libc::close(fd);
-        if rc != 0 {
-            return Err(err);
-        }
-    }
-    Ok(())
-}
-
 impl Isolation {
     /// No isolation (the explicit opt-out only): template paths are mapped under the
     /// sandbox root on the host.
@@ -369,6 +365,7 @@ impl Isolation {
         });
         Isolation {
             holder: Mutex::new(None),
+            uplink: None,
             holder_pid: None,
             ns: None,
             ns_ino: None,
@@ -403,8 +400,7 @@ impl Isolation {
     ) -> Result<Isolation, BoundaryError> {
         static SWEPT: Once = Once::new();
         SWEPT.call_once(super::limits::sweep_stale);
-        let limits = Arc::new(Limits::create(cpus, memory_mb));
-        let holder_limits = limits.clone();
+        let mut limits = Limits::create(cpus, memory_mb);
         let mount_err = |e| BoundaryError::new(Step::MountNamespace, e);
         std::fs::create_dir_all(&layout.newroot).map_err(mount_err)?;
         if let Some(lower) = &layout.idmapped_lower {
@@ -419,9 +415,16 @@ impl Isolation {
         check_denied(Step::PidNamespace)?;
         check_denied(Step::MountNamespace)?;
         check_denied(Step::IdmappedMount)?;
-        if offline {
-            check_denied(Step::NetworkNamespace)?;
-        }
+        check_denied(Step::NetworkNamespace)?;
+        let netns = NetNs::create().map_err(|e| BoundaryError::new(Step::NetworkNamespace, e))?;
+        let uplink = if offline {
+            None
+        } else {
+            check_denied(Step::UserModeNetwork)?;
+            // Configures the namespace while the rest is built; awaited at the end.
+            Some(Pasta::spawn(&netns).map_err(|e| BoundaryError::new(Step::UserModeNetwork, e))?)
+        };
+        let net_raw = netns.net.as_raw_fd();
         // The holder's pre_exec reports the step that failed here (one byte).
         let (fail_r, fail_w) = failure_pipe().map_err(mount_err)?;
         let fail_w_raw = fail_w.as_raw_fd();
@@ -432,6 +435,16 @@ impl Isolation {
         let parent = std::process::id();
         let layout = layout.clone();
         let cg = SandboxCgroup::create(ids.host_id(0)).map(Arc::new);
+        // What cgroup v1 could not limit, cgroup v2 may (a host with its controllers there).
+        let mut v2_applied = Vec::new();
+        if let Some(cg) = &cg
+            && !limits.missing.is_empty()
+        {
+            v2_applied = cg.apply_limits(cpus, memory_mb, &limits.missing);
+            limits.missing.retain(|c| !v2_applied.contains(c));
+        }
+        let limits = Arc::new(limits);
+        let holder_limits = limits.clone();
         let holder_cg = cg.clone();
         // The holder is spawned and reaped by a thread of its own, so PR_SET_PDEATHSIG
         // (which fires when the forking *thread* ends) kills it exactly when the emulator
@@ -496,9 +509,8 @@ impl Isolation {
                         if let Some(off) = &offsets {
                             enter_new_time(off);
                         }
-                        if offline {
-                            enter_new_net()
-                                .map_err(|e| report(fail_w_raw, Step::NetworkNamespace, e))?;
+                        if libc::setns(net_raw, libc::CLONE_NEWNET) != 0 {
+                            return Err(report(fail_w_raw, Step::NetworkNamespace, errno()));
                         }
                         // The sandbox's cgroup subtree, then a cgroup namespace rooted there.
                         let cgroup_ns = pre_cg.as_ref().is_some_and(|cg| {
@@ -551,6 +563,7 @@ impl Isolation {
         // Dropped on an error below: the holder is killed.
         let mut iso = Isolation {
             holder: Mutex::new(Some(holder)),
+            uplink,
             holder_pid: Some(pid),
             ns: None,
             ns_ino: None,
@@ -579,20 +592,29 @@ impl Isolation {
                 })?
                 .0,
         );
-        let net = open("net")
-            .map_err(step(Step::NetworkNamespace))?
-            .map(|(fd, _)| fd);
-        if offline && net.is_none() {
+        let entered = open("net").map_err(step(Step::NetworkNamespace))?;
+        let want = std::fs::metadata(format!("/proc/self/fd/{net_raw}"))
+            .map(|m| m.ino())
+            .map_err(step(Step::NetworkNamespace))?;
+        if entered.map(|(_, ino)| ino) != Some(want) {
             return Err(BoundaryError::new(
                 Step::NetworkNamespace,
                 std::io::Error::other("not entered"),
             ));
         }
+        let net = netns.net;
         let time = open("time").ok().flatten().map(|(fd, _)| fd);
         // Only when the holder really entered a cgroup namespace of its own (the subtree).
         let cgroup = match (cg, open("cgroup").ok().flatten()) {
             (Some(cg), Some((fd, _))) => Some((cg, fd)),
             _ => None,
+        };
+        // Sandbox processes join the subtree only with its namespace: without it, the
+        // limits cgroup v2 set there do not hold.
+        let unlimited = if cgroup.is_none() {
+            v2_applied
+        } else {
+            Vec::new()
         };
         if time.is_none() {
             NO_TIMENS.call_once(|| {
@@ -600,6 +622,10 @@ impl Isolation {
                     "sandboxes share the host's clocks: no time namespace, uptime is the host's"
                 );
             });
+        }
+        if let Some(p) = &iso.uplink {
+            p.ready()
+                .map_err(|e| BoundaryError::new(Step::UserModeNetwork, e))?;
         }
         iso.ns = Some(Arc::new(NsFds {
             mnt,
@@ -609,6 +635,7 @@ impl Isolation {
             cgroup,
             user,
             limits,
+            unlimited,
         }));
         iso.ns_ino = Some(ino);
         Ok(iso)
@@ -623,7 +650,11 @@ impl Isolation {
     pub(crate) fn missing_limits(&self) -> Vec<&'static str> {
         self.ns
             .as_ref()
-            .map(|ns| ns.limits.missing.clone())
+            .map(|ns| {
+                let mut m = ns.limits.missing.clone();
+                m.extend(ns.unlimited.iter().copied());
+                m
+            })
             .unwrap_or_else(|| vec!["cpu", "memory", "pids"])
     }
 
@@ -682,6 +713,9 @@ impl Isolation {
             }
             drop(h.thread);
         }
+        if let Some(p) = &self.uplink {
+            p.stop();
+        }
     }
 }
 
@@ -725,7 +759,7 @@ pub(crate) fn join_in_child(ns: &NsFds) -> std::io::Result<()> {
     }
     let joins = [
         (ns.time.as_ref(), libc::CLONE_NEWTIME),
-        (ns.net.as_ref(), libc::CLONE_NEWNET),
+        (Some(&ns.net), libc::CLONE_NEWNET),
         (Some(&ns.mnt), libc::CLONE_NEWNS),
     ];
     for (fd, kind) in joins {

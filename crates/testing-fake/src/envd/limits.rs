@@ -5,8 +5,12 @@
 //! them (`/sys/fs/cgroup/<controller>`): one group per sandbox below the emulator's own,
 //! joined by the holder and every sandbox process before they enter the sandbox's user
 //! namespace, removed once the sandbox is gone. A controller the host does not offer this
-//! way (a pure cgroup v2 host does not delegate controllers to a process that lives in its
-//! own cgroup) is named once in a warning and in [`Limits::missing`].
+//! way is tried with cgroup v2 on the sandbox's subtree
+//! ([`SandboxCgroup::apply_limits`](super::cgroup::SandboxCgroup::apply_limits): `cpu.max`,
+//! `memory.max`, `pids.max`, the emulator moving into a leaf of its group so the group can
+//! delegate them); one neither gives is named once in a warning and in
+//! [`Limits::missing`]. The cgroup v2 path is not exercised on the hybrid (v1 controllers)
+//! hosts these tests run on.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};

@@ -23,6 +23,7 @@ mod files;
 mod filesystem;
 mod isolation;
 mod limits;
+mod net;
 mod paths;
 mod process;
 mod pty;
@@ -63,8 +64,9 @@ pub struct EnvdConfig {
     pub access_token: Option<String>,
     /// Global env vars from create (`envVars`).
     pub env_vars: BTreeMap<String, String>,
-    /// `false`: the sandbox runs in a network namespace of its own with only loopback
-    /// (as root; `allowInternetAccess: false` or a deny-all egress rule).
+    /// Every isolated sandbox has a network namespace of its own; `true` gives it an
+    /// uplink through pasta (the sandbox is not created when pasta cannot run), `false`
+    /// keeps only loopback (`allowInternetAccess: false` or a deny-all egress rule).
     pub allow_internet: bool,
     /// Volumes bound into the sandbox: (absolute sandbox path, host directory). Needs
     /// isolation: without it the sandbox refuses to boot.
@@ -566,8 +568,16 @@ impl Envd {
             .unwrap_or(false)
     }
 
-    /// A TCP connection to `port` inside the sandbox (its loopback address).
+    /// A TCP connection to `port` inside the sandbox: on the loopback of its network
+    /// namespace (the host's loopback only without isolation).
     pub(crate) async fn connect_port(&self, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+        if let Some(ns) = self.iso.ns_fds() {
+            let stream = tokio::task::spawn_blocking(move || ns.connect_tcp(port))
+                .await
+                .map_err(std::io::Error::other)??;
+            stream.set_nonblocking(true)?;
+            return tokio::net::TcpStream::from_std(stream);
+        }
         match tokio::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port)).await {
             Ok(s) => Ok(s),
             Err(_) => tokio::net::TcpStream::connect((std::net::Ipv6Addr::LOCALHOST, port)).await,

@@ -58,10 +58,33 @@ fn errno() -> std::io::Error {
 }
 
 /// A new user namespace mapping `0..RANGE` to `map`'s host range (uids and gids), as
-/// an open `/proc/<pid>/ns/user`. A short-lived forked child creates it; the emulator
-/// writes its maps (as root on the host, so `setgroups` stays allowed, which `sudo`
-/// needs) and keeps the namespace alive with the descriptor.
+/// an open `/proc/<pid>/ns/user`. The emulator writes its maps (as root on the host, so
+/// `setgroups` stays allowed, which `sudo` needs) and keeps the namespace alive with the
+/// descriptor.
 pub(crate) fn create(map: IdMap) -> std::io::Result<OwnedFd> {
+    in_new_namespaces(
+        libc::CLONE_NEWUSER,
+        || 0,
+        |pid| {
+            let line = format!("0 {} {RANGE}\n", map.host_id(0));
+            std::fs::write(format!("/proc/{pid}/uid_map"), &line)?;
+            std::fs::write(format!("/proc/{pid}/gid_map"), &line)?;
+            Ok(OwnedFd::from(std::fs::File::open(format!(
+                "/proc/{pid}/ns/user"
+            ))?))
+        },
+    )
+}
+
+/// Fork a short-lived child that `unshare`s `flags` and runs `setup` (raw syscalls only,
+/// returning 0 or an errno), then call `then` with its pid while it waits (to write its id
+/// maps, open its `/proc/<pid>/ns/*`), and reap it. `unshare(CLONE_NEWUSER)` needs a
+/// single-threaded process: the child is one, the emulator is not.
+pub(crate) fn in_new_namespaces<T>(
+    flags: libc::c_int,
+    setup: fn() -> libc::c_int,
+    then: impl FnOnce(libc::pid_t) -> std::io::Result<T>,
+) -> std::io::Result<T> {
     let mut up = [0 as libc::c_int; 2];
     let mut down = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two fds into arrays we own.
@@ -94,10 +117,10 @@ pub(crate) fn create(map: IdMap) -> std::io::Result<OwnedFd> {
     if pid == 0 {
         // SAFETY: in the forked child: raw syscalls on inherited fds, then _exit.
         unsafe {
-            let status: u8 = if libc::unshare(libc::CLONE_NEWUSER) == 0 {
-                0
-            } else {
+            let status: u8 = if libc::unshare(flags) != 0 {
                 *libc::__errno_location() as u8
+            } else {
+                setup() as u8
             };
             libc::write(up_w.as_raw_fd(), (&status as *const u8).cast(), 1);
             let mut b = 0u8;
@@ -114,17 +137,12 @@ pub(crate) fn create(map: IdMap) -> std::io::Result<OwnedFd> {
         // SAFETY: reading one byte into a local.
         let n = unsafe { libc::read(up_r.as_raw_fd(), (&mut status as *mut u8).cast(), 1) };
         if n != 1 {
-            return Err(std::io::Error::other("user namespace child died"));
+            return Err(std::io::Error::other("namespace child died"));
         }
         if status != 0 {
             return Err(std::io::Error::from_raw_os_error(status.into()));
         }
-        let line = format!("0 {} {RANGE}\n", map.host_id(0));
-        std::fs::write(format!("/proc/{pid}/uid_map"), &line)?;
-        std::fs::write(format!("/proc/{pid}/gid_map"), &line)?;
-        Ok(OwnedFd::from(std::fs::File::open(format!(
-            "/proc/{pid}/ns/user"
-        ))?))
+        then(pid)
     })();
     // Released by a byte, not by EOF: a process forked meanwhile by another thread may
     // hold a copy of the write end.

@@ -7,12 +7,24 @@ use std::process::{Child, Command, Stdio};
 
 /// `e2b-local` started with `envs`, its API URL and key.
 fn start(root: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> (Child, String, String) {
+    let (child, api, _sandbox, key) = start_local(root, args, envs);
+    (child, api, key)
+}
+
+/// `e2b-local` started with `envs`: the child, its API URL, sandbox URL and key.
+pub(crate) fn start_local(
+    root: &std::path::Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (Child, String, String, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_e2b-local"));
     cmd.args(["--port", "0", "--root"])
         .arg(root)
         .args(args)
         .env_remove("E2B_LOCAL_NO_ISOLATION")
         .env_remove("E2B_LOCAL_DENY_STEP")
+        .env_remove("E2B_LOCAL_PASTA")
+        .env_remove("E2B_LOCAL_UPLINK_NETNS")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -23,13 +35,13 @@ fn start(root: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> (Child
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut next = || lines.next().expect("a line").expect("utf-8");
     let api = next().trim_start_matches("E2B_API_URL=").to_owned();
-    let _sandbox = next();
+    let sandbox = next().trim_start_matches("E2B_SANDBOX_URL=").to_owned();
     let key = next().trim_start_matches("E2B_API_KEY=").to_owned();
-    (child, api, key)
+    (child, api, sandbox, key)
 }
 
 /// SIGTERM, wait, and the child's stderr.
-fn stop(mut child: Child) -> String {
+pub(crate) fn stop(mut child: Child) -> String {
     let pid = i32::try_from(child.id()).unwrap();
     // SAFETY: plain kill(2) on the child we spawned.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
@@ -45,10 +57,15 @@ fn stop(mut child: Child) -> String {
 }
 
 async fn create(api: &str, key: &str) -> (u16, String) {
+    create_with(api, key, serde_json::json!({"templateID": "base"})).await
+}
+
+/// `POST /v2/sandboxes` with `body`: (status, answer text).
+pub(crate) async fn create_with(api: &str, key: &str, body: serde_json::Value) -> (u16, String) {
     let r = reqwest::Client::new()
         .post(format!("{api}/v2/sandboxes"))
         .header("X-API-KEY", key)
-        .json(&serde_json::json!({"templateID": "base"}))
+        .json(&body)
         .send()
         .await
         .unwrap();
@@ -61,6 +78,8 @@ async fn a_denied_namespace_fails_the_create_and_names_it() {
         ("user-namespace", "user namespaces must be enabled"),
         ("overlay", "overlayfs"),
         ("idmapped-mount", "idmapped mounts"),
+        ("network-namespace", "allowed to create namespaces"),
+        ("user-mode-network", "apt-get install passt"),
     ] {
         let root = tempfile::tempdir().unwrap();
         let (child, api, key) = start(root.path(), &[], &[("E2B_LOCAL_DENY_STEP", step)]);

@@ -13,18 +13,7 @@ use std::time::Duration;
 use e2b_proto::envelope::{FrameDecoder, encode_json};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::{Env, alive};
-
-/// The stdout of a process's frames, decoded.
-fn stdout_of(frames: &[Value]) -> String {
-    let mut out = Vec::new();
-    for f in frames {
-        if let Some(d) = f["event"]["data"]["stdout"].as_str() {
-            out.extend(e2b_proto::json::decode_base64(d).unwrap());
-        }
-    }
-    String::from_utf8(out).unwrap()
-}
+use support::{Env, alive, stdout_of};
 
 /// Host pids (not zombies) whose PID namespace has inode `ino`.
 fn members_of_pid_ns(ino: u64) -> Vec<u32> {
@@ -211,9 +200,6 @@ async fn no_internet_access_means_no_host_loopback() {
     let port = listener.local_addr().unwrap().port();
     let probe = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo reached");
     let env = Env::start().await;
-    let online = env.create(json!({})).await;
-    let (frames, _) = env.run_frames(&online, &probe).await;
-    assert_eq!(stdout_of(&frames), "reached\n", "{frames:?}");
     for offline in [
         json!({"allow_internet_access": false}),
         json!({"network": {"denyOut": ["0.0.0.0/0"]}}),
@@ -221,6 +207,11 @@ async fn no_internet_access_means_no_host_loopback() {
         let sbx = env.create(offline.clone()).await;
         let (frames, _) = env.run_frames(&sbx, &probe).await;
         assert_eq!(stdout_of(&frames), "", "{offline}: {frames:?}");
+        // Only loopback: no uplink at all.
+        let (frames, _) = env
+            .run_frames(&sbx, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+            .await;
+        assert_eq!(stdout_of(&frames), "lo\n", "{offline}: {frames:?}");
     }
     env.emu.shutdown().await;
 }

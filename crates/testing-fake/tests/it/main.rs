@@ -13,6 +13,7 @@ mod control_faults;
 mod control_isolation;
 mod control_lifecycle;
 mod control_list;
+mod control_network;
 mod envd_bench;
 mod envd_files;
 mod envd_filesystem;

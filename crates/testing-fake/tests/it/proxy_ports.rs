@@ -1,5 +1,6 @@
 //! Sandbox ports through the proxy, over raw HTTP: a port is reached only when a process of
-//! that sandbox listens on it (a listener of the host, or of another sandbox, is not), and
+//! that sandbox listens on it (a listener of the host, or of another sandbox, is not), two
+//! sandboxes serve the same port each in its own network namespace, and
 //! `Host: 49983-<id>.<domain>` reaches envd itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -44,7 +45,6 @@ async fn only_the_sandboxs_own_listeners_are_reachable() {
     );
 
     // A server in sandbox A: reachable as A's port, not as B's.
-    // A port no socket uses now (sandboxes share the host's loopback here).
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .unwrap()
@@ -76,5 +76,71 @@ async fn only_the_sandboxs_own_listeners_are_reachable() {
     assert_eq!(status, StatusCode::BAD_GATEWAY);
     assert!(body.contains("The sandbox was not found"), "{body}");
     drop(host);
+    env.emu.shutdown().await;
+}
+
+/// Poll `port` of sandbox `id` through the proxy until it answers 200 (10 s at most).
+async fn wait_served(env: &Env, port: u16, id: &str, path: &str) -> (StatusCode, String) {
+    let mut got = (StatusCode::BAD_GATEWAY, String::new());
+    for _ in 0..100 {
+        got = by_host(env, port, id, path).await;
+        if got.0 == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sandboxes_serve_the_same_port_and_the_proxy_reaches_each() {
+    let env = Env::start().await;
+    let a = env.create(json!({})).await;
+    let b = env.create(json!({"allow_internet_access": false})).await;
+    let port = 8000;
+    let mut servers = Vec::new();
+    for (sbx, name) in [(&a, "a"), (&b, "b")] {
+        servers.push(
+            env.start_process(
+                sbx,
+                &format!(
+                    "cd /tmp && echo from-{name} > who.txt && exec python3 -m http.server {port} --bind 127.0.0.1"
+                ),
+            )
+            .await,
+        );
+    }
+    for (sbx, name) in [(&a, "a"), (&b, "b")] {
+        let id = sbx["sandboxID"].as_str().unwrap();
+        let got = wait_served(&env, port, id, "/who.txt").await;
+        assert_eq!(got, (StatusCode::OK, format!("from-{name}\n")), "{name}");
+    }
+    // Inside A, its loopback port is its own server; the other sandbox's is not reachable
+    // at all (it has no address A could reach), and nothing of theirs is on the host's.
+    let (frames, _) = env
+        .run_frames(
+            &a,
+            &format!("python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:{port}/who.txt\").read().decode(), end=\"\")'"),
+        )
+        .await;
+    assert_eq!(support::stdout_of(&frames), "from-a\n", "{frames:?}");
+    let direct = tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio::net::TcpStream::connect(("127.0.0.1", port)),
+    )
+    .await;
+    if let Ok(Ok(mut s)) = direct {
+        // Some service of the host may hold the port: it is not a sandbox's server.
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let _ = s.write_all(b"GET /who.txt HTTP/1.0\r\n\r\n").await;
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut buf)).await;
+        let text = String::from_utf8_lossy(&buf);
+        assert!(
+            !text.contains("from-"),
+            "a sandbox's port on the host: {text}"
+        );
+    }
+    drop(servers);
     env.emu.shutdown().await;
 }

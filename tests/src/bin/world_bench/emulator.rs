@@ -38,9 +38,15 @@ pub type Counts = BTreeMap<String, u64>;
 impl Emulator {
     /// Starts the emulator child and waits for its `READY`.
     pub async fn start() -> Result<Emulator, AnyError> {
+        Emulator::start_with(&[]).await
+    }
+
+    /// [`Emulator::start`] with `envs` added to the child's environment.
+    pub async fn start_with(envs: &[(&str, &str)]) -> Result<Emulator, AnyError> {
         let exe = std::env::current_exe()?;
         let mut child = tokio::process::Command::new(exe)
             .arg("--serve-emulator")
+            .envs(envs.iter().copied())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
@@ -68,6 +74,11 @@ impl Emulator {
             vars,
             http: reqwest::Client::builder().no_proxy().build()?,
         })
+    }
+
+    /// The emulator child's pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     /// The emulator's listen address (from `E2B_API_URL`, `http://127.0.0.1:N`).

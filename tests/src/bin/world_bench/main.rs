@@ -4,6 +4,10 @@
 //! Run: `cargo run --release -p integration-tests --bin world-bench -- [--quick | --tiny]
 //! [--json PATH] [--rtt-ms 50 [--bandwidth-mbit 200]]` (`--help` lists the options).
 //!
+//! `--boundary [N]` measures the emulator's sandbox boundary instead (`boundary.rs`):
+//! create + first command, exec and memory per idle sandbox, isolated with and without
+//! internet access against `E2B_LOCAL_NO_ISOLATION=1`.
+//!
 //! With `--rtt-ms` above 0 (the latency mode) it measures single operations instead, each
 //! contender reaching the emulator through a link with that round trip (`link.rs`), and
 //! prints each operation's sequential round trips next to the official SDKs' (`ops.rs`,
@@ -23,6 +27,7 @@
 //! issue's baselines, the targets (which hold), and JSON (`--json PATH`). Figures,
 //! not assertions: the machine is shared and noisy.
 
+mod boundary;
 mod child;
 mod curl;
 mod data;
@@ -58,6 +63,13 @@ fn main() {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("world-bench emulator: {e}");
+                1
+            }
+        },
+        Some("--boundary") => match rt.block_on(boundary::run(&args[1..])) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("world-bench --boundary: {e}");
                 1
             }
         },

@@ -137,15 +137,7 @@ impl Env {
 
     /// An envd request builder for a sandbox (create answer `sbx`).
     pub fn envd(&self, method: Method, path: &str, sbx: &Value) -> reqwest::RequestBuilder {
-        let mut req = self
-            .http
-            .request(method, format!("{}{}", self.emu.sandbox_url(), path))
-            .header("E2b-Sandbox-Id", sbx["sandboxID"].as_str().unwrap())
-            .header("E2b-Sandbox-Port", "49983");
-        if let Some(t) = sbx["envdAccessToken"].as_str() {
-            req = req.header("X-Access-Token", t);
-        }
-        req
+        envd_at(&self.http, &self.emu.sandbox_url(), method, path, sbx)
     }
 
     /// Start `cmd` with `/bin/bash -l -c` and return the open response plus the pid.
@@ -181,17 +173,7 @@ impl Env {
 
     /// Run `cmd` to completion; returns (frames as JSON, saw end-of-stream).
     pub async fn run_frames(&self, sbx: &Value, cmd: &str) -> (Vec<Value>, bool) {
-        let msg =
-            json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", cmd]}, "stdin": false});
-        let resp = self
-            .envd(Method::POST, "/process.Process/Start", sbx)
-            .header("Content-Type", "application/connect+json")
-            .header("Connect-Protocol-Version", "1")
-            .body(encode_json(&msg).unwrap())
-            .send()
-            .await
-            .expect("Start reaches envd");
-        read_frames(resp).await
+        run_frames_at(&self.http, &self.emu.sandbox_url(), sbx, cmd).await
     }
 
     /// Write a file through envd (`application/octet-stream`).
@@ -217,6 +199,50 @@ impl Env {
     }
 }
 
+/// An envd request builder for sandbox `sbx` (its create answer) of the emulator whose
+/// sandbox URL is `sandbox_url` (in process or an `e2b-local`).
+pub fn envd_at(
+    http: &reqwest::Client,
+    sandbox_url: &str,
+    method: Method,
+    path: &str,
+    sbx: &Value,
+) -> reqwest::RequestBuilder {
+    let mut req = http
+        .request(method, format!("{sandbox_url}{path}"))
+        .header("E2b-Sandbox-Id", sbx["sandboxID"].as_str().unwrap())
+        .header("E2b-Sandbox-Port", "49983");
+    if let Some(t) = sbx["envdAccessToken"].as_str() {
+        req = req.header("X-Access-Token", t);
+    }
+    req
+}
+
+/// Run `cmd` (`/bin/bash -l -c`) to completion in sandbox `sbx` of the emulator at
+/// `sandbox_url`: (frames as JSON, saw end-of-stream).
+pub async fn run_frames_at(
+    http: &reqwest::Client,
+    sandbox_url: &str,
+    sbx: &Value,
+    cmd: &str,
+) -> (Vec<Value>, bool) {
+    let msg = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", cmd]}, "stdin": false});
+    let resp = envd_at(
+        http,
+        sandbox_url,
+        Method::POST,
+        "/process.Process/Start",
+        sbx,
+    )
+    .header("Content-Type", "application/connect+json")
+    .header("Connect-Protocol-Version", "1")
+    .body(encode_json(&msg).unwrap())
+    .send()
+    .await
+    .expect("Start reaches envd");
+    read_frames(resp).await
+}
+
 /// Read every frame of a streaming response: (data frames as JSON, saw end-of-stream).
 pub async fn read_frames(mut resp: reqwest::Response) -> (Vec<Value>, bool) {
     let mut dec = FrameDecoder::default();
@@ -235,6 +261,17 @@ pub async fn read_frames(mut resp: reqwest::Response) -> (Vec<Value>, bool) {
             _ => return (frames, ended),
         }
     }
+}
+
+/// The stdout of a process's frames, decoded.
+pub fn stdout_of(frames: &[Value]) -> String {
+    let mut out = Vec::new();
+    for f in frames {
+        if let Some(d) = f["event"]["data"]["stdout"].as_str() {
+            out.extend(e2b_proto::json::decode_base64(d).unwrap());
+        }
+    }
+    String::from_utf8(out).unwrap()
 }
 
 /// True while `/proc/<pid>` exists and is not a zombie.
