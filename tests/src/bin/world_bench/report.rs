@@ -49,6 +49,7 @@ impl FigureResult {
         match self.figure.id.as_str() {
             f if f.starts_with("exec") => &["raw", "rawsh", "js", "py", "local", "tokio"],
             f if f.starts_with("files") || f.starts_with("bw_") => &["curl", "raw"],
+            f if f.starts_with("tree_") => &["tarcurl", "js", "py"],
             f if f.starts_with("op_") => &["js", "py"],
             _ => &["raw"],
         }
