@@ -163,6 +163,7 @@ macro_rules! __watch_test_names {
             watch_overflow,
             watch_stops_on_drop,
             watch_permission_and_kinds,
+            watch_recursive_hides_unreadable_subdirs,
         ] }
     };
 }
