@@ -94,6 +94,22 @@ async fn put_tree(fs: &E2bFs, proc: &E2bSubprocess) -> Result<(), AnyError> {
     Ok(())
 }
 
+/// Untimed: the adapters' first operations (a process, a write), so their one-time
+/// per-sandbox setup is not in the figure (a harness keeps its adapters; the download's
+/// setup warms them the same way).
+async fn warm(fs: &E2bFs, proc: &E2bSubprocess) -> Result<(), AnyError> {
+    sandbox_sh(proc, "true", &[]).await?;
+    let p = WorldPath::new("/home/user/wb-warm")?;
+    fs.write(
+        &p,
+        Box::pin(futures::stream::iter([Ok(bytes::Bytes::from_static(b"w"))])),
+        WriteOptions::default(),
+    )
+    .await?;
+    fs.remove(&p, false).await?;
+    Ok(())
+}
+
 /// Resets this process's peak RSS to its current RSS (Linux `clear_refs` 5), so the peak
 /// `wait4` reports afterwards is the transfer's, not the setup's.
 fn reset_peak_rss() -> Result<(), AnyError> {
@@ -122,6 +138,7 @@ pub async fn run_ours(figure: &str) -> Result<Outcome, AnyError> {
         let opts = TreeOptions::default();
         match figure {
             "tree_up" => {
+                warm(&fs, &proc).await?;
                 reset_peak_rss()?;
                 let o = child::transfers(1, bytes, || async {
                     tree::upload_via_file(&fs, &proc, &src, &world, &opts).await?;
