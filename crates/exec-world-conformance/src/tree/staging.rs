@@ -69,7 +69,11 @@ pub async fn tree_cancelled_transfers_leave_no_staging(world: &World) {
     let tmp = sh(proc, "printf %s \"${TMPDIR:-/tmp}\"", &[])
         .await
         .stdout_text();
-    let dead = sh(proc, "echo $$", &[]).await.stdout_text().trim().to_owned();
+    let dead = sh(proc, "echo $$", &[])
+        .await
+        .stdout_text()
+        .trim()
+        .to_owned();
     let mut live = proc
         .spawn(
             SpawnSpec::new("sh")
@@ -190,8 +194,9 @@ pub async fn tree_cancelled_transfers_leave_no_staging(world: &World) {
     .expect("upload_via_file");
     let left = names(world, &scratch).await;
     assert!(
-        !left.iter().any(|n| n.contains(".ew-tree-") && n.starts_with('.')
-            && !n.starts_with(".keep.")),
+        !left
+            .iter()
+            .any(|n| n.contains(".ew-tree-") && n.starts_with('.') && !n.starts_with(".keep.")),
         "no staging left after a cancelled upload_via_file: {left:?}"
     );
     assert!(!left.contains(&"up2".to_owned()), "{left:?}");
@@ -260,8 +265,5 @@ pub async fn tree_cancelled_transfers_leave_no_staging(world: &World) {
         !left.contains(&ours) && !left.contains(&stale_tmp),
         "the cancelled download's archive {ours} and the stale {stale_tmp} are gone: {left:?}"
     );
-    assert_eq!(
-        std::fs::read(back.0.join("d/f")).expect("downloaded"),
-        b"f"
-    );
+    assert_eq!(std::fs::read(back.0.join("d/f")).expect("downloaded"), b"f");
 }

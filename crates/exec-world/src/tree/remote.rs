@@ -344,7 +344,10 @@ pub async fn upload_via_file(
         let packed = packer.await.map_err(joined).and_then(|r| r);
         let go = match (packed, written) {
             (Ok(sum), Ok(_)) => Ok(sum),
-            (p, w) => Err(p.err().or(w.err()).unwrap_or_else(|| Error::other("upload failed"))),
+            (p, w) => Err(p
+                .err()
+                .or(w.err())
+                .unwrap_or_else(|| Error::other("upload failed"))),
         };
         // `go` lets the process extract; without it (stdin closed) it removes the archive.
         let fed = match &go {
@@ -387,8 +390,8 @@ sweep "$1"
 echo "$swept"
 "#
     );
-    let mut child = spawn_with(world, SWEEP, &[dir.as_str()], false)
-        .map_err(|e| e.with_op("sweep"))?;
+    let mut child =
+        spawn_with(world, SWEEP, &[dir.as_str()], false).map_err(|e| e.with_op("sweep"))?;
     let mut stdout = child.take_stdout();
     let (line, err_text) = futures::join!(
         async {
@@ -527,8 +530,7 @@ pub async fn download_via_file(
     local: &Path,
     opts: &TreeOptions,
 ) -> Result<TreeSummary, Error> {
-    let mut child =
-        spawn(world, DOWNLOAD_TO_FILE, src, true).map_err(|e| e.with_op("download"))?;
+    let mut child = spawn(world, DOWNLOAD_TO_FILE, src, true).map_err(|e| e.with_op("download"))?;
     let mut stdin = child
         .take_stdin()
         .ok_or_else(|| Error::other("download: the tar process has no stdin"))?;

@@ -177,7 +177,12 @@ struct Verified {
 
 impl Verified {
     /// `stage/parts` checked as [`parent_dir`] does, or known from the previous entry.
-    fn parent_dir(&mut self, stage: &Path, parts: &[String], shown: &str) -> Result<PathBuf, Error> {
+    fn parent_dir(
+        &mut self,
+        stage: &Path,
+        parts: &[String],
+        shown: &str,
+    ) -> Result<PathBuf, Error> {
         if parts.len() <= self.parts.len() && self.parts[..parts.len()] == *parts {
             let mut at = stage.to_path_buf();
             at.extend(parts);

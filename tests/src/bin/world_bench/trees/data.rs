@@ -11,8 +11,7 @@ use super::Sizes;
 
 /// The shell pipeline whose output names a tree's content: every regular file's SHA-256
 /// by relative path, sorted, hashed. `$1` is the tree's directory.
-pub const DIGEST: &str =
-    "cd \"$1\" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1";
+pub const DIGEST: &str = "cd \"$1\" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1";
 
 fn fill(seed: u64, len: u64, f: &mut impl std::io::Write) -> std::io::Result<()> {
     let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;

@@ -11,8 +11,8 @@ use std::process::Stdio;
 use e2b_core::StartProcess;
 use exec_world::tree::{self, TreeOptions};
 use exec_world::{Fs as _, SpawnSpec, Subprocess as _, WorldPath, WriteOptions};
-use futures::StreamExt as _;
 use fs_e2b::{E2bFs, E2bFsOptions};
+use futures::StreamExt as _;
 use subprocess_e2b::{E2bSubprocess, E2bSubprocessOptions};
 
 use super::super::child::{self, AnyError, Outcome};
@@ -83,8 +83,12 @@ async fn put_tree(fs: &E2bFs, proc: &E2bSubprocess) -> Result<(), AnyError> {
     let file = tokio::fs::File::open(&tar).await?;
     let body = tokio_util::io::ReaderStream::with_capacity(file, 256 << 10)
         .map(|r| r.map_err(|e| exec_world::Error::io("reading the archive", e)));
-    fs.write(&WorldPath::new(ARCHIVE)?, Box::pin(body), WriteOptions::default())
-        .await?;
+    fs.write(
+        &WorldPath::new(ARCHIVE)?,
+        Box::pin(body),
+        WriteOptions::default(),
+    )
+    .await?;
     sandbox_sh(
         proc,
         "mkdir -p \"$1\" && tar -x -f \"$2\" -C \"$1\" && rm -f \"$2\"",

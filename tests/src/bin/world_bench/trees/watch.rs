@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use exec_world::{Fs as _, SpawnSpec, Subprocess as _, WatchEventKind, WatchOptions, WorldPath};
-use futures::StreamExt as _;
 use fs_e2b::{E2bFs, E2bFsOptions};
+use futures::StreamExt as _;
 use subprocess_e2b::{E2bSubprocess, E2bSubprocessOptions};
 
 use super::super::child::{self, AnyError, Outcome};
