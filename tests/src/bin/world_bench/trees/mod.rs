@@ -1,8 +1,8 @@
 //! The tree mode (`world-bench --trees`): issue 21's Performance section. Upload and
 //! download of a tree (10,000 files of 4 KiB and 20 of 4 MiB by default) through
-//! `exec_world::tree` on fs-e2b, against `tar` + one plain `curl` through envd's `/files`
-//! + one envd process extracting (the fastest honest form of the same archive), and
-//! against the official SDKs writing the same files (their multi-file `write`) and
+//! `exec_world::tree` on fs-e2b, against `tar` with one plain `curl` through envd's
+//! `/files` and one envd process extracting (the fastest honest form of the same archive),
+//! and against the official SDKs writing the same files (their multi-file `write`) and
 //! reading them back (`list` then `read`, they have no tree download); and the latency of
 //! a watch event (a file made in the sandbox, its event on the host).
 //!
