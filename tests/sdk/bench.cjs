@@ -173,7 +173,8 @@ async function main() {
   const sbx = await Sandbox.create('base', { timeoutMs: 3_600_000 })
   const figure = process.env.WB_FIGURE || ''
   let out
-  if (figure.startsWith('op_') || figure.startsWith('bw_')) out = await latency(sbx, figure)
+  if (figure.startsWith('tree_')) out = await require('./bench_tree.cjs').run(sbx, figure, mark)
+  else if (figure.startsWith('op_') || figure.startsWith('bw_')) out = await latency(sbx, figure)
   else if (figure === 'exec_seq') out = await execSeq(sbx)
   else if (figure.startsWith('exec_c')) out = await execConc(sbx)
   else if (figure === 'files_small') out = await files(sbx, num('WB_SMALL_N'), num('WB_SMALL_BYTES'))

@@ -207,7 +207,11 @@ async def latency(sbx, figure):
 async def main():
     sbx = await AsyncSandbox.create("base", timeout=3600)
     figure = os.environ.get("WB_FIGURE", "")
-    if figure.startswith(("op_", "bw_")):
+    if figure.startswith("tree_"):
+        import bench_tree
+
+        out = await bench_tree.run(sbx, figure, mark)
+    elif figure.startswith(("op_", "bw_")):
         out = await latency(sbx, figure)
     elif figure == "exec_seq":
         out = await exec_seq(sbx)

@@ -194,6 +194,7 @@ macro_rules! __watch_test_names {
             watch_overflow,
             watch_stops_on_drop,
             watch_permission_and_kinds,
+            watch_recursive_hides_unreadable_subdirs,
         ] }
     };
 }
@@ -209,6 +210,7 @@ macro_rules! __tree_test_names {
             tree_limits,
             tree_hostile_destinations,
             tree_hostile_archives,
+            tree_cancelled_transfers_leave_no_staging,
         ] }
     };
 }

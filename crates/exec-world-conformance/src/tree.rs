@@ -12,6 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 
+mod staging;
+
+pub use staging::tree_cancelled_transfers_leave_no_staging;
+
 use super::{World, sh, within};
 use exec_world::tree::{self, SkipReason, TreeOptions};
 use exec_world::{ErrorKind, WorldPath};

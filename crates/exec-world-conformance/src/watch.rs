@@ -379,3 +379,80 @@ pub async fn watch_permission_and_kinds(world: &World) {
     assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
     change(world, &world.scratch, "chmod 755 closed").await;
 }
+
+/// A recursive watch reports nothing below a subdirectory the acting user cannot list
+/// (root made it, mode 700), while changes beside it still arrive; once the user can
+/// list it, its changes arrive too. Needs a non-root user with passwordless `sudo` (the
+/// E2B worlds); skipped elsewhere.
+pub async fn watch_recursive_hides_unreadable_subdirs(world: &World) {
+    let test = "watch_recursive_hides_unreadable_subdirs";
+    if !claims_watch(world, test) {
+        return;
+    }
+    let uid = sh(world.proc.as_ref(), "id -u", &[]).await.stdout_text();
+    if uid.trim() == "0" {
+        println!("skipped: {test}: the world's user is root");
+        return;
+    }
+    if !sh(world.proc.as_ref(), "sudo -n true", &[])
+        .await
+        .status
+        .success()
+    {
+        println!("skipped: {test}: no passwordless sudo in the world");
+        return;
+    }
+    let dir = fresh_dir(world, "hide").await;
+    change(
+        world,
+        &dir,
+        "mkdir open && sudo -n mkdir closed && sudo -n chmod 700 closed",
+    )
+    .await;
+    let mut rec = world
+        .fs
+        .watch(&dir, WatchOptions::default().recursive(true))
+        .await
+        .expect("recursive watch");
+    let mut seen = Vec::new();
+    change(
+        world,
+        &dir,
+        "sudo -n sh -c 'echo s > closed/secret && mkdir closed/sub && echo t > closed/sub/t' \
+         && printf v > open/visible",
+    )
+    .await;
+    until(
+        &mut rec,
+        &mut seen,
+        "the readable subdirectory's file",
+        is(WatchEventKind::Created, "open/visible"),
+    )
+    .await;
+    // Anything still in flight.
+    while let Ok(Some(item)) = tokio::time::timeout(Duration::from_millis(500), rec.next()).await {
+        let ev = item.expect("watch event");
+        let expected = seen.last().map(|l: &WatchEvent| l.seq + 1).unwrap_or(0);
+        assert_eq!(ev.seq, expected, "sequence numbers go up by one");
+        seen.push(ev);
+    }
+    assert!(
+        seen.iter().all(|e| !e.path.starts_with("closed/")),
+        "no name below the unreadable directory: {seen:?}"
+    );
+    change(
+        world,
+        &dir,
+        "sudo -n chmod 755 closed && sudo -n sh -c 'echo u > closed/later'",
+    )
+    .await;
+    until(
+        &mut rec,
+        &mut seen,
+        "a file in the directory once readable",
+        is(WatchEventKind::Created, "closed/later"),
+    )
+    .await;
+    drop(rec);
+    change(world, &dir, "sudo -n rm -rf closed").await;
+}

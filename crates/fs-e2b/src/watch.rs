@@ -9,10 +9,15 @@
 //! reopening fails, the stream ends with that error. Dropping the stream closes the
 //! HTTP stream, and envd stops its watcher when the request's context ends.
 //!
-//! Limit: with `recursive`, envd (root) also reports changes in subdirectories the user
-//! cannot read (their names only, never content).
+//! With `recursive`, envd (root) also reports changes in subdirectories the acting user
+//! cannot list; those events are dropped here: before the first event below a
+//! subdirectory goes out, one shell command of the user checks that it can enter and
+//! read that subdirectory (so every directory on the way is searchable), and the answer
+//! is kept until a mode change, rename or removal is seen anywhere in the watch (then
+//! every answer is asked again). A dropped event takes no sequence number. What a user
+//! can list only by name (read without search permission) is dropped too.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use e2b_core::envd::WatchStream as EnvdWatch;
@@ -32,6 +37,14 @@ const CHECK: &str = r#"if [ ! -e "$1" ]; then exit 64; fi
 if [ ! -d "$1" ]; then exit 66; fi
 if [ ! -r "$1" ] || [ ! -x "$1" ]; then exit 70; fi
 exit 0"#;
+
+/// The acting user's check that it can list a subdirectory of the watch: exit 0 when it
+/// can enter and read it.
+const LISTABLE: &str = r#"cd -- "$1" 2>/dev/null && [ -r . ] && exit 0
+exit 70"#;
+
+/// Most subdirectory answers kept (beyond, they are all asked again).
+const MAX_KNOWN_DIRS: usize = 4096;
 
 /// Pause before reopening a broken watch.
 const REOPEN_PAUSE: Duration = Duration::from_millis(50);
@@ -87,9 +100,42 @@ struct State {
     pending: VecDeque<(WatchEventKind, String)>,
     /// A failed reopen: the stream's last item, after the pending events.
     failed: Option<Error>,
+    /// Whether the user can list each subdirectory (relative path) seen so far.
+    listable: HashMap<String, bool>,
 }
 
 impl State {
+    /// Whether the user may see the event on `path` (relative): always at the top; below,
+    /// when it can list the entry's directory (asked once, see the module docs).
+    async fn visible(&mut self, kind: WatchEventKind, path: &str) -> Result<bool, Error> {
+        if matches!(
+            kind,
+            WatchEventKind::MetadataChanged | WatchEventKind::Renamed | WatchEventKind::Removed
+        ) {
+            // A directory's mode or place may have changed: ask again.
+            self.listable.clear();
+        }
+        let Some((dir, _)) = path.rsplit_once('/') else {
+            return Ok(true);
+        };
+        if let Some(&ok) = self.listable.get(dir) {
+            return Ok(ok);
+        }
+        let at = self.abs.join(dir)?;
+        let out = self
+            .fs
+            .shared
+            .ctl
+            .run(LISTABLE, &[at.as_str()], &at, "watch")
+            .await?;
+        let ok = out.exit_code == 0;
+        if self.listable.len() >= MAX_KNOWN_DIRS {
+            self.listable.clear();
+        }
+        self.listable.insert(dir.to_owned(), ok);
+        Ok(ok)
+    }
+
     /// Fills `pending` from envd; `Err` ends the stream.
     async fn fill(&mut self) -> Result<(), Error> {
         match self.events.next().await {
@@ -132,11 +178,19 @@ pub(crate) async fn watch(
         seq: Sequencer::default(),
         pending: VecDeque::new(),
         failed: None,
+        listable: HashMap::new(),
     };
     let stream = futures::stream::unfold(Some(state), |state| async move {
         let mut st = state?;
         loop {
             if let Some((kind, path)) = st.pending.pop_front() {
+                if kind != WatchEventKind::Overflow {
+                    match st.visible(kind, &path).await {
+                        Ok(true) => {}
+                        Ok(false) => continue,
+                        Err(e) => return Some((Err(e), None)),
+                    }
+                }
                 let ev = st.seq.event(kind, path);
                 return Some((Ok(ev), Some(st)));
             }

@@ -11,3 +11,4 @@ mod official_sdk;
 mod official_sdk_snapshots;
 mod sdk_isolation;
 mod world_bench;
+mod world_bench_trees;

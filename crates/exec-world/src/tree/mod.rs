@@ -41,7 +41,7 @@ mod unpack;
 
 use std::sync::Arc;
 
-pub use remote::{download, download_via_file, upload, upload_via_file};
+pub use remote::{download, download_via_file, sweep, upload, upload_via_file};
 pub use unpack::extract;
 
 /// The entries and file content bytes of the local tree at `root` (never following a

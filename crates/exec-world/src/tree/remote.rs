@@ -21,10 +21,35 @@ const EXIT_NOT_DIR: i32 = 91;
 const EXIT_NOT_EMPTY: i32 = 92;
 const EXIT_MISSING: i32 = 93;
 
-/// Upload: check the destination (absent or an empty directory, not a symlink), extract
-/// stdin into a fresh 0700 sibling directory, rename it onto the destination. The
-/// staging directory goes away on any failure.
-const UPLOAD: &str = r#"set -u
+/// The shell function `sweep DIR`: removes the staging entries in `DIR` that a transfer
+/// left when it was cancelled (its future dropped, its token cancelled, its connection
+/// lost: the process that owned them was killed before its cleanup ran). A staging entry
+/// is named `….ew-tree-PID-XXXXXXXXXX` after the world process that owns it; it is stale
+/// when that process no longer exists. Only the acting user's own entries are touched,
+/// links are removed, never followed. (A pid reused by a live process keeps its stale
+/// entry until that process ends; a live transfer's entry is never removed.)
+macro_rules! sweep_fn {
+    () => {
+        r#"sweep() {
+  for f in "$1"/.*ew-tree-[0-9]*-??????????; do
+    [ -e "$f" ] || [ -L "$f" ] || continue
+    p=${f##*ew-tree-}; p=${p%%-*}
+    case $p in ''|*[!0-9]*) continue ;; esac
+    [ "$p" != "$$" ] && [ ! -d "/proc/$p" ] || continue
+    [ -L "$f" ] || [ -O "$f" ] || continue
+    rm -rf -- "$f" 2>/dev/null && swept=$((swept + 1))
+  done
+}
+swept=0
+"#
+    };
+}
+
+/// The destination checks of an upload (absent or an empty directory, not a symlink,
+/// its parent a directory), setting `dest`, `parent` and `name`.
+macro_rules! upload_checks {
+    () => {
+        r#"set -u
 dest=$1
 case $dest in */*) parent=${dest%/*} ;; *) parent=. ;; esac
 [ -n "$parent" ] || parent=/
@@ -35,14 +60,49 @@ if [ -e "$dest" ]; then
   [ -z "$(ls -A -- "$dest")" ] || { echo "the destination directory is not empty" >&2; exit 92; }
 fi
 [ -d "$parent" ] || { echo "the destination's parent directory does not exist" >&2; exit 93; }
-stage=$(mktemp -d -- "$parent/.$name.tree-XXXXXXXXXX") || exit 1
+"#
+    };
+}
+
+/// Upload: check the destination, sweep stale staging entries beside it, extract stdin
+/// into a fresh 0700 sibling directory, rename it onto the destination. The staging
+/// directory goes away on any failure (and, when the process is killed, at the next
+/// transfer's sweep).
+const UPLOAD: &str = concat!(
+    sweep_fn!(),
+    upload_checks!(),
+    r#"sweep "$parent"
+stage=$(mktemp -d -- "$parent/.$name.ew-tree-$$-XXXXXXXXXX") || exit 1
 trap 'rm -rf -- "$stage"' EXIT
-if [ -n "${2:-}" ]; then trap 'rm -rf -- "$stage"; rm -f -- "$2"' EXIT; src=$2; else src=-; fi
-tar -x -p --no-same-owner -f "$src" -C "$stage" || exit 1
-[ -z "${2:-}" ] || rm -f -- "$2"
+trap 'exit 1' HUP INT TERM PIPE
+tar -x -p --no-same-owner -f - -C "$stage" || exit 1
 mv -T -- "$stage" "$dest" || exit 1
 trap - EXIT
-"#;
+"#
+);
+
+/// Upload through a file: check the destination, sweep, make the private archive file
+/// (named after this process, which owns it) and print its path; then wait for `go` on
+/// stdin (the archive written) and extract it as [`UPLOAD`] does. Without `go` (stdin
+/// closed: the host gave up) everything is removed.
+const UPLOAD_VIA_FILE: &str = concat!(
+    sweep_fn!(),
+    upload_checks!(),
+    r#"sweep "$parent"
+stage=
+arc=$(mktemp -- "$parent/.$name.ew-tree-$$-XXXXXXXXXX") || exit 1
+trap 'rm -rf -- "$arc" ${stage:+"$stage"}' EXIT
+trap 'exit 1' HUP INT TERM PIPE
+printf '%s\n' "$arc"
+IFS= read -r go || exit 1
+[ "$go" = go ] || exit 1
+stage=$(mktemp -d -- "$parent/.$name.ew-tree-$$-XXXXXXXXXX") || exit 1
+tar -x -p --no-same-owner -f "$arc" -C "$stage" || exit 1
+rm -f -- "$arc"
+mv -T -- "$stage" "$dest" || exit 1
+trap - EXIT
+"#
+);
 
 /// Download: the directory as a tar stream on stdout.
 const DOWNLOAD: &str = r#"set -u
@@ -52,16 +112,25 @@ src=$1
 exec tar -c -f - -C "$src" .
 "#;
 
-/// Download through a file: the directory archived into a fresh private file in the
-/// temp directory, whose path is printed.
-const DOWNLOAD_TO_FILE: &str = r#"set -u
+/// Download through a file: sweep the temp directory, archive the directory into a
+/// fresh private file there (named after this process) and print its path; the file is
+/// removed when stdin ends (the host has read it, or gave up).
+const DOWNLOAD_TO_FILE: &str = concat!(
+    sweep_fn!(),
+    r#"set -u
 src=$1
 [ -e "$src" ] || { echo "the source does not exist" >&2; exit 93; }
 [ -d "$src" ] || { echo "the source is not a directory" >&2; exit 91; }
-f=$(mktemp "${TMPDIR:-/tmp}/.tree-XXXXXXXXXX.tar") || exit 1
-tar -c -f "$f" -C "$src" . || { rm -f -- "$f"; exit 1; }
+tmp=${TMPDIR:-/tmp}
+sweep "$tmp"
+f=$(mktemp -- "$tmp/.ew-tree-$$-XXXXXXXXXX") || exit 1
+trap 'rm -f -- "$f"' EXIT
+trap 'exit 1' HUP INT TERM PIPE
+tar -c -f "$f" -C "$src" . || exit 1
 printf '%s\n' "$f"
-"#;
+IFS= read -r _ || :
+"#
+);
 
 /// Most stderr bytes kept for an error message.
 const MAX_STDERR: usize = 16 << 10;
@@ -226,11 +295,15 @@ pub async fn upload(
 }
 
 /// [`upload`] for worlds whose process stdin is slow (E2B's is one `SendInput` request
-/// per 64 KiB): the same archive is written first as one file beside the destination
-/// through `fs` (for fs-e2b: envd's `/files` into a file a process of the acting user
-/// holds, streamed, atomic), then one `tar` of the acting user extracts it and removes
-/// it. `fs` and `world` must see the same paths. Same contract as [`upload`]; the world
-/// briefly holds the archive too (the tree's size again).
+/// per 64 KiB): one process of the acting user makes a private archive file beside the
+/// destination and prints its path; the archive is written there through `fs` (for
+/// fs-e2b: envd's `/files` into a file a process of the acting user holds, streamed,
+/// atomic); then that process extracts it and removes it. `fs` and `world` must see the
+/// same paths. Same contract as [`upload`]; the world briefly holds the archive too (the
+/// tree's size again). Cancelled (the future dropped, the connection lost), the world
+/// process is ended and the staging file and directory go with it or, when it was
+/// killed before its cleanup, at the next transfer beside the same destination (see
+/// [`sweep`]).
 pub async fn upload_via_file(
     fs: &dyn crate::Fs,
     world: &dyn Subprocess,
@@ -239,63 +312,139 @@ pub async fn upload_via_file(
     opts: &TreeOptions,
 ) -> Result<TreeSummary, Error> {
     survey_limits(local, opts).await?;
-    let name = dest
-        .as_str()
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or("tree");
-    let parent = dest.parent().unwrap_or_else(WorldPath::root);
-    let suffix = format!(
-        "{:x}{:x}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    );
-    let archive = parent.join(&format!(".{name}.tree-{suffix}.tar"))?;
-    let (writer, rx) = ChanWriter::new();
-    let root = local.to_path_buf();
-    let mut meter = Meter::new(opts);
-    let packer = tokio::task::spawn_blocking(move || pack::pack(&root, writer, &mut meter));
-    let body = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<Bytes, Error>(b), rx))
-    });
-    let written = fs
-        .write(
-            &archive,
-            Box::pin(body),
-            crate::WriteOptions::default().mode(0o600),
-        )
-        .await;
-    let packed = packer.await.map_err(joined)?;
-    let sum = match (packed, written) {
-        (Ok(sum), Ok(_)) => sum,
-        (p, w) => {
-            if w.is_ok() {
-                let _ = fs.remove(&archive, false).await;
-            }
-            return Err(upload_op(
-                p.err()
-                    .or(w.err())
-                    .unwrap_or_else(|| Error::other("upload failed")),
-            ));
-        }
-    };
     let mut child =
-        spawn_with(world, UPLOAD, &[dest.as_str(), archive.as_str()], false).map_err(upload_op)?;
-    let (err_text, ()) = futures::join!(drain_stderr(child.take_stderr()), async {
-        if let Some(mut s) = child.take_stdout() {
-            while s.next().await.is_some() {}
+        spawn_with(world, UPLOAD_VIA_FILE, &[dest.as_str()], true).map_err(upload_op)?;
+    let mut stdin = child
+        .take_stdin()
+        .ok_or_else(|| Error::other("upload: the tar process has no stdin"))?;
+    let mut stdout = child.take_stdout();
+    let stderr = child.take_stderr();
+    let flow = async {
+        let Some(line) = first_line(&mut stdout).await else {
+            let _ = stdin.shutdown().await;
+            drop(stdin);
+            let st = child.wait().await.map_err(Fail::Err)?;
+            return Err(Fail::Script(st.code));
+        };
+        let archive = WorldPath::new(line.as_str()).map_err(Fail::Err)?;
+        let (writer, rx) = ChanWriter::new();
+        let root = local.to_path_buf();
+        let mut meter = Meter::new(opts);
+        let packer = tokio::task::spawn_blocking(move || pack::pack(&root, writer, &mut meter));
+        let body = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (Ok::<Bytes, Error>(b), rx))
+        });
+        let written = fs
+            .write(
+                &archive,
+                Box::pin(body),
+                crate::WriteOptions::default().mode(0o600),
+            )
+            .await;
+        let packed = packer.await.map_err(joined).and_then(|r| r);
+        let go = match (packed, written) {
+            (Ok(sum), Ok(_)) => Ok(sum),
+            (p, w) => Err(p
+                .err()
+                .or(w.err())
+                .unwrap_or_else(|| Error::other("upload failed"))),
+        };
+        // `go` lets the process extract; without it (stdin closed) it removes the archive.
+        let fed = match &go {
+            Ok(_) => stdin.write_all(b"go\n").await,
+            Err(_) => Ok(()),
+        };
+        let _ = stdin.shutdown().await;
+        drop(stdin);
+        drain(stdout).await;
+        let st = child.wait().await.map_err(Fail::Err)?;
+        let sum = go.map_err(Fail::Err)?;
+        if !st.success() {
+            return Err(Fail::Script(st.code));
         }
-    });
-    let status = child.wait().await.map_err(upload_op)?;
-    if !status.success() {
-        let _ = fs.remove(&archive, false).await;
-        return Err(script_error("upload", dest, status.code, &err_text));
+        fed.map_err(|e| Fail::Err(Error::io("upload: starting the extraction", e)))?;
+        Ok(sum)
+    };
+    let (r, err_text) = futures::join!(flow, drain_stderr(stderr));
+    r.map_err(|f| f.into_error("upload", dest, &err_text))
+        .map_err(upload_op)
+}
+
+/// Removes the staging entries that cancelled transfers left in the world directory
+/// `dir` (as the acting user, only theirs): archives and staging directories whose
+/// owning world process is gone. Every upload does this beside its destination and
+/// every download in the world's temp directory; call it for a directory no transfer
+/// will touch again. Returns how many entries were removed.
+///
+/// ```no_run
+/// # async fn demo(world: &dyn exec_world::Subprocess) -> Result<(), exec_world::Error> {
+/// let n = exec_world::tree::sweep(world, &exec_world::WorldPath::new("/home/user")?).await?;
+/// # let _ = n; Ok(()) }
+/// ```
+pub async fn sweep(world: &dyn Subprocess, dir: &WorldPath) -> Result<u64, Error> {
+    const SWEEP: &str = concat!(
+        sweep_fn!(),
+        r#"set -u
+[ -d "$1" ] || { echo "not a directory" >&2; exit 91; }
+sweep "$1"
+echo "$swept"
+"#
+    );
+    let mut child =
+        spawn_with(world, SWEEP, &[dir.as_str()], false).map_err(|e| e.with_op("sweep"))?;
+    let mut stdout = child.take_stdout();
+    let (line, err_text) = futures::join!(
+        async {
+            let l = first_line(&mut stdout).await;
+            drain(stdout).await;
+            l
+        },
+        drain_stderr(child.take_stderr())
+    );
+    let st = child.wait().await.map_err(|e| e.with_op("sweep"))?;
+    if !st.success() {
+        return Err(script_error("sweep", dir, st.code, &err_text));
     }
-    Ok(sum)
+    Ok(line.and_then(|l| l.trim().parse().ok()).unwrap_or(0))
+}
+
+/// How a transfer through a file failed: its script's exit (named from its stderr
+/// once that is drained), or an error of its own.
+enum Fail {
+    Script(Option<i32>),
+    Err(Error),
+}
+
+impl Fail {
+    fn into_error(self, op: &str, path: &WorldPath, stderr: &str) -> Error {
+        match self {
+            Fail::Script(code) => script_error(op, path, code, stderr),
+            Fail::Err(e) => e,
+        }
+    }
+}
+
+/// The first line of a process's stdout (the path its script prints), at most 8 KiB.
+async fn first_line(stdout: &mut Option<OutputStream>) -> Option<String> {
+    let s = stdout.as_mut()?;
+    let mut buf = Vec::new();
+    while let Some(Ok(c)) = s.next().await {
+        buf.extend_from_slice(&c);
+        if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+            buf.truncate(i);
+            return String::from_utf8(buf).ok();
+        }
+        if buf.len() > 8 << 10 {
+            return None;
+        }
+    }
+    None
+}
+
+async fn drain(stdout: Option<OutputStream>) {
+    if let Some(mut s) = stdout {
+        while s.next().await.is_some() {}
+    }
 }
 
 /// Downloads the world directory `src` (absolute in `world`'s view) to the local path
@@ -367,10 +516,13 @@ pub async fn download(
 }
 
 /// [`download`] for worlds whose process output is slow (E2B streams it as events): one
-/// `tar` of the acting user archives the directory into a private temp file, which is
-/// read through `fs` (for fs-e2b: held open by a process of the user and streamed by
-/// envd's `/files`), extracted by [`extract`](super::extract)'s rules, then removed.
-/// `fs` and `world` must see the same paths. Same contract as [`download`].
+/// process of the acting user archives the directory into a private temp file and
+/// prints its path; the file is read through `fs` (for fs-e2b: held open by a process of
+/// the user and streamed by envd's `/files`) and extracted by
+/// [`extract`](super::extract)'s rules; then that process removes it. `fs` and `world`
+/// must see the same paths. Same contract as [`download`]; a cancelled download's
+/// archive goes with its process or at the next download's [`sweep`] of the temp
+/// directory.
 pub async fn download_via_file(
     fs: &dyn crate::Fs,
     world: &dyn Subprocess,
@@ -378,52 +530,55 @@ pub async fn download_via_file(
     local: &Path,
     opts: &TreeOptions,
 ) -> Result<TreeSummary, Error> {
-    let mut child =
-        spawn(world, DOWNLOAD_TO_FILE, src, false).map_err(|e| e.with_op("download"))?;
-    let stdout = child.take_stdout();
-    let (out, err_text) = futures::join!(
-        async {
-            let mut buf = Vec::new();
-            if let Some(mut s) = stdout {
-                while let Some(Ok(c)) = s.next().await {
-                    buf.extend_from_slice(&c);
-                }
-            }
-            String::from_utf8_lossy(&buf).trim().to_string()
-        },
-        drain_stderr(child.take_stderr())
-    );
-    let status = child.wait().await.map_err(|e| e.with_op("download"))?;
-    if !status.success() {
-        return Err(script_error("download", src, status.code, &err_text));
-    }
-    let archive = WorldPath::new(out.as_str())?;
-    let r = async {
-        let mut body = fs.read_stream(&archive).await?;
-        let (tx, reader) = ChanReader::new();
-        let dest = local.to_path_buf();
-        let mut meter = Meter::new(opts);
-        let extractor =
-            tokio::task::spawn_blocking(move || unpack::extract_metered(reader, &dest, &mut meter));
-        let pump = async move {
-            // Ends when the extractor is done (the rest is tar's padding) or failed.
-            while let Some(item) = body.next().await {
-                let item = item.map_err(|e| std::io::Error::other(e.to_string()));
-                if tx.send(item).await.is_err() {
-                    break;
-                }
-            }
+    let mut child = spawn(world, DOWNLOAD_TO_FILE, src, true).map_err(|e| e.with_op("download"))?;
+    let mut stdin = child
+        .take_stdin()
+        .ok_or_else(|| Error::other("download: the tar process has no stdin"))?;
+    let mut stdout = child.take_stdout();
+    let stderr = child.take_stderr();
+    let flow = async {
+        let Some(line) = first_line(&mut stdout).await else {
+            let _ = stdin.shutdown().await;
+            drop(stdin);
+            let st = child.wait().await.map_err(Fail::Err)?;
+            return Err(Fail::Script(st.code));
         };
-        let (extracted, ()) = futures::join!(extractor, pump);
-        extracted.map_err(joined)?
-    }
-    .await;
-    let _ = fs.remove(&archive, false).await;
-    r.map_err(|e| {
-        if e.op().is_none() {
-            e.with_op("download")
-        } else {
-            e
+        let r = async {
+            let archive = WorldPath::new(line.as_str())?;
+            let mut body = fs.read_stream(&archive).await?;
+            let (tx, reader) = ChanReader::new();
+            let dest = local.to_path_buf();
+            let mut meter = Meter::new(opts);
+            let extractor = tokio::task::spawn_blocking(move || {
+                unpack::extract_metered(reader, &dest, &mut meter)
+            });
+            let pump = async move {
+                // Ends when the extractor is done (the rest is tar's padding) or failed.
+                while let Some(item) = body.next().await {
+                    let item = item.map_err(|e| std::io::Error::other(e.to_string()));
+                    if tx.send(item).await.is_err() {
+                        break;
+                    }
+                }
+            };
+            let (extracted, ()) = futures::join!(extractor, pump);
+            extracted.map_err(joined)?
         }
-    })
+        .await;
+        // The end of stdin tells the process to remove the archive and end.
+        let _ = stdin.shutdown().await;
+        drop(stdin);
+        drain(stdout).await;
+        let _ = child.wait().await;
+        r.map_err(Fail::Err)
+    };
+    let (r, err_text) = futures::join!(flow, drain_stderr(stderr));
+    r.map_err(|f| f.into_error("download", src, &err_text))
+        .map_err(|e| {
+            if e.op().is_none() {
+                e.with_op("download")
+            } else {
+                e
+            }
+        })
 }

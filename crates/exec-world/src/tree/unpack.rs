@@ -166,6 +166,34 @@ fn checked_parts(raw: &Path) -> Result<Vec<String>, Error> {
     Ok(parts)
 }
 
+/// The directory chain the previous entry's parent was verified along (entries of one
+/// directory come together in an archive, so most entries skip the `lstat`s). Sound
+/// because the staging directory is private and only this extraction writes in it: a
+/// directory once checked stays one ([`clear`] never replaces a directory).
+#[derive(Default)]
+struct Verified {
+    parts: Vec<String>,
+}
+
+impl Verified {
+    /// `stage/parts` checked as [`parent_dir`] does, or known from the previous entry.
+    fn parent_dir(
+        &mut self,
+        stage: &Path,
+        parts: &[String],
+        shown: &str,
+    ) -> Result<PathBuf, Error> {
+        if parts.len() <= self.parts.len() && self.parts[..parts.len()] == *parts {
+            let mut at = stage.to_path_buf();
+            at.extend(parts);
+            return Ok(at);
+        }
+        let at = parent_dir(stage, parts, shown)?;
+        self.parts = parts.to_vec();
+        Ok(at)
+    }
+}
+
 /// `stage/parts[..n]` with every component a real directory (made when missing); a
 /// symlink or non-directory on the way is refused.
 fn parent_dir(stage: &Path, parts: &[String], shown: &str) -> Result<PathBuf, Error> {
@@ -223,6 +251,8 @@ fn clear(at: &Path, shown: &str) -> Result<(), Error> {
 fn unpack_into(archive: impl Read, stage: &Path, meter: &mut Meter) -> Result<TreeSummary, Error> {
     let mut ar = tar::Archive::new(archive);
     let mut sum = TreeSummary::default();
+    let mut verified = Verified::default();
+    let mut buf = vec![0u8; COPY_BUF];
     let mut dir_modes: Vec<(PathBuf, u32)> = Vec::new();
     let rerr = |e: std::io::Error| Error::io("download: reading the archive", e);
     for entry in ar.entries().map_err(rerr)? {
@@ -251,24 +281,35 @@ fn unpack_into(archive: impl Read, stage: &Path, meter: &mut Meter) -> Result<Tr
                     .with_op("download"),
             );
         };
-        let parent = parent_dir(stage, dirs, &shown)?;
+        let parent = verified.parent_dir(stage, dirs, &shown)?;
         let at = parent.join(last);
         match kind {
             k if k.is_dir() => {
-                parent_dir(stage, &parts, &shown)?;
+                verified.parent_dir(stage, &parts, &shown)?;
                 dir_modes.push((at, mode));
                 sum.dirs += 1;
             }
             k if k.is_file() || k.is_gnu_sparse() || k == EntryType::Continuous => {
-                clear(&at, &shown)?;
-                let mut f = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&at)
-                    .map_err(|e| Error::io("download", e).with_path(&shown))?;
-                copy_counted(&mut entry, &mut f, meter).map_err(|e| e.with_path(&shown))?;
+                let create = || {
+                    OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(&at)
+                };
+                // Usually the name is free; an earlier entry of the same name (a file or
+                // link, never a directory) is cleared first.
+                let mut f = match create() {
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        clear(&at, &shown)?;
+                        create()
+                    }
+                    r => r,
+                }
+                .map_err(|e| Error::io("download", e).with_path(&shown))?;
+                copy_counted(&mut entry, &mut f, &mut buf, meter)
+                    .map_err(|e| e.with_path(&shown))?;
                 f.set_permissions(std::fs::Permissions::from_mode(mode))
                     .map_err(|e| Error::io("download", e).with_path(&shown))?;
                 if let Ok(mtime) = entry.header().mtime() {
@@ -360,11 +401,18 @@ fn parent_dir_existing(stage: &Path, parts: &[String], shown: &str) -> Result<Pa
     Ok(at)
 }
 
-/// Copies an entry's bytes into `f`, counting progress.
-fn copy_counted(r: &mut impl Read, f: &mut File, meter: &mut Meter) -> Result<(), Error> {
-    let mut buf = vec![0u8; 128 << 10];
+/// The copy buffer of an extraction (one, reused for every file).
+const COPY_BUF: usize = 256 << 10;
+
+/// Copies an entry's bytes into `f` through `buf`, counting progress.
+fn copy_counted(
+    r: &mut impl Read,
+    f: &mut File,
+    buf: &mut [u8],
+    meter: &mut Meter,
+) -> Result<(), Error> {
     loop {
-        let n = match r.read(&mut buf) {
+        let n = match r.read(buf) {
             Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,

@@ -25,6 +25,18 @@ pub fn plain(headers: &[String]) -> tokio::process::Command {
     c
 }
 
+/// The headers a plain curl sends to reach `sandbox`'s envd through the emulator.
+pub fn envd_headers(sandbox: &e2b_core::Sandbox) -> Vec<String> {
+    let mut headers = vec![
+        format!("E2b-Sandbox-Id: {}", sandbox.id()),
+        "E2b-Sandbox-Port: 49983".to_owned(),
+    ];
+    if let Some(t) = sandbox.access_token() {
+        headers.push(format!("X-Access-Token: {}", t.expose()));
+    }
+    headers
+}
+
 /// Writes `size` bytes of the test data to `path`, chunk by chunk (the caller's data,
 /// prepared before the timing).
 pub async fn write_file(path: &Path, size: u64) -> Result<(), AnyError> {
@@ -44,13 +56,7 @@ pub async fn run(figure: &str) -> Result<Outcome, AnyError> {
     std::fs::create_dir_all(&dir)?;
     let src = dir.join("up.bin");
     let url = format!("{}/files?path=/home/user/wb-curl.bin", sandbox.envd_url());
-    let mut headers = vec![
-        format!("E2b-Sandbox-Id: {}", sandbox.id()),
-        "E2b-Sandbox-Port: 49983".to_owned(),
-    ];
-    if let Some(t) = sandbox.access_token() {
-        headers.push(format!("X-Access-Token: {}", t.expose()));
-    }
+    let headers = envd_headers(&sandbox);
     let size = var(if figure == "files_small" {
         "WB_SMALL_BYTES"
     } else {

@@ -46,6 +46,7 @@ mod report;
 mod runner;
 mod sandbox_env;
 mod sdk;
+mod trees;
 
 use child::AnyError;
 
@@ -99,6 +100,9 @@ fn main() {
 
 /// Child mode: one contender on one figure.
 async fn contender(id: &str, figure: &str) -> Result<child::Outcome, AnyError> {
+    if trees::is_tree_figure(figure) {
+        return trees::contender(id, figure).await;
+    }
     if figure.starts_with("op_") || figure.starts_with("bw_") {
         return ops::run(id, figure).await;
     }
@@ -118,6 +122,9 @@ async fn contender(id: &str, figure: &str) -> Result<child::Outcome, AnyError> {
 }
 
 fn orchestrate(rt: &tokio::runtime::Runtime, opts: &opts::Opts) -> Result<(), AnyError> {
+    if opts.trees {
+        return trees::orchestrate(rt, opts);
+    }
     let emu = rt.block_on(emulator::Emulator::start())?;
     // The latency mode's links: one for the operations (the round trip only), one for
     // the transfers (and the bandwidth).

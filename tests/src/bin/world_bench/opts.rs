@@ -30,6 +30,10 @@ pub struct Opts {
     pub bandwidth_mbit: u64,
     /// Timed runs of each operation in the latency mode.
     pub op_iterations: u64,
+    /// The tree mode (`--trees`): tree transfers and watch latency (`trees/`).
+    pub trees: bool,
+    /// The tree mode's sizes.
+    pub tree: super::trees::Sizes,
 }
 
 impl Default for Opts {
@@ -48,6 +52,8 @@ impl Default for Opts {
             rtt_ms: 0,
             bandwidth_mbit: 200,
             op_iterations: 20,
+            trees: false,
+            tree: super::trees::Sizes::default(),
         }
     }
 }
@@ -56,10 +62,11 @@ impl Default for Opts {
 pub const USAGE: &str = "usage: world-bench [--quick | --tiny] [--iterations N] [--rounds N] \
 [--levels 64,256] [--small-n N] [--small-kib K] [--large-mib M] [--flood-mib M] \
 [--only raw,ours,...] [--no-sdk] [--json PATH] [--rtt-ms MS [--bandwidth-mbit N] \
-[--op-iterations N]]\n\
+[--op-iterations N]] [--trees]\n\
 --rtt-ms above 0: each operation's latency and round trips, every contender through a \
 link with that round trip (and the transfers of --large-mib at --bandwidth-mbit, default \
-200; 0 is unlimited)";
+200; 0 is unlimited)\n\
+--trees: tree upload and download (10,000 x 4 KiB + 20 x 4 MiB) and watch latency instead";
 
 impl Opts {
     /// Parses the command line (after the program name).
@@ -83,6 +90,7 @@ impl Opts {
                     o.small_n = 20;
                     o.large_bytes = 32 << 20;
                     o.flood_bytes = 64 << 20;
+                    o.tree = super::trees::Sizes::quick();
                 }
                 "--tiny" => {
                     o.iterations = 3;
@@ -93,6 +101,7 @@ impl Opts {
                     o.large_bytes = 1 << 20;
                     o.flood_bytes = 1 << 20;
                     o.op_iterations = 3;
+                    o.tree = super::trees::Sizes::tiny();
                 }
                 "--iterations" => o.iterations = num(val()?)?,
                 "--rounds" => o.rounds = num(val()?)?,
@@ -112,6 +121,7 @@ impl Opts {
                 "--rtt-ms" => o.rtt_ms = num(val()?)?,
                 "--bandwidth-mbit" => o.bandwidth_mbit = num(val()?)?,
                 "--op-iterations" => o.op_iterations = num(val()?)?,
+                "--trees" => o.trees = true,
                 "-h" | "--help" => return Err(USAGE.to_owned()),
                 other => return Err(format!("unknown option {other}\n{USAGE}")),
             }

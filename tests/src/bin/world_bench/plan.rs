@@ -72,6 +72,7 @@ const TRANSFER: &[&str] = &["curl", "raw", "ours", "js", "py"];
 fn is_fs(figure: &str) -> bool {
     figure.starts_with("files")
         || figure.starts_with("bw_")
+        || figure.starts_with("tree_")
         || (figure.starts_with("op_") && !matches!(figure, "op_exec" | "op_create" | "op_connect"))
 }
 
@@ -94,6 +95,7 @@ pub fn display(contender: &str, figure: &str) -> &'static str {
         "ours" => "subprocess-e2b",
         "sandbox" => "sandbox-e2b",
         "curl" => "curl",
+        "tarcurl" => "tar + curl /files",
         "js" => "JS SDK",
         "py" => "Python SDK",
         _ => "?",

@@ -50,6 +50,7 @@ impl FigureResult {
             "exec_durable" | "attach_64m" => &["ours"],
             f if f.starts_with("exec") => &["raw", "rawsh", "js", "py", "local", "tokio"],
             f if f.starts_with("files") || f.starts_with("bw_") => &["curl", "raw"],
+            f if f.starts_with("tree_") => &["tarcurl", "js", "py"],
             f if f.starts_with("op_") => &["js", "py"],
             _ => &["raw"],
         }

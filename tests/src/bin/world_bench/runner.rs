@@ -111,6 +111,7 @@ fn run_into(
             .env("WB_SETUP", plan::setup_script(&fig.id, dir, opts))
             .env("WB_WARM", plan::WARM_UPS.to_string());
     }
+    cmd.envs(super::trees::vars(&fig.id, contender));
     cmd.envs(opts.vars(&fig.id, fig.conc))
         .env("NO_PROXY", "127.0.0.1,localhost")
         .stdin(Stdio::piped())
