@@ -128,8 +128,8 @@ impl E2bFs {
     /// Writes `data` to `p` as the sandbox@1 contract's `write_file` does: missing parents
     /// made (0755), a final symlink followed with the acting user's rights (as a shell's
     /// `>` does: the user's permissions decide where it may land), the file replaced
-    /// atomically; `mode` or the existing file's, else 0644. With
-    /// [`E2bFsOptions::root_staging`] two envd requests.
+    /// atomically; `mode` or the existing file's, else 0644. One envd request up to
+    /// 1 MiB; larger, two with [`E2bFsOptions::root_staging`].
     ///
     /// ```no_run
     /// # async fn demo(fs: fs_e2b::E2bFs) -> Result<(), exec_world::Error> {

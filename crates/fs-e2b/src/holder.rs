@@ -228,6 +228,30 @@ pub(crate) async fn who(sh: &Shared) -> Result<[String; 3], Error> {
     }
 }
 
+/// How a holder's wrapper runs it (see [`scripts::HOLDER_WRAPPER`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// stderr on stdout, stdin a pipe the caller drives (or closed with a root
+    /// staging file).
+    Merge,
+    /// stdout carries the file's bytes of a holder that answers inline, stderr its
+    /// status.
+    Split,
+    /// As `Merge`, with stdin the bytes to write, encoded in the start request's
+    /// environment (see [`inline_env`]).
+    Inline,
+}
+
+impl Mode {
+    fn word(self) -> &'static str {
+        match self {
+            Mode::Merge => "merge",
+            Mode::Split => "split",
+            Mode::Inline => "inline",
+        }
+    }
+}
+
 /// Starts `script` (a holder) with `args` after the acting user and `src` (a root
 /// staging file whose bytes a write holder copies in, or empty) and waits for its status
 /// line. `Ok(Err(output))`: the holder failed before holding anything (its code and
@@ -241,16 +265,67 @@ pub(crate) async fn start(
     abs: &WorldPath,
     what: &str,
 ) -> Result<Result<Held, (i32, Vec<u8>)>, Error> {
+    match launch(
+        sh,
+        script,
+        Mode::Merge,
+        src,
+        args,
+        &[],
+        lifetime,
+        abs,
+        what,
+        0,
+    )
+    .await?
+    {
+        Started::Held(h) => Ok(Ok(h)),
+        Started::Failed(code, text) => Ok(Err((code, text))),
+        Started::Ended { .. } => Err(Error::other("the holder ended without its status")
+            .with_op(what)
+            .with_path(abs)),
+    }
+}
+
+/// What a started holder said.
+pub(crate) enum Started {
+    /// It holds its file (`ok PID FD …`).
+    Held(Held),
+    /// It failed before holding anything: its code and cause.
+    Failed(i32, Vec<u8>),
+    /// ([`Mode::Split`] only) It ended with code 0 and no status line: `data` is its
+    /// stdout (at most `data_cap` bytes kept, `over` when more came).
+    Ended { data: Vec<u8>, over: bool },
+}
+
+/// Starts `script` in `mode` (see [`start`]); `envs` go into the start request's
+/// environment (the wrapper's only: the holder runs with an empty one). In
+/// [`Mode::Split`] the holder's stdout is kept (at most `data_cap` bytes) as the data
+/// of a holder that answers inline.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn launch(
+    sh: &Shared,
+    script: &str,
+    mode: Mode,
+    src: &str,
+    args: &[&str],
+    envs: &[(String, String)],
+    lifetime: Duration,
+    abs: &WorldPath,
+    what: &str,
+    data_cap: usize,
+) -> Result<Started, Error> {
     let [uid, gid, groups] = who(sh).await?;
-    let mut argv: Vec<&str> = vec![script, "merge", &uid, &gid, &groups, src];
+    let mut argv: Vec<&str> = vec![script, mode.word(), &uid, &gid, &groups, src];
     argv.extend_from_slice(args);
     let events = sh
         .root_ctl
         .start(
             scripts::HOLDER_WRAPPER,
             &argv,
+            envs,
             Some(lifetime),
-            src.is_empty(),
+            mode != Mode::Inline && src.is_empty(),
             abs,
             what,
         )
@@ -263,14 +338,19 @@ pub(crate) async fn start(
         released: false,
         out: Vec::new(),
     };
-    let (text, line) = tokio::time::timeout(sh.command_timeout, status_line(&mut h, abs, what))
-        .await
-        .map_err(|_| {
-            Error::timeout(what).with_path(abs).with_detail(format!(
-                "the holder's status after {:?}",
-                sh.command_timeout
-            ))
-        })??;
+    let split = (mode == Mode::Split).then_some(data_cap);
+    let (text, line) =
+        match tokio::time::timeout(sh.command_timeout, status_line(&mut h, split, abs, what))
+            .await
+            .map_err(|_| {
+                Error::timeout(what).with_path(abs).with_detail(format!(
+                    "the holder's status after {:?}",
+                    sh.command_timeout
+                ))
+            })?? {
+            Status::Line(text, line) => (text, line),
+            Status::Ended(data, over) => return Ok(Started::Ended { data, over }),
+        };
     let bad = || {
         Error::other(format!("unreadable holder status {line:?}"))
             .with_op(what)
@@ -279,7 +359,7 @@ pub(crate) async fn start(
     if let Some(code) = line.strip_prefix('e') {
         let code = code.parse::<i32>().map_err(|_| bad())?;
         h.released = true;
-        return Ok(Err((code, text)));
+        return Ok(Started::Failed(code, text));
     }
     let mut f = line.strip_prefix("ok ").ok_or_else(bad)?.split(' ');
     let hpid = f
@@ -291,21 +371,84 @@ pub(crate) async fn start(
         .and_then(|p| p.parse::<u32>().ok())
         .ok_or_else(bad)?;
     let rest = f.map(str::to_owned).collect();
-    Ok(Ok(Held {
+    Ok(Started::Held(Held {
         holder: h,
         fd_path: format!("/proc/{hpid}/fd/{fd}"),
         rest,
     }))
 }
 
+/// Most bytes written inline (see [`inline_env`]): encoded, they fit the start
+/// request's environment within Linux's smallest `ARG_MAX` for an 8 MiB stack (2 MiB),
+/// each variable under `MAX_ARG_STRLEN` (128 KiB).
+pub(crate) const INLINE_WRITE_MAX: usize = 1 << 20;
+
+/// Variables the wrapper reads ([`scripts::HOLDER_WRAPPER`]: `FS_E2B_D0` …).
+const INLINE_VARS: usize = 16;
+
+/// Encoded lines per variable (61 bytes and a newline each: 124 KB).
+const LINES_PER_VAR: usize = 2000;
+
+/// `data` (at most [`INLINE_WRITE_MAX`] bytes) as the environment of an inline write:
+/// uuencoded lines (what perl's `unpack "u"` reads, no module needed), split over
+/// `FS_E2B_D0` … `FS_E2B_D15`. The wrapper feeds them to the holder's root parent on
+/// stdin; only root can read a process's environment in the sandbox.
+pub(crate) fn inline_env(data: &[u8]) -> Vec<(String, String)> {
+    let mut vars = Vec::new();
+    for (i, lines) in data
+        .chunks(45 * LINES_PER_VAR)
+        .enumerate()
+        .take(INLINE_VARS)
+    {
+        let mut v = String::with_capacity(lines.len() / 45 * 62 + 64);
+        for line in lines.chunks(45) {
+            uu_line(line, &mut v);
+        }
+        vars.push((format!("FS_E2B_D{i}"), v));
+    }
+    vars
+}
+
+/// One uuencoded line of at most 45 bytes (a zero sextet as a backquote).
+fn uu_line(line: &[u8], out: &mut String) {
+    let c = |v: u8| char::from(if v == 0 { b'`' } else { v + 32 });
+    out.push(c(line.len() as u8));
+    for g in line.chunks(3) {
+        let b = [
+            g[0],
+            g.get(1).copied().unwrap_or(0),
+            g.get(2).copied().unwrap_or(0),
+        ];
+        out.push(c(b[0] >> 2));
+        out.push(c(((b[0] & 3) << 4) | (b[1] >> 4)));
+        out.push(c(((b[1] & 15) << 2) | (b[2] >> 6)));
+        out.push(c(b[2] & 63));
+    }
+    out.push('\n');
+}
+
+/// What [`status_line`] found.
+enum Status {
+    /// The text before the status line, and the line.
+    Line(Vec<u8>, String),
+    /// ([`Mode::Split`]) The holder ended with code 0 before any status: its stdout
+    /// (bounded) and whether more came.
+    Ended(Vec<u8>, bool),
+}
+
 /// Output of the wrapper up to the holder's status line (`ok …` or `eCODE`): the text
-/// before it and the line; what follows it is kept in the holder.
+/// before it and the line; what follows it is kept in the holder. With `split` (the
+/// data cap), only stderr carries the status, stdout is data (kept up to the cap), and
+/// an exit 0 with no status is the data.
 async fn status_line(
     h: &mut Holder,
+    split: Option<usize>,
     abs: &WorldPath,
     what: &str,
-) -> Result<(Vec<u8>, String), Error> {
+) -> Result<Status, Error> {
     let mut out = Vec::new();
+    let mut data = Vec::new();
+    let mut over = false;
     let mut scanned = 0;
     loop {
         while let Some(nl) = out[scanned..].iter().position(|&c| c == b'\n') {
@@ -316,7 +459,7 @@ async fn status_line(
                 || (!code.is_empty() && code.bytes().all(|c| c.is_ascii_digit()))
             {
                 h.out = out[end + 1..].to_vec();
-                return Ok((out[..scanned].to_vec(), line));
+                return Ok(Status::Line(out[..scanned].to_vec(), line));
             }
             scanned = end + 1;
         }
@@ -326,11 +469,22 @@ async fn status_line(
                 .with_path(abs));
         }
         match h.events.next().await {
-            Some(Ok(ProcessEvent::Data(
-                DataEvent::Stdout(b) | DataEvent::Stderr(b) | DataEvent::Pty(b),
-            ))) => out.extend_from_slice(&b),
+            Some(Ok(ProcessEvent::Data(DataEvent::Stdout(b)))) => match split {
+                Some(cap) => {
+                    let room = cap.saturating_sub(data.len());
+                    over |= b.len() > room;
+                    data.extend_from_slice(&b[..room.min(b.len())]);
+                }
+                None => out.extend_from_slice(&b),
+            },
+            Some(Ok(ProcessEvent::Data(DataEvent::Stderr(b) | DataEvent::Pty(b)))) => {
+                out.extend_from_slice(&b)
+            }
             Some(Ok(ProcessEvent::End(end))) => {
                 h.released = true;
+                if split.is_some() && end.exit_code == 0 {
+                    return Ok(Status::Ended(data, over));
+                }
                 return Err(failure(end.exit_code, &out, abs, None, what));
             }
             Some(Ok(_)) => {}

@@ -24,8 +24,9 @@ pub struct E2bFsOptions {
     /// Lifetime of each shell command (envd kills it at expiry). Default 120 s.
     pub command_timeout: Duration,
     /// A directory only root can reach (e.g. `/opt/capybara/upload`, root 0700 all the
-    /// way): when set, a write uploads its bytes there as root and one holder start
-    /// copies them into place as the acting user (two requests instead of three). Never
+    /// way): when set, a write larger than an inline one (1 MiB) uploads its bytes there
+    /// as root and one holder start copies them into place as the acting user (two
+    /// requests instead of three). Never
     /// a directory the user can write or search. Default `None`.
     pub root_staging: Option<String>,
 }

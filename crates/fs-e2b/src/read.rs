@@ -1,13 +1,14 @@
-//! Reading files as the acting user, at the speed of envd's `GET /files`: a holder
-//! process of that user opens the file and holds it (see [`crate::holder`]), and envd
-//! (root) reads only through that open file, `/proc/PID/fd/FD`, never through a path the
-//! user controls. The holder opens the file with the user's rights (a root-only file is
+//! Reading files as the acting user. A holder process of that user opens the file
+//! (see [`crate::holder`]). A file of at most [`INLINE_READ_MAX`] bytes it copies to its
+//! own output: the read is the one request that started it. A larger one it holds, and
+//! envd (root) reads only through that open file, `/proc/PID/fd/FD`, never through a
+//! path the user controls, at the speed of envd's `GET /files`. The holder opens the file with the user's rights (a root-only file is
 //! `PermissionDenied`, a planted link reaches only what the user may read, a FIFO or
 //! device is refused) and prints the size of the open file (`TooLarge` before a byte
 //! moves). Once envd answered the download's headers (it has the file open), the
 //! holder's stdin is closed: it lets go and its wrapper ends; that request fails when
-//! the wrapper was gone, and the bytes are then discarded. Requests per read: the
-//! holder's start, the download, the stdin close.
+//! the wrapper was gone, and the bytes are then discarded. Requests per read of a
+//! larger file: the holder's start, the download, the stdin close.
 //!
 //! Memory stays bounded (the download is a stream; `read` keeps at most `max` bytes and
 //! stops at `max + 1`).
@@ -37,14 +38,28 @@ const EARLY_MAX: usize = 16 << 20;
 /// How long a `read_stream` holder may live (it is released once envd opened the file).
 const STREAM_LIFETIME: Duration = Duration::from_secs(3600);
 
-/// Holds `abs` and starts envd's download of the holder's descriptor: the size, the
-/// download and the holder, which [`release`] must let go before any byte is trusted.
+/// Largest file a read holder answers on its own output (one request); a larger one
+/// it holds for envd's download.
+pub(crate) const INLINE_READ_MAX: u64 = 2 << 20;
+
+/// What [`open`] got: the file's bytes from the holder itself, or a held file.
+enum Opened {
+    /// The holder answered inline: the bytes, and whether more came than were kept.
+    Inline(Vec<u8>, bool),
+    /// The size, envd's download of the holder's descriptor, and the holder, which
+    /// [`release`] must let go before any byte is trusted.
+    Held(u64, e2b_core::envd::Download, Holder),
+}
+
+/// Opens `abs` as the acting user with a read holder: a file of at most
+/// [`INLINE_READ_MAX`] bytes comes back on the holder's output (at most `limit + 1`
+/// bytes kept), a larger one is held and envd's download of its descriptor started.
 async fn open(
     sh: &Shared,
     abs: &WorldPath,
     limit: Option<u64>,
     what: &'static str,
-) -> Result<(u64, e2b_core::envd::Download, Holder), Error> {
+) -> Result<Opened, Error> {
     let limit_arg = match limit {
         Some(l) if l < NO_LIMIT_FROM => l.to_string(),
         _ => String::new(),
@@ -53,19 +68,30 @@ async fn open(
         Some(_) => sh.command_timeout,
         None => STREAM_LIFETIME.max(sh.command_timeout),
     };
-    let held = match holder::start(
+    let inline = INLINE_READ_MAX.to_string();
+    let cap = limit
+        .unwrap_or(u64::MAX)
+        .min(INLINE_READ_MAX)
+        .saturating_add(1);
+    let started = holder::launch(
         sh,
         scripts::READ_HOLDER,
+        holder::Mode::Split,
         "",
-        &[abs.as_str(), &limit_arg],
+        &[abs.as_str(), &limit_arg, &inline],
+        &[],
         lifetime,
         abs,
         what,
+        usize::try_from(cap).unwrap_or(usize::MAX),
     )
-    .await?
-    {
-        Ok(held) => held,
-        Err((code, text)) => return Err(holder::failure(code, &text, abs, limit, what)),
+    .await?;
+    let held = match started {
+        holder::Started::Held(held) => held,
+        holder::Started::Failed(code, text) => {
+            return Err(holder::failure(code, &text, abs, limit, what));
+        }
+        holder::Started::Ended { data, over } => return Ok(Opened::Inline(data, over)),
     };
     let size = held
         .rest
@@ -78,7 +104,7 @@ async fn open(
         })?;
     let mut h = held.holder;
     match sh.api.download(&held.fd_path, sh.user()).await {
-        Ok(dl) => Ok((size, dl, h)),
+        Ok(dl) => Ok(Opened::Held(size, dl, h)),
         Err(e) => Err(why_not(&mut h, e.into_world(what).with_path(abs), abs, what).await),
     }
 }
@@ -116,7 +142,15 @@ async fn release(h: &mut Holder, abs: &WorldPath, what: &str) -> Result<(), Erro
 /// The whole file if it has at most `max` bytes: TooLarge from the size of the opened
 /// file before any byte is sent, and again if it grew since (the download is cut).
 pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Result<Bytes, Error> {
-    let (size, mut dl, mut h) = open(sh, abs, Some(max), "read").await?;
+    let (size, mut dl, mut h) = match open(sh, abs, Some(max), "read").await? {
+        Opened::Held(size, dl, h) => (size, dl, h),
+        Opened::Inline(data, over) => {
+            if over || data.len() as u64 > max {
+                return Err(Error::too_large(abs, max).with_op("read"));
+            }
+            return Ok(Bytes::from(data));
+        }
+    };
     // The body is taken while the holder is released; it is returned only if the
     // release succeeded.
     let body = async {
@@ -192,7 +226,17 @@ fn chunks(mut b: Bytes) -> Vec<Result<Bytes, Error>> {
 
 /// The file as a stream of chunks of at most [`CHUNK`] bytes.
 pub(crate) async fn read_stream(sh: &Shared, abs: &WorldPath) -> Result<ByteStream, Error> {
-    let (_size, mut dl, mut h) = open(sh, abs, None, "read_stream").await?;
+    let (mut dl, mut h) = match open(sh, abs, None, "read_stream").await? {
+        Opened::Held(_, dl, h) => (dl, h),
+        Opened::Inline(data, over) => {
+            if over {
+                return Err(Error::other("the holder printed more than its file held")
+                    .with_op("read_stream")
+                    .with_path(abs));
+            }
+            return Ok(Box::pin(futures::stream::iter(chunks(Bytes::from(data)))));
+        }
+    };
     // The download is read (at most EARLY_MAX kept) while the holder is released: over
     // HTTP/2 both share one connection, and a download nobody reads fills its window, so
     // the release's answer could not come through. Nothing is yielded before it did.

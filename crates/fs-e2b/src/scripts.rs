@@ -106,10 +106,17 @@ pub(crate) const EXIT_ABORTED: i32 = 75;
 /// with the rest after `$2` as its arguments, in `perl` with an empty environment (no
 /// `PERL5LIB` or `PERL5OPT` reaches root's interpreter). `$2` = `merge`: stderr on
 /// stdout (the status protocol of [`crate::holder`]); `split`: stdout carries the data
-/// of a [`CAT_HOLDER`], stderr its status.
+/// of a [`CAT_HOLDER`] or of a [`READ_HOLDER`] that answers inline, stderr its status;
+/// `inline`: as `merge`, with stdin the uuencoded bytes of an inline write, from the
+/// start request's variables `FS_E2B_D0` … `FS_E2B_D15` (a here-document: a pipe, never
+/// an argument any process of the sandbox could read; the environment of a root
+/// process is root's only).
 pub(crate) const HOLDER_WRAPPER: &str = r#"command -v perl >/dev/null || { echo "perl: not found" >&2; echo e71 >&2; exit 71; }
 s=$1; m=$2; shift 2
 [ "$m" = split ] && exec env -i LC_ALL=C perl -e "$s" -- "$@"
+[ "$m" = inline ] && exec env -i LC_ALL=C perl -e "$s" -- "$@" 2>&1 <<EOF
+${FS_E2B_D0}${FS_E2B_D1}${FS_E2B_D2}${FS_E2B_D3}${FS_E2B_D4}${FS_E2B_D5}${FS_E2B_D6}${FS_E2B_D7}${FS_E2B_D8}${FS_E2B_D9}${FS_E2B_D10}${FS_E2B_D11}${FS_E2B_D12}${FS_E2B_D13}${FS_E2B_D14}${FS_E2B_D15}
+EOF
 exec env -i LC_ALL=C perl -e "$s" -- "$@" 2>&1"#;
 
 /// Exit code of a holder that was stopped or killed (by the user) before it was done:
@@ -135,10 +142,12 @@ pub(crate) const ERRNO_BASE: i32 = 100;
 /// makes the parent print `e76` (interrupted) at once; before `done` it then waits for
 /// a line or EOF on stdin (the caller let go of the descriptor) before reaping. `fail`
 /// prints the cause, then `eCODE`, on stderr; `failno` makes the code from `errno`.
+/// Only `Fcntl` is loaded (`POSIX` alone costs more than the rest of a holder's
+/// start): `waitpid`'s `WUNTRACED` is Linux's 2, and a stopped child's status has 0x7f
+/// in its low byte.
 macro_rules! holder_start {
     () => {
         r#"use Fcntl qw(O_RDONLY O_WRONLY O_CREAT O_EXCL O_NOFOLLOW O_NONBLOCK O_NOCTTY F_GETFD F_SETFD FD_CLOEXEC);
-use POSIX qw(WUNTRACED);
 my ($uid, $gid, $groups, $src_path) = splice(@ARGV, 0, 4);
 $| = 1;
 sub early { print STDERR "$_[1]\ne$_[0]\n"; exit $_[0] }
@@ -152,8 +161,15 @@ if ($uid !~ /^[0-9]+$/) {
   endgrent();
   $groups = join ' ', @g;
 }
-my $SRC;
-if (length $src_path) {
+my ($SRC, $INLINE);
+if ($src_path =~ /^-([0-9]+)$/) {
+  my $len = $1;
+  my $enc = do { local $/; <STDIN> };
+  $INLINE = unpack('u', defined $enc ? $enc : '');
+  $INLINE = '' unless defined $INLINE;
+  early(1, "inline data: " . length($INLINE) . " bytes, not $len") unless length($INLINE) == $len;
+  open(STDIN, '<', '/dev/null') or early(1, "stdin: $!");
+} elsif (length $src_path) {
   sysopen($SRC, $src_path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK) or early(1, "staged data: $!");
   unlink $src_path;
   my @sst = stat($SRC);
@@ -183,8 +199,8 @@ if ($pid) {
   }
   close STDIN;
   while (1) {
-    my $w = waitpid($pid, WUNTRACED);
-    last if $w != $pid || !POSIX::WIFSTOPPED(${^CHILD_ERROR_NATIVE});
+    my $w = waitpid($pid, 2);
+    last if $w != $pid || (${^CHILD_ERROR_NATIVE} & 0xff) != 0x7f;
     kill 'KILL', $pid; $hit = 1;
   }
   if ($hit || ($? & 127)) { print STDERR "the holder was stopped or killed: interrupted\ne76\n"; exit 76 }
@@ -203,14 +219,18 @@ fail(71, "the holder is reachable by the user (fs.suid_dumpable?)") unless @pfd 
     };
 }
 
-/// The read holder (arguments after the ids: path, limit). It opens the path once
-/// (`O_NONBLOCK`: a FIFO never blocks it), refuses a directory (67) or anything not a
-/// regular file (69), checks the size of the open file against the limit (68), prints
-/// `ok PID FD SIZE` and keeps the file open until stdin ends; envd's root
-/// `GET /files` reads `/proc/PID/fd/FD`, the file this user opened.
+/// The read holder (arguments after the ids: path, limit, inline limit; run `split`).
+/// It opens the path once (`O_NONBLOCK`: a FIFO never blocks it), refuses a directory
+/// (67) or anything not a regular file (69), checks the size of the open file against
+/// the limit (68). A file of at most the inline limit it answers itself: it says `done`
+/// (root never touches its descriptors) and copies the open file to stdout (at most
+/// limit + 1 bytes: 68 when it grew past the limit), so the read is the one request that
+/// started it. A larger one: it prints `ok PID FD SIZE` on stderr and keeps the file
+/// open until stdin ends; envd's root `GET /files` reads `/proc/PID/fd/FD`, the file
+/// this user opened.
 pub(crate) const READ_HOLDER: &str = concat!(
     holder_start!(),
-    r#"my ($path, $limit) = @ARGV;
+    r#"my ($path, $limit, $inline) = @ARGV;
 sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or do {
   my $n = $! + 0;
   fail(69) if -e $path && !-f _;
@@ -220,7 +240,28 @@ my @st = stat($fh) or failno($path);
 fail(67) if -d _;
 fail(69) unless -f _;
 fail(68) if length($limit) && $st[7] > $limit;
-print "ok $$ ", fileno($fh), " $st[7]\n";
+if (length($inline) && $st[7] <= $inline) {
+  done();
+  binmode STDOUT;
+  my ($cap, $got) = (length($limit) ? $limit + 1 : -1, 0);
+  while ($cap < 0 || $got < $cap) {
+    my $want = 65536;
+    $want = $cap - $got if $cap >= 0 && $cap - $got < $want;
+    my $n = sysread($fh, my $buf, $want);
+    failno($path) unless defined $n;
+    last if $n == 0;
+    my $off = 0;
+    while ($off < $n) {
+      my $w = syswrite(STDOUT, $buf, $n - $off, $off);
+      exit 1 unless defined $w;
+      $off += $w;
+    }
+    $got += $n;
+  }
+  fail(68) if length($limit) && $got > $limit;
+  exit 0;
+}
+print STDERR "ok $$ ", fileno($fh), " $st[7]\n";
 1 while defined(<STDIN>);
 done();
 exit 0;"#
@@ -298,6 +339,15 @@ if ($SRC) {
     }
   }
   close $SRC;
+  $go = 'commit';
+} elsif (defined $INLINE) {
+  my ($off, $n) = (0, length $INLINE);
+  while ($off < $n) {
+    my $w = syswrite($fh, $INLINE, $n - $off, $off);
+    if (!defined $w) { my $e = $! + 0; clean(); $! = $e; failno($t) }
+    $off += $w;
+  }
+  undef $INLINE;
   $go = 'commit';
 } else {
   $go = <STDIN>;

@@ -86,19 +86,24 @@ impl Ctl {
         })
     }
 
-    /// Starts `script` with `args` and returns its event stream (for processes driven
-    /// while they run); `lifetime` replaces the command timeout (`None`: unbounded),
-    /// `stdin` opens a stdin pipe.
+    /// Starts `script` with `args` (and `envs` added to its environment) and returns
+    /// its event stream (for processes driven while they run); `lifetime` replaces the
+    /// command timeout (`None`: unbounded), `stdin` opens a stdin pipe.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start(
         &self,
         script: &str,
         args: &[&str],
+        envs: &[(String, String)],
         lifetime: Option<Duration>,
         stdin: bool,
         path: &WorldPath,
         what: &str,
     ) -> Result<ProcessStream, Error> {
         let mut spec = self.shell.command(script, args);
+        for (k, v) in envs {
+            spec.envs.insert(k.clone(), v.clone());
+        }
         spec.timeout = lifetime;
         spec.stdin = stdin;
         self.shell

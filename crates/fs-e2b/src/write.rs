@@ -5,7 +5,10 @@
 //! created and holds, never a path the user controls; told `commit`, the holder renames
 //! it over the target (`create_if_absent`: hard-links it, which fails if anything is
 //! there) and prints the record of the new inode. Requests per write: the holder's
-//! start, the upload, the `commit` line. The staging directory is removed on every
+//! start, the upload, the `commit` line. A write of at most
+//! [`holder::INLINE_WRITE_MAX`] bytes is one request: the holder's start carries the
+//! bytes (in its root wrapper's environment, which only root can read), the holder
+//! writes them into its staging file itself and commits at once. The staging directory is removed on every
 //! failure path, and from a background task when the future is dropped midway.
 
 use std::io;
@@ -141,34 +144,33 @@ async fn run(
 ) -> Result<ShellOutput, Error> {
     let parent = abs.parent().unwrap_or_else(WorldPath::root);
     let stage = Stage::next_to(sh, abs)?;
+    let stage_dir = stage.dir.clone();
+    let args = [
+        abs.as_str(),
+        parent.as_str(),
+        stage_dir.as_str(),
+        if create_parents { "1" } else { "0" },
+        mode,
+        if create { "1" } else { "0" },
+        scripts::RECORD_FORMAT,
+        if follow { "1" } else { "0" },
+    ];
+    let data = match small(data).await {
+        Ok(Ok(bytes)) => return run_inline(sh, abs, &bytes, &args, stage, what).await,
+        Ok(Err(data)) => data,
+        Err(e) => {
+            stage.disarm();
+            return Err(e);
+        }
+    };
     if let Some(dir) = sh.root_staging.clone() {
-        let stage_dir = stage.dir.clone();
-        let args = [
-            abs.as_str(),
-            parent.as_str(),
-            stage_dir.as_str(),
-            if create_parents { "1" } else { "0" },
-            mode,
-            if create { "1" } else { "0" },
-            scripts::RECORD_FORMAT,
-            if follow { "1" } else { "0" },
-        ];
         return run_staged(sh, abs, &dir, data, &args, stage, what).await;
     }
     let started = holder::start(
         sh,
         scripts::WRITE_HOLDER,
         "",
-        &[
-            abs.as_str(),
-            parent.as_str(),
-            stage.dir.as_str(),
-            if create_parents { "1" } else { "0" },
-            mode,
-            if create { "1" } else { "0" },
-            scripts::RECORD_FORMAT,
-            if follow { "1" } else { "0" },
-        ],
+        &args,
         HOLDER_LIFETIME.max(sh.command_timeout),
         abs,
         what,
@@ -226,6 +228,74 @@ async fn run(
         _ => stage.cleanup().await,
     }
     out
+}
+
+/// All of `data` when it has at most [`holder::INLINE_WRITE_MAX`] bytes, else a stream
+/// of the same bytes (those read so far first); an error item is returned as itself.
+async fn small(mut data: ByteStream) -> Result<Result<Vec<u8>, ByteStream>, Error> {
+    let mut buf = Vec::new();
+    while let Some(item) = data.next().await {
+        buf.extend_from_slice(&item?);
+        if buf.len() > holder::INLINE_WRITE_MAX {
+            let head = futures::stream::iter([Ok(Bytes::from(buf))]);
+            return Ok(Err(Box::pin(head.chain(data))));
+        }
+    }
+    Ok(Ok(buf))
+}
+
+/// The write of a small file in one request: the holder's start carries the bytes
+/// (see [`holder::inline_env`]); its root parent reads them from the wrapper before it
+/// forks, the user's process writes them into its staging file and commits at once.
+async fn run_inline(
+    sh: &Arc<Shared>,
+    abs: &WorldPath,
+    data: &[u8],
+    args: &[&str],
+    stage: Stage,
+    what: &'static str,
+) -> Result<ShellOutput, Error> {
+    let envs = holder::inline_env(data);
+    let src = format!("-{}", data.len());
+    let started = holder::launch(
+        sh,
+        scripts::WRITE_HOLDER,
+        holder::Mode::Inline,
+        &src,
+        args,
+        &envs,
+        HOLDER_LIFETIME.max(sh.command_timeout),
+        abs,
+        what,
+        0,
+    )
+    .await;
+    match started {
+        Ok(holder::Started::Held(held)) => {
+            let out = held.holder.finish(abs, what).await;
+            // The holder removes its own staging dir on every path.
+            stage.disarm();
+            out
+        }
+        Ok(holder::Started::Failed(code, text)) => {
+            stage.disarm();
+            Ok(ShellOutput {
+                exit_code: code,
+                stdout: Vec::new(),
+                stderr: text,
+            })
+        }
+        Ok(holder::Started::Ended { .. }) => {
+            stage.cleanup().await;
+            Err(Error::other("the holder ended without its status")
+                .with_op(what)
+                .with_path(abs))
+        }
+        Err(e) => {
+            stage.cleanup().await;
+            Err(e)
+        }
+    }
 }
 
 /// The write with a root staging directory: envd's `POST /files` puts the bytes, as

@@ -1,10 +1,11 @@
 //! read_file, stat and write_file, all through fs-e2b acting as the sandbox user (its
 //! permissions, its view of links): `read_file` is one holder start that copies the
 //! head of the file it opened ([`E2bFs::read_head`]), `stat` one `find` as the user,
-//! `write_file` a root upload into the root-only staging directory ([`UPLOAD_DIR`]) and
-//! one holder start that copies it into place as the user ([`E2bFs::write_file`]). Under
-//! `/skills` the same adapter acts as root (mode 0644, parents 0755; the user cannot
-//! plant links there). Requests: read 1, stat 1, write 2.
+//! `write_file` one holder start that carries the bytes and writes them into place as
+//! the user ([`E2bFs::write_file`]; past 1 MiB a root upload into the root-only staging
+//! directory, [`UPLOAD_DIR`], comes first). Under `/skills` the same adapter acts as root
+//! (mode 0644, parents 0755; the user cannot plant links there). Requests: read 1, stat
+//! 1, write 1 (2 past 1 MiB).
 
 use std::time::Duration;
 

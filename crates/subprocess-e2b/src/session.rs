@@ -382,8 +382,7 @@ async fn start(
     session: &Session,
     mut launch: Launch,
 ) -> Result<ProcessStream, Error> {
-    let info = world.user_info().await?;
-    let setup = world.spawn_setup(&info).await?;
+    let (info, setup) = world.ready().await?;
     launch.wrap.home = info.home.clone();
     launch.wrap.shell = info.shell.clone();
     launch.wrap.user = info.name.clone();

@@ -41,13 +41,21 @@ exit 0"#;
 const PRIVATE_FILE_SH: &str = r#"umask 077; set -C; : > "$1""#;
 
 /// Places the spawn helpers and probes for a cgroup per spawn. `$1` the helper directory
-/// (must not exist; root-owned, 0755), `$2` the `sh` helper's text, `$3` the acting user,
-/// `$4` a probe cgroup name, `$5` the native helper as base64 (may be empty). Prints
+/// (must not exist; root-owned, 0755), `$2` the `sh` helper's text, `$3` the acting user
+/// (empty: not known yet, no ids printed), `$4` a probe cgroup name, `$5` the native
+/// helper as base64 (may be empty), `$6` = `1`: first the user database, for the user
+/// lookup in the same round trip (`path PATH`, then `pw ENTRY` per `getent passwd`
+/// entry and `gr ENTRY` per `getent group` entry). Prints
 /// `native` when the native helper was placed and runs here, then `cgroup MOUNT SETPRIV
 /// UID GID GROUPS` when root can create a cgroup below its own in the cgroup2 mount, move
 /// a process into it and `cgroup.kill` it, and `setpriv` is there to drop to a user (`UID
 /// GID GROUPS`: the acting user's ids and groups, empty for root); nothing more otherwise.
 const SETUP_SH: &str = r#"umask 022
+if [ "$6" = 1 ]; then
+  printf 'path %s\n' "$PATH"
+  getent passwd | while IFS= read -r l; do printf 'pw %s\n' "$l"; done
+  getent group | while IFS= read -r l; do printf 'gr %s\n' "$l"; done
+fi
 mkdir -m 0755 -- "$1" || exit 3
 printf '%s' "$2" > "$1/spawn.sh" || exit 3
 if [ -n "$5" ]; then
@@ -67,7 +75,7 @@ base=
 while read -r l; do case $l in 0::*) base=${l#0::} ;; esac; done < /proc/self/cgroup
 uid=; gid=; groups=
 sp=$(command -v setpriv) || exit 0
-if [ "$3" != root ]; then
+if [ -n "$3" ] && [ "$3" != root ]; then
   e=$(getent passwd "$3") || exit 0
   IFS=: read -r _ _ uid gid _ <<PASSWD
 $e
@@ -85,6 +93,9 @@ fi
 rmdir -- "$t" 2>/dev/null
 [ "$ok" = 1 ] && printf 'cgroup %s %s %s %s %s\n' "$mnt" "$sp" "$uid" "$gid" "$groups"
 exit 0"#;
+
+/// Most bytes the setup may print (with the user database).
+const SETUP_OUTPUT: usize = 4 << 20;
 
 /// Removes what an adapter placed: the empty cgroups named `$2*` below the cgroup2
 /// mount `$1` (one level below the root part's own cgroup, so also `$1/*/`) and the
@@ -154,6 +165,82 @@ fn parse_setup(text: &str) -> Placed {
     Placed { native, cgroup }
 }
 
+/// The user `name` from its passwd `entry`, envd's `PATH` and its groups (`id -G`,
+/// comma-separated; `None`: the primary group only).
+fn user_from(
+    name: &str,
+    entry: &str,
+    path: &str,
+    groups: Option<&str>,
+) -> Result<(UserInfo, DropIds), Error> {
+    let path = path.to_owned();
+    let fields: Vec<&str> = entry.split(':').collect();
+    if fields.len() < 7 || fields[5].is_empty() {
+        return Err(Error::other(format!("unusable passwd entry for {name:?}")));
+    }
+    let shell = if fields[6].is_empty() {
+        "/bin/sh"
+    } else {
+        fields[6]
+    };
+    let numeric = |f: &str| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit());
+    if !numeric(fields[2]) || !numeric(fields[3]) {
+        return Err(Error::other(format!("unusable passwd entry for {name:?}")));
+    }
+    let groups = groups
+        .map(str::trim)
+        .filter(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit() || b == b','))
+        .unwrap_or(fields[3]);
+    let ids = (fields[2] != "0").then(|| Ids {
+        uid: fields[2].to_owned(),
+        gid: fields[3].to_owned(),
+        groups: groups.to_owned(),
+    });
+    let info = UserInfo {
+        name: name.to_owned(),
+        home: fields[5].to_owned(),
+        shell: shell.to_owned(),
+        path: if path.is_empty() {
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned()
+        } else {
+            path
+        },
+    };
+    Ok((info, ids))
+}
+
+/// The user `name` from a [`SETUP_SH`] output with the user database: its passwd
+/// entry, envd's `PATH`, and its groups as `id -G` finds them (the primary group, then
+/// every group that lists the name). `None` when the output has no entry for it.
+pub(crate) fn lookup_in(text: &str, name: &str) -> Option<Result<(UserInfo, DropIds), Error>> {
+    let mut path = "";
+    let mut entry = None;
+    let mut extra: Vec<&str> = Vec::new();
+    for l in text.lines() {
+        if let Some(p) = l.strip_prefix("path ") {
+            path = p;
+        } else if let Some(e) = l.strip_prefix("pw ") {
+            if entry.is_none() && e.split(':').next() == Some(name) {
+                entry = Some(e);
+            }
+        } else if let Some(g) = l.strip_prefix("gr ") {
+            let f: Vec<&str> = g.split(':').collect();
+            if f.len() == 4 && f[3].split(',').any(|m| m == name) {
+                extra.push(f[2]);
+            }
+        }
+    }
+    let entry = entry?;
+    let primary = entry.split(':').nth(3).unwrap_or_default();
+    let mut groups = vec![primary];
+    for g in extra {
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    Some(user_from(name, entry, path, Some(&groups.join(","))))
+}
+
 /// How spawns get a cgroup of their own (what [`SETUP_SH`] found).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CgroupSetup {
@@ -213,41 +300,8 @@ impl Shell {
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let mut lines = text.lines();
         let entry = lines.next().unwrap_or_default();
-        let path = lines.next().unwrap_or_default().to_owned();
-        let fields: Vec<&str> = entry.split(':').collect();
-        if fields.len() < 7 || fields[5].is_empty() {
-            return Err(Error::other(format!("unusable passwd entry for {name:?}")));
-        }
-        let shell = if fields[6].is_empty() {
-            "/bin/sh"
-        } else {
-            fields[6]
-        };
-        let numeric = |f: &str| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit());
-        if !numeric(fields[2]) || !numeric(fields[3]) {
-            return Err(Error::other(format!("unusable passwd entry for {name:?}")));
-        }
-        let groups = lines
-            .next()
-            .map(str::trim)
-            .filter(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit() || b == b','))
-            .unwrap_or(fields[3]);
-        let ids = (fields[2] != "0").then(|| Ids {
-            uid: fields[2].to_owned(),
-            gid: fields[3].to_owned(),
-            groups: groups.to_owned(),
-        });
-        let info = UserInfo {
-            name: name.to_owned(),
-            home: fields[5].to_owned(),
-            shell: shell.to_owned(),
-            path: if path.is_empty() {
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned()
-            } else {
-                path
-            },
-        };
-        Ok((info, ids))
+        let path = lines.next().unwrap_or_default();
+        user_from(name, entry, path, lines.next())
     }
 
     /// `program` on `path`, as `command -v` would find an executable file.
@@ -262,7 +316,8 @@ impl Shell {
     }
 
     /// Places the spawn helper in `dir` and probes for a cgroup per spawn (see
-    /// [`SETUP_SH`]): `Some(CgroupSetup)` when spawns get one.
+    /// [`SETUP_SH`]), with the user database first when `db`: what was placed and
+    /// found, and the whole output (for [`lookup_in`]).
     pub(crate) async fn setup(
         &self,
         dir: &str,
@@ -270,14 +325,26 @@ impl Shell {
         user: &str,
         probe: &str,
         native: &str,
-    ) -> Result<Placed, Error> {
+        db: bool,
+    ) -> Result<(Placed, String), Error> {
         let out = self
             .shell
-            .run_ok(SETUP_SH, &[dir, helper, user, probe, native])
+            .clone()
+            .max_output(SETUP_OUTPUT)
+            .run_ok(
+                SETUP_SH,
+                &[dir, helper, user, probe, native, if db { "1" } else { "0" }],
+            )
             .await
             .map_err(|e| e.into_world("placing the spawn helper").with_path(dir))?;
+        if out.truncated {
+            return Err(Error::other(format!(
+                "the setup's user database exceeds {SETUP_OUTPUT} bytes"
+            ))
+            .with_path(dir));
+        }
         let text = out.stdout_text();
-        Ok(parse_setup(&text))
+        Ok((parse_setup(&text), text))
     }
 
     /// Removes an adapter's empty cgroups (names starting with `prefix`) and its helper

@@ -75,7 +75,7 @@ impl E2bSubprocess {
     }
 
     /// Like [`E2bSubprocess::new`] with the user's login home (found by the trusted
-    /// shell: one or two requests) as the cwd.
+    /// shell with the setup, see [`prepare`](E2bSubprocess::prepare)) as the cwd.
     pub async fn at_home(
         api: Arc<dyn EnvdApi>,
         user: Option<String>,
@@ -83,8 +83,8 @@ impl E2bSubprocess {
         let mut opts = E2bSubprocessOptions::new("/");
         opts.user = user;
         let mut p = E2bSubprocess::new(api, opts)?;
-        let info = p.user_info().await?;
         p.prepare().await?;
+        let info = p.user_info().await?;
         let home = WorldPath::new(&info.home)
             .map_err(|e| Error::other(format!("home {}: {e}", info.home)))?;
         p.cwd = home;
@@ -158,11 +158,12 @@ impl E2bSubprocess {
     }
 
     /// Places the spawn helper and probes for a cgroup per spawn now rather than on the
-    /// first spawn (one trusted command, once per adapter and user), so
+    /// first spawn (one trusted command, once per adapter and user, which also looks
+    /// the user up; with envd's default user its name is asked at the same time: one
+    /// round trip), so
     /// [`capabilities`](Subprocess::capabilities) reports `contained_escapes` exactly.
     pub async fn prepare(&self) -> Result<(), Error> {
-        let info = self.world.user_info().await?;
-        self.world.spawn_setup(&info).await.map(|_| ())
+        self.world.ready().await.map(|_| ())
     }
 
     /// The sandbox user as the trusted shell found it (`getent passwd`).

@@ -167,7 +167,53 @@ impl WorldShared {
     /// trusted command, which also finds `info`'s uid and gid; then cached; a failure is
     /// retried by the next call).
     pub(crate) async fn spawn_setup(&self, info: &UserInfo) -> Result<SpawnSetup, Error> {
-        self.adapter
+        self.setup_with(&info.name, false).await.map(|(s, _)| s)
+    }
+
+    /// The user lookup and the spawn helper's placement, what a spawn needs. When
+    /// neither is known yet (an adapter's first spawn), both take one round trip: the
+    /// setup prints the user database too, and the default user's name (when the
+    /// adapter was not told a user) is asked at the same time.
+    pub(crate) async fn ready(&self) -> Result<(UserInfo, SpawnSetup), Error> {
+        if let (Some(info), Some(setup)) = (self.cache.info.get(), self.adapter.setup.get()) {
+            return Ok((info.clone(), setup.clone()));
+        }
+        if self.cache.info.initialized() || self.adapter.setup.initialized() {
+            let info = self.user_info().await?;
+            let setup = self.spawn_setup(&info).await?;
+            return Ok((info, setup));
+        }
+        let name = async {
+            match &self.user {
+                Some(u) => Ok(u.clone()),
+                None => self.shell.default_user_name().await,
+            }
+        };
+        let given = self.user.clone().unwrap_or_default();
+        let (name, (setup, db)) = tokio::try_join!(name, self.setup_with(&given, true))?;
+        if let Some(found) = db
+            .as_deref()
+            .and_then(|t| crate::shell::lookup_in(t, &name))
+        {
+            let (info, ids) = found?;
+            let _ = self.cache.ids.set(ids);
+            let _ = self.cache.info.set(info);
+        }
+        let info = self.user_info().await?;
+        Ok((info, setup))
+    }
+
+    /// [`WorldShared::spawn_setup`] for the user `name` (empty: not known yet, its ids
+    /// come from the lookup); with the user database's text when this call ran the
+    /// setup and `db` asked for it.
+    async fn setup_with(
+        &self,
+        name: &str,
+        db: bool,
+    ) -> Result<(SpawnSetup, Option<String>), Error> {
+        let mut text = None;
+        let setup = self
+            .adapter
             .setup
             .get_or_try_init(|| async {
                 let dir = format!(
@@ -180,24 +226,23 @@ impl WorldShared {
                 } else {
                     ""
                 };
-                let placed = self
+                let (placed, out) = self
                     .shell
-                    .setup(
-                        &dir,
-                        crate::wrapper::helper_sh(),
-                        &info.name,
-                        &probe,
-                        native,
-                    )
+                    .setup(&dir, crate::wrapper::helper_sh(), name, &probe, native, db)
                     .await?;
+                if db {
+                    text = Some(out);
+                }
                 let cgroup = placed.cgroup;
-                if let Some(cg) = &cgroup {
+                if let Some(cg) = &cgroup
+                    && !name.is_empty()
+                {
                     let _ = self.cache.ids.set(cg.ids.clone());
                 }
                 self.adapter
                     .contained
                     .store(cgroup.is_some(), Ordering::SeqCst);
-                Ok(SpawnSetup {
+                Ok::<_, Error>(SpawnSetup {
                     helper: format!("{dir}/{}", crate::wrapper::HELPER_FILE),
                     native: placed
                         .native
@@ -206,8 +251,9 @@ impl WorldShared {
                     cgroup,
                 })
             })
-            .await
-            .cloned()
+            .await?
+            .clone();
+        Ok((setup, text))
     }
 
     /// True when piped spawns may use the native helper: the adapter wants it, this

@@ -90,16 +90,14 @@ async fn too_large_is_decided_without_a_download() {
     let env = env().await;
     let dir = scratch(&env.fs).await;
     let f = dir.join("big").expect("path");
+    // Larger than a holder answers inline: the content comes through envd's download.
+    let size: usize = 3 << 20;
     env.fs
-        .write(
-            &f,
-            bytes_stream(vec![7u8; 1 << 20]),
-            WriteOptions::default(),
-        )
+        .write(&f, bytes_stream(vec![7u8; size]), WriteOptions::default())
         .await
         .expect("write");
     // A first read asks the acting user's ids once per handle.
-    assert_eq!(env.fs.read(&f, 1 << 20).await.expect("read").len(), 1 << 20);
+    assert_eq!(env.fs.read(&f, 4 << 20).await.expect("read").len(), size);
     let before = env.emu.counters().get_on(Plane::Envd, "GET /files");
     let starts = env
         .emu
@@ -132,16 +130,126 @@ async fn too_large_is_decided_without_a_download() {
     assert_eq!(env.emu.counters().get_on(Plane::Envd, "GET /files"), before);
     assert_eq!(
         env.fs
-            .read(&dir.join("link").expect("path"), 1 << 20)
+            .read(&dir.join("link").expect("path"), 4 << 20)
             .await
             .expect("read via link")
             .len(),
-        1 << 20
+        size
     );
     // The content came through one GET of the reader's descriptor.
     assert_eq!(
         env.emu.counters().get_on(Plane::Envd, "GET /files"),
         before + 1
+    );
+}
+
+/// Requests per operation on the emulator's counters (both planes) since `reset`.
+fn requests(env: &Env) -> (u64, u64, u64) {
+    let s = env.emu.counters().snapshot();
+    (
+        s.plane_total(Plane::Envd) + s.plane_total(Plane::Control),
+        s.get_on(Plane::Envd, "POST /process.Process/Start"),
+        s.get_on(Plane::Envd, "GET /files") + s.get_on(Plane::Envd, "POST /files"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_reads_and_writes_are_one_request_each() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    let f = dir.join("small").expect("path");
+    // The first operation asks the acting user's ids once per handle.
+    env.fs
+        .write(&f, bytes_stream(&b"warm"[..]), WriteOptions::default())
+        .await
+        .expect("warm-up write");
+    for size in [0usize, 1, 4096, 1 << 20] {
+        let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+        env.emu.counters().reset();
+        env.fs
+            .write(&f, bytes_stream(data.clone()), WriteOptions::default())
+            .await
+            .expect("write");
+        assert_eq!(requests(&env), (1, 1, 0), "write of {size} bytes");
+        env.emu.counters().reset();
+        let got = env.fs.read(&f, 1 << 20).await.expect("read");
+        assert!(got[..] == data[..], "read back {size} bytes");
+        assert_eq!(requests(&env), (1, 1, 0), "read of {size} bytes");
+        env.emu.counters().reset();
+        let mut s = env.fs.read_stream(&f).await.expect("read_stream");
+        let mut streamed = Vec::new();
+        while let Some(piece) = s.next().await {
+            streamed.extend_from_slice(&piece.expect("bytes"));
+        }
+        assert!(streamed == data, "streamed {size} bytes");
+        assert_eq!(requests(&env), (1, 1, 0), "read_stream of {size} bytes");
+    }
+    // TooLarge for a small file: the same one request, no byte of it kept.
+    env.emu.counters().reset();
+    assert_eq!(
+        env.fs
+            .read(&f, 1000)
+            .await
+            .map(|b| b.len())
+            .map_err(|e| e.kind()),
+        Err(ErrorKind::TooLarge)
+    );
+    assert_eq!(requests(&env), (1, 1, 0), "a small TooLarge");
+    // The new file is the user's, made with the mode asked for, atomically.
+    env.fs
+        .write(
+            &f,
+            bytes_stream(&b"m"[..]),
+            WriteOptions::default().mode(0o600),
+        )
+        .await
+        .expect("write with a mode");
+    assert_eq!(
+        sh(&env, r#"stat -c '%U %a %s' -- "$1""#, &[f.as_str()]).await,
+        "user 600 1\n"
+    );
+    // create_if_absent inline: made once, then AlreadyExisted with the content kept.
+    let c = dir.join("c").expect("path");
+    env.emu.counters().reset();
+    assert_eq!(
+        env.fs
+            .create_if_absent(&c, Bytes::from_static(b"one"))
+            .await
+            .expect("create"),
+        Created::Created
+    );
+    assert_eq!(requests(&env), (1, 1, 0), "create_if_absent");
+    assert_eq!(
+        env.fs
+            .create_if_absent(&c, Bytes::from_static(b"two"))
+            .await
+            .expect("again"),
+        Created::AlreadyExisted
+    );
+    assert_eq!(&env.fs.read(&c, 10).await.expect("read")[..], b"one");
+    // The bytes of an inline write travel in its root wrapper's environment: root sees
+    // them there while it runs, the user never does.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (fs, g, flag) = (env.fs.clone(), f.clone(), stop.clone());
+    let writes = tokio::spawn(async move {
+        let payload = vec![b'w'; 512 << 10];
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            fs.write(&g, bytes_stream(payload.clone()), WriteOptions::default())
+                .await
+                .expect("write");
+        }
+    });
+    let probe = r#"n=0; while [ $n -lt 3000 ]; do
+  grep -l FS_E2B_D0 /proc/[0-9]*/environ 2>/dev/null | grep -q . && exit 0; n=$((n + 1))
+done; exit 1"#;
+    // `sh` requires exit 0: root finds it.
+    sh(&env, probe, &[]).await;
+    let seen_by_user = sh_as_user(&env, probe, &[]).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    writes.await.expect("join");
+    assert_ne!(
+        seen_by_user, 0,
+        "the user read an inline write's environment"
     );
 }
 
@@ -298,9 +406,10 @@ async fn staging_dir_is_private_owned_by_the_user_and_removed() {
         .write(&f, bytes_stream(&b"old"[..]), WriteOptions::default())
         .await
         .expect("write");
-    // A write whose input stalls: its staging dir is visible meanwhile.
+    // A write whose input stalls (past what a write sends inline): its staging dir is
+    // visible meanwhile.
     let stalled: ByteStream = Box::pin(
-        futures::stream::iter(vec![Ok(Bytes::from(vec![b'n'; 64 * 1024]))])
+        futures::stream::iter(vec![Ok(Bytes::from(vec![b'n'; (1 << 20) + 1]))])
             .chain(futures::stream::pending()),
     );
     let fs = env.fs.clone();
@@ -672,12 +781,10 @@ async fn the_process_holding_a_read_is_out_of_the_users_reach() {
     let env = env().await;
     let dir = scratch(&env.fs).await;
     let f = dir.join("held").expect("path");
+    // Larger than a holder answers inline: it holds the file for envd's download.
+    let content = b"held bytes".repeat(300_000);
     env.fs
-        .write(
-            &f,
-            bytes_stream(&b"held bytes"[..]),
-            WriteOptions::default(),
-        )
+        .write(&f, bytes_stream(content.clone()), WriteOptions::default())
         .await
         .expect("write");
     for kill in [false, true] {
@@ -693,7 +800,7 @@ async fn the_process_holding_a_read_is_out_of_the_users_reach() {
                 .times(1),
         );
         let (fs, path) = (env.fs.clone(), f.clone());
-        let read = tokio::spawn(async move { fs.read(&path, 1 << 20).await });
+        let read = tokio::spawn(async move { fs.read(&path, 4 << 20).await });
         let mut pids = Vec::new();
         for _ in 0..100 {
             pids = holders_of(&env, &f).await;
@@ -730,7 +837,7 @@ async fn the_process_holding_a_read_is_out_of_the_users_reach() {
             }
         } else {
             let got = read.await.expect("join").expect("read");
-            assert_eq!(&got[..], b"held bytes");
+            assert!(got[..] == content[..], "the held file's bytes");
         }
     }
 }

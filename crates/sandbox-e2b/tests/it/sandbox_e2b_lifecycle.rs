@@ -426,7 +426,7 @@ async fn request_budget_on_a_fresh_lease() {
     o.p.write_file(&o.h, "/workspace/a", b"abc")
         .await
         .expect("write");
-    check("write_file", 2);
+    check("write_file", 1);
     let c = o.p.read_file(&o.h, "/workspace/a", 2).await.expect("read");
     assert_eq!(
         c.map(|c| (c.data, c.truncated)),

@@ -64,17 +64,24 @@ async fn writes_through_links_and_swapped_parents_are_refused() {
         ""
     );
     assert!(!std::path::Path::new(&format!("/etc/{unique}")).exists());
-    // the staging area: the user cannot see or swap it, and nothing stays behind
+    // a write past what travels inline goes through the root staging area: the user
+    // cannot see or swap it, and nothing stays behind
+    let big = vec![b'b'; (1 << 20) + 1];
+    o.p.write_file(&o.h, "/workspace/big", &big)
+        .await
+        .expect("a write through the staging area");
     let r = sh(&o, &format!("ls {UPLOAD_DIR} || touch {UPLOAD_DIR}/x")).await;
     assert_ne!(r.exit_code, Some(0), "{r:?}");
     assert_eq!(
         root_sh(
             &o.env,
             &id,
-            &format!("ls -A {UPLOAD_DIR}; stat -c '%U %a' /opt/capybara")
+            &format!(
+                "ls -A {UPLOAD_DIR}; stat -c '%U %a' /opt/capybara; stat -c '%U %s' /workspace/big"
+            )
         )
         .await,
-        "root 700"
+        "root 700\nsandbox 1048577"
     );
     // a normal write still works and is the user's
     o.p.write_file(&o.h, "/workspace/new/dir/f.txt", b"mine")

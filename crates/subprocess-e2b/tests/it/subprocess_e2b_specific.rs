@@ -351,7 +351,8 @@ async fn request_cost_of_one_spawn() {
     let p = proc_of(&env).await;
     let snap = env.emu.counters().snapshot();
     eprintln!("first use (user lookup, helper placement): {snap:?}");
-    assert_eq!(snap.get("POST /process.Process/Start"), 3, "{snap:?}");
+    // The default user's name, and the setup with the user database, at once.
+    assert_eq!(snap.get("POST /process.Process/Start"), 2, "{snap:?}");
     env.emu.counters().reset();
     let (out, st) = output_of(&p, SpawnSpec::new("echo").arg("hi")).await;
     assert_eq!((out.as_str(), st.success()), ("hi\n", true));
@@ -371,6 +372,58 @@ async fn request_cost_of_one_spawn() {
     let snap = env.emu.counters().snapshot();
     eprintln!("spawn + terminate: {snap:?}");
     assert_eq!(snap.get("POST /process.Process/Start"), 2, "{snap:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_first_spawn_looks_the_user_up_with_the_setup() {
+    let env = env().await;
+    let starts = || {
+        env.emu
+            .counters()
+            .get_on(Plane::Envd, "POST /process.Process/Start")
+    };
+    // A named user: the setup prints the user database, nothing else is asked.
+    let mut opts = E2bSubprocessOptions::new("/home/user");
+    opts.user = Some("user".into());
+    let p = E2bSubprocess::new(env.api.clone(), opts).expect("adapter");
+    let before = starts();
+    let (out, st) = output_of(&p, SpawnSpec::new("id").arg("-un")).await;
+    assert_eq!((out.as_str(), st.success()), ("user\n", true));
+    assert_eq!(starts() - before, 2, "the setup and the spawn");
+    let info = p.user_info().await.expect("user info");
+    assert_eq!(
+        (info.name.as_str(), info.home.as_str()),
+        ("user", "/home/user")
+    );
+    // envd's default user: its name is asked at the same time as the setup.
+    let p = E2bSubprocess::new(env.api.clone(), E2bSubprocessOptions::new("/home/user"))
+        .expect("adapter");
+    let before = starts();
+    let (out, st) = output_of(&p, SpawnSpec::new("id").arg("-G")).await;
+    assert!(st.success());
+    assert_eq!(starts() - before, 3, "the name, the setup and the spawn");
+    // The groups the spawn runs with are the user's, as `id -G` as root finds them.
+    let mut want = env
+        .api
+        .run(
+            e2b_core::StartProcess::new("/bin/sh")
+                .args(["-c", "id -G user"])
+                .user("root"),
+        )
+        .await
+        .expect("id -G");
+    want.stdout.retain(|&b| b != b'\r');
+    let mut got: Vec<&str> = out.split_whitespace().collect();
+    let want = String::from_utf8_lossy(&want.stdout).into_owned();
+    let mut want: Vec<&str> = want.split_whitespace().collect();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want, "groups");
+    // Later spawns are one request each.
+    let before = starts();
+    let (_, st) = output_of(&p, SpawnSpec::new("true")).await;
+    assert!(st.success());
+    assert_eq!(starts() - before, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
