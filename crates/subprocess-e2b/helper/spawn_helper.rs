@@ -13,6 +13,9 @@
 //! - `spawn --kill-after SECS --root|--user …`: as above, but the helper forks first and
 //!   stays as the watching parent that kills the program's tree after SECS seconds
 //!   (`backstop.rs`); the program runs in the child.
+//! - `spawn [--kill-after SECS] --lease FILE SECS --root|--user …`: the watching parent
+//!   also kills the tree once the host stopped renewing `FILE` for SECS (`lease.rs`);
+//!   durable spawns are started without it.
 //!
 //! The user part checks that its process group and session are its own pid, builds the
 //! environment (`USERARGS`: `MODE TERM HOME SHELL USER PATH FAST NENV K=V… PROGRAM ARGS…`,
@@ -29,13 +32,14 @@ use core::arch::global_asm;
 
 mod backstop;
 mod env;
+mod lease;
 mod mem;
 mod process;
 mod sys;
 
+use backstop::watch;
 use env::{name_of, scrubbed};
 use mem::{Arena, CList, cstr, decimal, parse_num, strip_prefix};
-use backstop::watch;
 use process::{cgroup_dir, drop_to, enter_cgroup, wait_and_mirror};
 use sys::*;
 
@@ -92,6 +96,11 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
         },
         _ => (None, 1),
     };
+    // `--lease FILE SECS` next: the host lease.
+    let (lease, at) = match lease::Lease::parse(&arg, argc, at) {
+        Some((l, next)) => (Some(l), next),
+        None => (None, at),
+    };
     let first = if argc > at { Some(arg(at)) } else { None };
     let (root, user_at) = match (argc - at, first) {
         (n, Some(b"--root")) if n >= 6 => (true, at + 6),
@@ -109,7 +118,7 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
 
     // A session of its own. The backstop forks and stays as the watching parent; else,
     // when envd made us a group leader (`setsid` refused), fork as `setsid -w` does.
-    if let Some(secs) = kill_after {
+    if kill_after.is_some() || lease.is_some() {
         let cgroup_kill: &[u8] = if cgroup.is_empty() {
             b""
         } else {
@@ -120,7 +129,7 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
             fail(b"fork", 125);
         }
         if child > 0 {
-            watch(child, secs, cgroup_kill);
+            watch(child, kill_after, cgroup_kill, lease);
         }
         if sys_plain(SYS_SETSID, 0, 0, 0) < 0 {
             fail(b"setsid", 125);
