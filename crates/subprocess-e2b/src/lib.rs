@@ -156,6 +156,7 @@
 //! `wait()` report it; if that kill cannot finish, dropping the child runs it again.
 
 mod child;
+mod lease;
 mod native;
 mod options;
 mod queue;
@@ -169,6 +170,7 @@ mod terminal;
 mod world;
 pub mod wrapper;
 
+pub use lease::DEFAULT_HOST_LEASE;
 pub use options::{DEFAULT_OUTPUT_BUFFER, E2bSubprocessOptions};
 pub use shell::UserInfo;
 pub use subprocess::E2bSubprocess;

@@ -46,6 +46,14 @@ pub struct E2bSubprocessOptions {
     /// placed once per adapter) where this build has it and the sandbox runs it; `false`
     /// keeps the `sh` helper for every spawn. Default `true`. Same guarantees either way.
     pub native_helper: bool,
+    /// The host lease: a piped spawn that is not durable ends, by the sandbox itself,
+    /// at most this long after this host stopped renewing the adapter's lease (the host
+    /// process died, the network was cut, envd froze), even when no kill can reach the
+    /// sandbox. One envd request per adapter every quarter of it while spawns run (see
+    /// the `lease` module docs). Whole seconds (rounded up, at least 1 s). Needs the
+    /// native spawn helper; `None` turns it off. Default
+    /// [`DEFAULT_HOST_LEASE`](crate::DEFAULT_HOST_LEASE) (2 minutes).
+    pub host_lease: Option<Duration>,
 }
 
 impl E2bSubprocessOptions {
@@ -59,6 +67,7 @@ impl E2bSubprocessOptions {
             process_timeout: None,
             kill_after: None,
             native_helper: true,
+            host_lease: Some(crate::lease::DEFAULT_HOST_LEASE),
         }
     }
 
@@ -84,6 +93,19 @@ impl E2bSubprocessOptions {
     /// Sets [`E2bSubprocessOptions::native_helper`].
     pub fn native_helper(mut self, on: bool) -> Self {
         self.native_helper = on;
+        self
+    }
+
+    /// Sets [`E2bSubprocessOptions::host_lease`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let opts = subprocess_e2b::E2bSubprocessOptions::new("/home/user")
+    ///     .host_lease(Some(Duration::from_secs(30)));
+    /// assert_eq!(opts.host_lease, Some(Duration::from_secs(30)));
+    /// ```
+    pub fn host_lease(mut self, bound: Option<Duration>) -> Self {
+        self.host_lease = bound;
         self
     }
 

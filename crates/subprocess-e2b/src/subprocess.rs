@@ -32,6 +32,8 @@ pub struct E2bSubprocess {
     output_buffer: usize,
     process_timeout: Option<Duration>,
     kill_after: Option<Duration>,
+    /// The adapter's host lease (shared by every handle), if on.
+    lease: Option<Arc<crate::lease::HostLease>>,
 }
 
 impl E2bSubprocess {
@@ -65,6 +67,7 @@ impl E2bSubprocess {
             output_buffer,
             process_timeout: opts.process_timeout,
             kill_after: opts.kill_after,
+            lease: opts.host_lease.map(crate::lease::HostLease::new),
         })
     }
 
@@ -238,6 +241,7 @@ impl Subprocess for E2bSubprocess {
             stdin: spec.stdin == StdinMode::Piped,
             pty: None,
             kill_after: self.kill_after,
+            lease: self.lease.clone(),
         };
         let piped = launch.stdin;
         let session = Session::launch(self.world.clone(), launch)?;
@@ -269,6 +273,7 @@ impl Subprocess for E2bSubprocess {
             stdin: false,
             pty: Some((u32::from(spec.size.cols), u32::from(spec.size.rows))),
             kill_after: self.kill_after,
+            lease: None,
         };
         let session = Session::launch(self.world.clone(), launch)?;
         Ok(Terminal::new(Box::new(E2bTerminal::new(session))))
