@@ -50,9 +50,9 @@ fn earlier(a: Timespec, b: Timespec) -> Timespec {
 }
 
 /// The parent's part: waits for `child` at most `secs` seconds (`None`: no limit) and
-/// while `lease` (if any) holds, then kills its tree by writing `1` to `cgroup_kill` (a
-/// NUL-terminated `…/cgroup.kill`; empty: no cgroup) or, failing that, SIGKILLs its
-/// process group; ends as `child` did.
+/// while `lease` (if any) holds, then kills its tree ([`kill_tree`]); ends as `child`
+/// did. With a lease, an end of `child` that leaves members of its tree behind is
+/// watched on (`lease::linger`).
 pub(crate) fn watch(
     child: isize,
     secs: Option<u64>,
@@ -76,6 +76,9 @@ pub(crate) fn watch(
         // Checked after SIGCHLD was blocked: an end before that is seen here.
         let r = wait_for(child, WNOHANG, &mut status);
         if r == child {
+            if let Some(l) = lease {
+                crate::lease::linger(child, status, cgroup_kill, l);
+            }
             mirror(status);
         }
         if r < 0 && r != -EINTR {
@@ -104,6 +107,13 @@ pub(crate) fn watch(
             );
         }
     }
+    kill_tree(child, cgroup_kill);
+    wait_and_mirror(child)
+}
+
+/// Kills the tree of `child`: writes `1` to `cgroup_kill` (a NUL-terminated
+/// `…/cgroup.kill`; empty: no cgroup) or, failing that, SIGKILLs its process group.
+pub(crate) fn kill_tree(child: isize, cgroup_kill: &[u8]) {
     let killed = !cgroup_kill.is_empty() && {
         let fd = open(cgroup_kill, O_WRONLY);
         fd >= 0 && {
@@ -116,5 +126,4 @@ pub(crate) fn watch(
         sys_plain(SYS_KILL, (-child) as usize, SIGKILL, 0);
         sys_plain(SYS_KILL, child as usize, SIGKILL, 0);
     }
-    wait_and_mirror(child)
 }

@@ -17,6 +17,15 @@
 //! most SECS after the host's last renewal. A missing file is a state like any other
 //! (its appearance is a renewal, its absence is not).
 //!
+//! When the program ends first while members of its tree remain (a background job, or,
+//! in a cgroup, anything it started), the host may be gone already: a program killed by
+//! `SIGPIPE` on its output to a dead envd is exactly that. So the watcher ends as the
+//! program did (envd reports the end at once) but leaves behind a detached *reaper*
+//! (`linger`) that keeps watching: it quits as soon as the tree is empty or a renewal
+//! arrives after the end (the host is alive: what the program left running is its
+//! business, as it is without a lease; the host renews once more after an end it saw),
+//! and kills the tree when the lease expires first.
+//!
 //! `FILE` lives in the adapter's root-owned helper directory: the sandbox user can read
 //! it but neither renew it nor replace it, so the agent cannot keep a command alive past
 //! its host. Durable commands are started without `--lease` and outlive their host.
@@ -44,6 +53,8 @@ pub(crate) struct Lease {
     changed_at: i64,
     /// Monotonic milliseconds of the next look.
     next_ms: i64,
+    /// Changes seen so far.
+    changes: u64,
 }
 
 fn ms(t: Timespec) -> i64 {
@@ -92,6 +103,7 @@ impl Lease {
             seen: None,
             changed_at: 0,
             next_ms: 0,
+            changes: 0,
         };
         Some((lease, at + 3))
     }
@@ -111,6 +123,7 @@ impl Lease {
             if v != self.seen {
                 self.seen = v;
                 self.changed_at = now;
+                self.changes += 1;
             }
             self.next_ms = now + self.check_ms;
         }
@@ -120,5 +133,68 @@ impl Lease {
     /// When the next look is due (monotonic).
     pub(crate) fn next_check(&self) -> Timespec {
         [self.next_ms / 1000, (self.next_ms % 1000) * 1_000_000]
+    }
+}
+
+/// True when the tree of `child` has no member left: its cgroup's `cgroup.procs` is
+/// empty (or gone), or without a cgroup its process group is.
+fn tree_empty(child: isize, cgroup_kill: &[u8]) -> bool {
+    if cgroup_kill.is_empty() {
+        return sys_plain(SYS_KILL, (-child) as usize, 0, 0) == -ESRCH;
+    }
+    // `…/cgroup.kill` → `…/cgroup.procs`, NUL-terminated, in a buffer of our own.
+    let mut buf = [0u8; 4096];
+    let stem = cgroup_kill.len().saturating_sub(b"kill".len());
+    if stem + b"procs".len() + 1 > buf.len() {
+        return false;
+    }
+    buf[..stem].copy_from_slice(&cgroup_kill[..stem]);
+    buf[stem..stem + 5].copy_from_slice(b"procs");
+    let fd = open(&buf[..stem + 5], O_RDONLY);
+    if fd < 0 {
+        return true;
+    }
+    let mut one = [0u8; 16];
+    let n = read(fd, &mut one);
+    close(fd);
+    n == 0
+}
+
+/// The program (`child`, already reaped with `status`) ended while `lease` was watched:
+/// when members of its tree remain, forks the reaper described in the module docs; then
+/// ends as the program did.
+pub(crate) fn linger(child: isize, status: i32, cgroup_kill: &[u8], mut lease: Lease) -> ! {
+    if tree_empty(child, cgroup_kill) || sys_plain(SYS_FORK, 0, 0, 0) != 0 {
+        crate::process::mirror(status);
+    }
+    // The reaper: out of envd's session and pipes, so that nothing waits for it.
+    sys_plain(SYS_SETSID, 0, 0, 0);
+    for fd in 0..3 {
+        close(fd);
+    }
+    let ended = lease.changes;
+    loop {
+        let now = crate::backstop::now();
+        let expired = lease.expired(now);
+        if lease.changes != ended || tree_empty(child, cgroup_kill) {
+            exit(0);
+        }
+        if expired {
+            crate::backstop::kill_tree(child, cgroup_kill);
+            exit(0);
+        }
+        let wait = lease.next_check();
+        // SAFETY: a valid pointer to a timespec; an absolute monotonic deadline.
+        unsafe {
+            sys(
+                SYS_CLOCK_NANOSLEEP,
+                CLOCK_MONOTONIC,
+                TIMER_ABSTIME,
+                wait.as_ptr() as usize,
+                0,
+                0,
+                0,
+            );
+        }
     }
 }

@@ -17,7 +17,8 @@
 //! renewed by the host with one envd request (`POST /files` as root, a few bytes) every
 //! quarter of the bound, and only while at least one leased spawn of the adapter runs:
 //! the request count is one per adapter and interval, never per command, and an idle
-//! adapter sends none. Nothing is added to a spawn's critical path: the lease costs the
+//! adapter sends none (after one last renewal following the last spawn's end, which
+//! lets the helper's reaper know the host saw that end). Nothing is added to a spawn's critical path: the lease costs the
 //! spawn two more helper arguments and, in the sandbox, the watcher's `fork`. The
 //! watcher counts its own start as a renewal, so the first renewal may come a whole
 //! interval after the spawn. With the watcher being envd's process, `signal(TERM|KILL)`
@@ -60,13 +61,17 @@ pub(crate) struct HostLease {
 struct State {
     /// Leased spawns running.
     live: usize,
+    /// Leased spawns whose stream ended, waiting for one more renewal: it tells their
+    /// reapers (`helper/lease.rs`) that the host is alive and saw the end.
+    draining: usize,
     /// True while the renewal task runs.
     renewing: bool,
     /// Renewals sent so far (the file's content; only its change matters).
     sent: u64,
 }
 
-/// Held by a leased spawn while its stream runs; renewals stop when none is held.
+/// Held by a leased spawn while its stream runs; renewals stop one renewal after the
+/// last one is let go.
 pub(crate) struct LeaseHold {
     lease: Arc<HostLease>,
 }
@@ -75,6 +80,7 @@ impl Drop for LeaseHold {
     fn drop(&mut self) {
         let mut st = self.lease.lock();
         st.live = st.live.saturating_sub(1);
+        st.draining += 1;
     }
 }
 
@@ -137,29 +143,35 @@ impl HostLease {
     }
 }
 
-/// The renewal task: every `every`, while a hold is taken, rewrites `file` as root (one
-/// request, bounded by `every`); ends when no hold is left (the next hold starts it
-/// again) or the adapter is gone.
+/// The renewal task: every `every`, while a hold is taken or an ended spawn waits for
+/// its last renewal, rewrites `file` as root (one request, bounded by `every`); ends
+/// when neither is left (the next hold starts it again) or the adapter is gone.
 async fn renew(api: Arc<dyn EnvdApi>, file: String, every: Duration, lease: Weak<HostLease>) {
     loop {
         tokio::time::sleep(every).await;
-        let n = {
+        let (n, drained) = {
             let Some(lease) = lease.upgrade() else {
                 return;
             };
             let mut st = lease.lock();
-            if st.live == 0 {
+            if st.live == 0 && st.draining == 0 {
                 st.renewing = false;
                 return;
             }
             st.sent += 1;
-            st.sent
+            (st.sent, st.draining)
         };
         let body = Bytes::from(format!("{n}\n"));
         match tokio::time::timeout(every, api.upload_bytes(&file, Some("root"), body)).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::debug!(error = %e, "host lease renewal failed"),
             Err(_) => tracing::debug!("host lease renewal timed out"),
+        }
+        // Ended spawns are let go after one renewal attempt: when it failed, their
+        // reapers see the lease expire and end what the spawns left, the safe side.
+        if let Some(lease) = lease.upgrade() {
+            let mut st = lease.lock();
+            st.draining = st.draining.saturating_sub(drained);
         }
     }
 }
