@@ -146,6 +146,7 @@ impl Reaped {
         let pid = child
             .id()
             .ok_or_else(|| Error::other("spawned child has no pid"))?;
+        exec_world_sys::keeper::register(pid, cgroup.as_deref());
         // Before the reaper runs: the tree checks the unreaped leader's cgroup.
         let tree = Tree::new(pid, marker, cgroup);
         Ok(Reaped::watch(pid, tree, async move { child.wait().await }))
@@ -159,11 +160,14 @@ impl Reaped {
         marker: String,
         cgroup: Option<std::path::PathBuf>,
     ) -> Reaped {
+        exec_world_sys::keeper::register(pid, cgroup.as_deref());
         let tree = Tree::born_in(pid, marker, cgroup);
         Reaped::watch(pid, tree, exec_world_sys::reap::wait(pid, pidfd))
     }
 
-    /// Publishes what `wait` yields.
+    /// Publishes what `wait` yields. Every spawn is registered with the host-death
+    /// keeper (`exec_world_sys::keeper`: it ends the spawn's group and cgroup when this
+    /// process is gone) until its leader is reaped or it is [released](Reaped::outlive_host).
     fn watch<F>(pid: u32, tree: Tree, wait: F) -> Reaped
     where
         F: std::future::Future<Output = std::io::Result<std::process::ExitStatus>> + Send + 'static,
@@ -171,6 +175,7 @@ impl Reaped {
         let (tx, rx) = watch::channel(None);
         tokio::spawn(async move {
             let r = wait.await.map(to_status).map_err(|e| e.to_string());
+            exec_world_sys::keeper::forget(pid);
             let _ = tx.send(Some(r));
         });
         Reaped {
@@ -182,6 +187,12 @@ impl Reaped {
 
     pub(crate) fn exited(&self) -> bool {
         self.status.borrow().is_some()
+    }
+
+    /// Lets the spawn outlive this process: the host-death keeper forgets it (a detached
+    /// child; a durable spawn).
+    pub(crate) fn outlive_host(&self) {
+        exec_world_sys::keeper::forget(self.pid);
     }
 
     pub(crate) async fn wait(&self) -> Result<ExitStatus, Error> {
@@ -269,6 +280,7 @@ impl ChildBackend for LocalChild {
 
     fn detach(&mut self) {
         self.detached = true;
+        self.reaped.outlive_host();
     }
 }
 

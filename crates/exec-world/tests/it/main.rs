@@ -4,6 +4,7 @@
 
 mod kill_tree_script;
 mod local_conformance;
+mod local_host_death;
 mod local_sandbox;
 mod local_specific;
 mod rooted_local;
