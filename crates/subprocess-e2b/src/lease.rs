@@ -31,10 +31,14 @@
 //! renewal that has to cross the same path as the host's requests tells the sandbox that
 //! the host is still there and still reaches it.
 //!
-//! Durable spawns pass no `--lease` and outlive their host. The `sh` helper (no native
-//! helper in this build, or a sandbox where it does not run) has no lease: there only
-//! [`kill_after`](crate::E2bSubprocessOptions) bounds a spawn in the sandbox
-//! (`timeout -s KILL` in front of the program, its process group only).
+//! Durable spawns pass no `--lease` and outlive their host (`Launch::lease` is `None`
+//! for them). Terminals (always the `sh` helper) and piped spawns through the `sh` helper
+//! (no native helper in this build, a `noexec` `/tmp`, another architecture) have no
+//! lease: a `sh` watcher would cost a `stat` and a `sleep` process per look and per
+//! command, and one left running in the spawn's cgroup would change what the tree kill
+//! and the cgroup reuse see. There only [`kill_after`](crate::E2bSubprocessOptions)
+//! bounds a spawn in the sandbox (`timeout -s KILL` in front of the program, its process
+//! group only), and the adapter says so once (a warning) when a lease was asked for.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -55,6 +59,8 @@ pub(crate) struct HostLease {
     /// The bound, in whole seconds (at least 1).
     secs: u64,
     state: Mutex<State>,
+    /// Set once the missing native helper was reported (see [`HostLease::unavailable`]).
+    warned: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -102,6 +108,7 @@ impl HostLease {
         Arc::new(HostLease {
             secs,
             state: Mutex::new(State::default()),
+            warned: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -114,6 +121,18 @@ impl HostLease {
     /// the bound without a change, `helper/lease.rs`) ends anything.
     fn interval(&self) -> Duration {
         Duration::from_millis((self.secs * 1000 / 4).max(250))
+    }
+
+    /// A piped spawn runs through the `sh` helper, which has no lease: said once per
+    /// adapter (a warning), since only `kill_after` then bounds what outlives a lost host.
+    pub(crate) fn unavailable(&self) {
+        if !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(
+                bound_secs = self.secs,
+                "host lease unavailable: spawns use the sh helper (no native helper here); \
+                 set kill_after to bound what outlives a lost host"
+            );
+        }
     }
 
     /// Takes a hold for a spawn of the adapter whose helper directory is `dir` (starting

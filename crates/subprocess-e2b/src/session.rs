@@ -478,6 +478,9 @@ async fn start(
                 .stdin(launch.stdin)
         }
         (None, None) => {
+            if let Some(lease) = &launch.lease {
+                lease.unavailable();
+            }
             argv.extend(launch.wrap.positional());
             StartProcess::new("setsid")
                 .args(
