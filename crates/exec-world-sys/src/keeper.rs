@@ -7,8 +7,8 @@
 //! first), ignores the terminal signals, keeps none of our files open but the read end
 //! of a pipe whose only write end is ours (close-on-exec, so no spawn inherits it), and
 //! reads fixed 64-byte records from it: a spawn's process group id with the name of its
-//! cgroup (registered), or the negated id (the leader was reaped, or the child was
-//! detached: forgotten). When every write end is closed (the host exited, however), the
+//! cgroup (registered), or the negated id (the leader was reaped, or the spawn is to
+//! outlive the host: forgotten). When every write end is closed (the host exited, however), the
 //! read returns end-of-file, and the keeper writes `cgroup.kill` of every registered
 //! spawn's cgroup (which reaches what left the group) and SIGKILLs every registered
 //! process group, then exits.
@@ -66,7 +66,8 @@ pub fn register(pgid: u32, cgroup: Option<&Path>) {
     send(pgid as i32, name);
 }
 
-/// Forgets the spawn led by `pgid` (reaped, or detached to outlive this process).
+/// Forgets the spawn led by `pgid` (its leader was reaped, or it is durable and is to
+/// outlive this process).
 pub fn forget(pgid: u32) {
     if KEEPER.get().is_some_and(Option::is_some) {
         send(-(pgid as i32), &[]);

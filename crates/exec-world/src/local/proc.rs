@@ -167,7 +167,8 @@ impl Reaped {
 
     /// Publishes what `wait` yields. Every spawn is registered with the host-death
     /// keeper (`exec_world_sys::keeper`: it ends the spawn's group and cgroup when this
-    /// process is gone) until its leader is reaped or it is [released](Reaped::outlive_host).
+    /// process is gone) until its leader is reaped; a spawn that is to outlive the host (a
+    /// durable one) calls `exec_world_sys::keeper::forget` with its pid.
     fn watch<F>(pid: u32, tree: Tree, wait: F) -> Reaped
     where
         F: std::future::Future<Output = std::io::Result<std::process::ExitStatus>> + Send + 'static,
@@ -187,12 +188,6 @@ impl Reaped {
 
     pub(crate) fn exited(&self) -> bool {
         self.status.borrow().is_some()
-    }
-
-    /// Lets the spawn outlive this process: the host-death keeper forgets it (a detached
-    /// child; a durable spawn).
-    pub(crate) fn outlive_host(&self) {
-        exec_world_sys::keeper::forget(self.pid);
     }
 
     pub(crate) async fn wait(&self) -> Result<ExitStatus, Error> {
@@ -279,8 +274,9 @@ impl ChildBackend for LocalChild {
     }
 
     fn detach(&mut self) {
+        // Past the handle, not past the host (that is what a durable spawn is for): the
+        // host-death keeper still ends it, as the host lease does on E2B.
         self.detached = true;
-        self.reaped.outlive_host();
     }
 }
 
