@@ -20,8 +20,10 @@
 //! costs one `fork` per host process and one non-blocking 64-byte `write` per spawn and
 //! per reap, off the kernel's critical path of the spawn itself.
 //!
-//! Limits: a registration that cannot be written (the keeper is gone, or a burst filled
-//! the pipe) is dropped with a debug log; without a cgroup per spawn, a process that left
+//! Limits: a record that cannot be written (the keeper is gone, or a burst filled the
+//! pipe, 1 MiB where the system allows it) is dropped with a debug log: a dropped
+//! registration leaves that spawn unguarded, a dropped forget leaves a stale id that the
+//! keeper would signal at the host's end even if the kernel reused it meanwhile; without a cgroup per spawn, a process that left
 //! the spawn's process group (`setsid`) is not reached (as with the E2B plain mode); a
 //! fork of the host that does not exec keeps the write end open, so the keeper then waits
 //! for that fork too. Durable spawns must not be registered.
@@ -104,8 +106,12 @@ fn start() -> Option<Keeper> {
     }
     // SAFETY: pipe2 just returned these two fds, owned by nothing else.
     let (rx, tx) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: fcntl on our own fd.
-    unsafe { libc::fcntl(tx.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+    // SAFETY: fcntl on our own fd. A bigger pipe (best effort: up to the system's
+    // limit) holds 16384 records, so a burst of spawns does not drop any.
+    unsafe {
+        libc::fcntl(tx.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK);
+        libc::fcntl(tx.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20);
+    }
     // Everything the keeper needs from our memory is made before the fork.
     let parent = crate::cgroup::parent()
         .and_then(|p| CString::new(p.as_os_str().as_bytes()).ok())
