@@ -14,12 +14,25 @@ pub const DEFAULT_DOMAIN: &str = "e2b.app";
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default TCP/TLS connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default `Keepalive-Ping-Interval` sent on streaming RPCs (the SDKs send 50 s).
+/// Longest `Keepalive-Ping-Interval` asked of envd on streaming RPCs (the SDKs send 50 s);
+/// with a stream idle timeout the interval asked is a third of it
+/// ([`DEFAULT_STREAM_IDLE_TIMEOUT`]).
 pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(50);
-/// Default stream idle timeout: a streaming RPC with no frame (not even one of the
-/// keepalives asked every [`DEFAULT_KEEPALIVE_INTERVAL`]) for this long has lost envd
-/// (frozen, unreachable, a dead connection) and fails with [`Error::Timeout`](crate::Error).
-pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default stream idle timeout: a streaming RPC with no frame (not even a keep-alive) for
+/// this long has lost envd (frozen, unreachable, a dead connection) and fails with
+/// [`Error::Timeout`](crate::Error).
+///
+/// How the bound follows from envd's keep-alive: envd sends a keep-alive event on a quiet
+/// stream every `Keepalive-Ping-Interval` seconds (90 s when the header is absent or not
+/// a number: `defaultKeepAliveInterval` in envd's `internal/permissions/keepalive.go`), and
+/// its ticker restarts at every data event, so on a healthy stream two frames are never
+/// more than one interval apart. The host must learn of a frozen envd within 90 s (a
+/// `wait` with no timeout errors, never blocks longer); at envd's own 90 s that is
+/// impossible, so the client asks for a third of this bound, 20 s: 60 s of silence is
+/// three keep-alives missed in a row, which a healthy envd does not do even in a loaded
+/// sandbox, and 60 s plus the at most 20 s subprocess-e2b spends trying the tree kill
+/// after the loss stays inside 90 s.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default sandbox lifetime asked for at create and connect (the SDKs' 300 s).
 pub const DEFAULT_SANDBOX_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -183,10 +196,10 @@ impl Config {
     }
 
     /// Fail a streaming RPC (process output, watch) when no frame, not even a keepalive,
-    /// arrives for this long. Default [`DEFAULT_STREAM_IDLE_TIMEOUT`] (120 s); `None` or
+    /// arrives for this long. Default [`DEFAULT_STREAM_IDLE_TIMEOUT`] (60 s); `None` or
     /// zero waits forever (a frozen envd then hangs the stream). The keepalive interval
-    /// asked of envd (`Keepalive-Ping-Interval`) is lowered to half of it so a quiet but
-    /// healthy stream never trips it.
+    /// asked of envd (`Keepalive-Ping-Interval`) is lowered to a third of it so a quiet
+    /// but healthy stream never trips it.
     pub fn stream_idle_timeout(mut self, t: Option<Duration>) -> Self {
         self.stream_idle_timeout = t.filter(|d| !d.is_zero());
         self
@@ -286,7 +299,7 @@ impl Config {
     pub(crate) fn keepalive_secs(&self, idle: Option<Duration>) -> u64 {
         let base = self.keepalive_interval.as_secs().max(1);
         match idle {
-            Some(idle) => base.min((idle.as_secs() / 2).max(1)),
+            Some(idle) => base.min((idle.as_secs() / 3).max(1)),
             None => base,
         }
     }
@@ -371,7 +384,8 @@ mod tests {
     fn keepalive_fits_under_idle_timeout() {
         let c = Config::new();
         assert_eq!(c.keepalive_secs(None), 50);
-        assert_eq!(c.keepalive_secs(Some(Duration::from_secs(10))), 5);
+        assert_eq!(c.keepalive_secs(Some(Duration::from_secs(10))), 3);
+        assert_eq!(c.keepalive_secs(Some(DEFAULT_STREAM_IDLE_TIMEOUT)), 20);
         assert_eq!(c.keepalive_secs(Some(Duration::from_millis(300))), 1);
         let c = Config::new()
             .request_timeout(Duration::ZERO)
@@ -389,7 +403,10 @@ mod tests {
             .stream_idle_timeout
             .expect("a default stream idle timeout");
         assert_eq!(idle, DEFAULT_STREAM_IDLE_TIMEOUT);
-        assert!(c.keepalive_secs(Some(idle)) * 2 <= idle.as_secs());
+        assert!(c.keepalive_secs(Some(idle)) * 3 <= idle.as_secs());
+        // Silence past the bound plus subprocess-e2b's bounded kill after the loss
+        // (20 s) still tells a waiting host within 90 s.
+        assert!(idle + Duration::from_secs(20) <= Duration::from_secs(90));
         let c = Config::from_lookup(|_| None);
         assert_eq!(c.stream_idle_timeout, Some(DEFAULT_STREAM_IDLE_TIMEOUT));
         assert_eq!(c.stream_idle_timeout(None).stream_idle_timeout, None);

@@ -11,6 +11,7 @@
 //! # }
 //! ```
 
+pub mod child;
 pub mod sdk_install;
 
 use std::sync::Arc;

@@ -32,7 +32,7 @@ fn take_spare() -> Option<PathBuf> {
 }
 
 /// Where this process's spawns get their cgroups (created once), if it can.
-fn parent() -> Option<&'static Path> {
+pub(crate) fn parent() -> Option<&'static Path> {
     static PARENT: OnceLock<Option<PathBuf>> = OnceLock::new();
     PARENT
         .get_or_init(|| {

@@ -10,7 +10,8 @@
 //! - [`mounts`]: this process's cgroup directory and mountinfo unescaping;
 //! - [`tree_script`]: the descendant-tracking kill as a POSIX `sh` script (run inside a
 //!   sandbox) and the spawn markers it finds processes by;
-//! - [`env_scrub`]: the one list of inherited variables that never reach a spawn.
+//! - [`env_scrub`]: the one list of inherited variables that never reach a spawn;
+//! - [`keeper`]: the host-death keeper that ends this process's spawns when it is gone.
 //!
 //! ```
 //! let argv = exec_world_sys::tree_script::kill_tree_argv(1234, "m-1", std::time::Duration::from_secs(2), false);
@@ -20,6 +21,7 @@
 
 pub mod cgroup;
 pub mod env_scrub;
+pub mod keeper;
 pub mod launch;
 pub mod mounts;
 pub mod pty;

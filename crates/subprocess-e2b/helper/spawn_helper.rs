@@ -13,6 +13,9 @@
 //! - `spawn --kill-after SECS --root|--user …`: as above, but the helper forks first and
 //!   stays as the watching parent that kills the program's tree after SECS seconds
 //!   (`backstop.rs`); the program runs in the child.
+//! - `spawn [--kill-after SECS] --lease FILE SECS --root|--user …`: the watching parent
+//!   also kills the tree once the host stopped renewing `FILE` for SECS (`lease.rs`);
+//!   durable spawns are started without it.
 //!
 //! The user part checks that its process group and session are its own pid, builds the
 //! environment (`USERARGS`: `MODE TERM HOME SHELL USER PATH FAST NENV K=V… PROGRAM ARGS…`,
@@ -29,15 +32,16 @@ use core::arch::global_asm;
 
 mod backstop;
 mod env;
+mod lease;
 mod mem;
 mod process;
 mod record;
 mod sys;
 mod tail;
 
+use backstop::watch;
 use env::{name_of, scrubbed};
 use mem::{Arena, CList, cstr, decimal, parse_num, strip_prefix};
-use backstop::watch;
 use process::{cgroup_dir, drop_to, enter_cgroup, wait_and_mirror};
 use sys::*;
 
@@ -96,6 +100,11 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
         },
         _ => (None, at),
     };
+    // `--lease FILE SECS` next: the host lease.
+    let (lease, at) = match lease::Lease::parse(&arg, argc, at) {
+        Some((l, next)) => (Some(l), next),
+        None => (None, at),
+    };
     let first = if argc > at { Some(arg(at)) } else { None };
     let (root, user_at) = match (argc - at, first) {
         (n, Some(b"--root")) if n >= 6 => (true, at + 6),
@@ -116,7 +125,7 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
 
     // A session of its own. The backstop forks and stays as the watching parent; else,
     // when envd made us a group leader (`setsid` refused), fork as `setsid -w` does.
-    if kill_after.is_some() || record.is_some() {
+    if kill_after.is_some() || record.is_some() || lease.is_some() {
         let cgroup_kill: &[u8] = if cgroup.is_empty() {
             b""
         } else {
@@ -128,7 +137,7 @@ unsafe extern "C" fn helper_main(sp: *const usize) -> ! {
         }
         match (child > 0, &mut record) {
             (true, Some(r)) => record::watch(r, child, kill_after, cgroup, cgroup_kill, &mut arena),
-            (true, None) => watch(child, kill_after.unwrap_or(0), cgroup_kill),
+            (true, None) => watch(child, kill_after, cgroup_kill, lease),
             (false, Some(r)) => record::child_side(r),
             (false, None) => {}
         }

@@ -37,6 +37,18 @@
 //! the watcher's, so `signal` goes through the trusted shell. The `sh` helper puts
 //! `timeout -s KILL SECS` in front of the program instead (the process group only).
 //!
+//! A host lease ([`E2bSubprocessOptions::host_lease`], default [`DEFAULT_HOST_LEASE`],
+//! 2 minutes; the `lease` module has the design) bounds how long a piped spawn that is not
+//! durable outlives a lost host: the same watcher, started with `--lease FILE SECS`, ends
+//! the spawn's cgroup (plain mode: its process group) once the adapter's lease file in
+//! the root-owned helper directory stopped changing for SECS, and a reaper it leaves
+//! behind does the same for what a program that ended first left running (unless the
+//! host renews once more after that end). The host renews with one `POST /files` per
+//! adapter every quarter of the bound while leased spawns run. Every native piped spawn
+//! therefore has the watcher, and `signal(TERM|KILL)` goes through the trusted shell.
+//! The `sh` helper has no lease (only `kill_after` bounds a spawn there); durable spawns
+//! are started without it.
+//!
 //! `spawn` returns at once; a task does the remote start. With a cgroup per spawn
 //! (contained mode) envd starts, as root,
 //! `setsid -w /bin/sh HELPER --root MOUNT NAME SETPRIV UID GID USERARGS…`: the root part
@@ -141,7 +153,10 @@
 //!   1 `Start` (the helper); without a cgroup per spawn the first terminal of an
 //!   adapter adds 1 `Start` (state directory); `write` 1 `SendInput` per 64 KiB,
 //!   `resize` 1 `Update`, `signal` 1 `Start`;
-//! - `signal(TERM|KILL)` 1 `SendSignal`, other signals 1 `Start`;
+//! - `signal(TERM|KILL)` 1 `SendSignal` (1 `Start` when the spawn has a watching parent:
+//!   a host lease, the default, or `kill_after`), other signals 1 `Start`;
+//! - the host lease: 1 `POST /files` per adapter every quarter of the bound while a
+//!   leased spawn runs (and once after the last one ended), in the background;
 //! - `terminate` / `Drop` while running: 1 `Start` (tree kill), +1 `SendSignal` only as
 //!   the last resort; `which`: 1 `Start`.
 //!
@@ -165,11 +180,14 @@
 //! Any end of the stream that is not the process's observed exit (a cut, a reset, envd's
 //! `deadline_exceeded` of a process timeout, the idle timeout, a start whose answer was
 //! lost) runs the tree kill (1 `Start`, through a new request) *before* `started()` /
-//! `wait()` report it; if that kill cannot finish, dropping the child runs it again.
+//! `wait()` report it, for at most 20 s (so with e2b-core's default 60 s idle bound a
+//! `wait` on a frozen envd errors within 90 s); if that kill cannot finish, dropping the
+//! child runs it again, and the host lease ends the spawn in the sandbox.
 
 mod child;
 pub mod durable;
 mod frames;
+mod lease;
 mod native;
 mod options;
 mod queue;
@@ -184,6 +202,7 @@ mod world;
 pub mod wrapper;
 
 pub use durable::DEFAULT_DURABLE_DIR;
+pub use lease::DEFAULT_HOST_LEASE;
 pub use options::{DEFAULT_OUTPUT_BUFFER, E2bSubprocessOptions};
 pub use shell::UserInfo;
 pub use subprocess::E2bSubprocess;

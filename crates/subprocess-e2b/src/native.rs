@@ -178,6 +178,126 @@ mod tests {
         assert_eq!(bad.stdout, b"EXEC-WORLD-FAIL usage\n");
     }
 
+    /// Live (non-zombie) process `pid`.
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+            !st.rsplit(')')
+                .next()
+                .is_some_and(|r| matches!(r.trim_start().chars().next(), Some('Z' | 'X')))
+        })
+    }
+
+    /// Polls until `pid` is gone, at most `secs`; true when it is.
+    fn gone_within(pid: u32, secs: u64) -> bool {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while alive(pid) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        !alive(pid)
+    }
+
+    /// Rewrites `file` every 100 ms until `stop` is set (a host renewing its lease).
+    fn renewing(
+        file: std::path::PathBuf,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                let _ = std::fs::write(&file, n.to_string());
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        })
+    }
+
+    /// `--lease FILE SECS`: without renewals the watcher kills the program's group once
+    /// the lease expired (not before: the start counts as a renewal); with renewals the
+    /// program runs past the bound and ends as it does; a program that ends first
+    /// while its background job runs is mirrored at once, and the job is ended at the
+    /// lease's expiry unless a renewal comes after the end. Malformed: a usage failure.
+    #[test]
+    fn lease_ends_the_tree_once_the_host_stops_renewing() {
+        use std::os::unix::process::ExitStatusExt;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lease = dir.path().join("lease");
+        let lease_arg = lease.to_str().expect("utf-8 path").to_owned();
+        let leased = |secs: &str, script: &str| {
+            helper_command(
+                &["--lease", &lease_arg, secs],
+                "clean",
+                &[],
+                &["/bin/sh", "-c", script],
+                &[],
+            )
+        };
+        let first_pid = |out: &Output| -> u32 {
+            split(out)
+                .1
+                .split_whitespace()
+                .next()
+                .and_then(|w| w.parse().ok())
+                .expect("a pid line")
+        };
+
+        // Never renewed: the group is killed after 3/4 of the 2 s bound.
+        let (_d, mut cmd) = leased("2", "sleep 1000 & echo $!; exec sleep 1001");
+        let t = std::time::Instant::now();
+        let out = cmd.output().expect("helper runs");
+        assert!(
+            t.elapsed() >= std::time::Duration::from_millis(1400),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(out.status.signal(), Some(9), "{out:?}");
+        assert!(
+            gone_within(first_pid(&out), 10),
+            "the background job was killed too"
+        );
+
+        // Renewed all along: runs past the bound and ends as it does.
+        let stop = Arc::new(AtomicBool::new(false));
+        let host = renewing(lease.clone(), stop.clone());
+        let (_d, mut cmd) = leased("2", "sleep 3; exit 5");
+        let out = cmd.output().expect("helper runs");
+        stop.store(true, Ordering::SeqCst);
+        host.join().expect("renewer");
+        assert_eq!(out.status.code(), Some(5), "{out:?}");
+
+        // Ends first, its job running, no renewal after the end: mirrored at once, the
+        // job ended by the reaper.
+        let (_d, mut cmd) = leased("2", "sleep 1000 >/dev/null 2>&1 & echo $!; exit 3");
+        let out = cmd.output().expect("helper runs");
+        assert_eq!(out.status.code(), Some(3), "{out:?}");
+        let job = first_pid(&out);
+        assert!(alive(job), "the job outlives the program for now");
+        assert!(
+            gone_within(job, 30),
+            "the reaper ended the job at the lease's expiry"
+        );
+
+        // The same with a renewal after the end (the host saw it): the job stays.
+        let (_d, mut cmd) = leased("4", "sleep 1000 >/dev/null 2>&1 & echo $!; exit 0");
+        let out = cmd.output().expect("helper runs");
+        let job = first_pid(&out);
+        std::fs::write(&lease, "after the end").expect("renew");
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        let stayed = alive(job);
+        // SAFETY: kill(2) on the job this test's command started.
+        unsafe { libc::kill(job as libc::pid_t, libc::SIGKILL) };
+        assert!(
+            stayed,
+            "a renewal after the end lets what the program left run"
+        );
+
+        let (_d, mut cmd) = leased("0", "true");
+        let out = cmd.output().expect("helper runs");
+        assert_eq!(out.status.code(), Some(125));
+        assert_eq!(out.stdout, b"EXEC-WORLD-FAIL usage\n");
+    }
+
     #[test]
     fn missing_and_unrunnable_programs_fail_with_their_codes() {
         let out = run("base", &[], &["no-such-program-here"], &[]);

@@ -52,6 +52,14 @@ pub struct E2bSubprocessOptions {
     /// use the same one to find the others' commands. Default
     /// [`DEFAULT_DURABLE_DIR`](crate::DEFAULT_DURABLE_DIR).
     pub durable_dir: String,
+    /// The host lease: a piped spawn that is not durable ends, by the sandbox itself,
+    /// at most this long after this host stopped renewing the adapter's lease (the host
+    /// process died, the network was cut, envd froze), even when no kill can reach the
+    /// sandbox. One envd request per adapter every quarter of it while spawns run (see
+    /// the `lease` module docs). Whole seconds (rounded up, at least 1 s). Needs the
+    /// native spawn helper; `None` turns it off. Default
+    /// [`DEFAULT_HOST_LEASE`](crate::DEFAULT_HOST_LEASE) (2 minutes).
+    pub host_lease: Option<Duration>,
 }
 
 impl E2bSubprocessOptions {
@@ -66,6 +74,7 @@ impl E2bSubprocessOptions {
             kill_after: None,
             native_helper: true,
             durable_dir: crate::DEFAULT_DURABLE_DIR.to_owned(),
+            host_lease: Some(crate::lease::DEFAULT_HOST_LEASE),
         }
     }
 
@@ -97,6 +106,19 @@ impl E2bSubprocessOptions {
     /// Sets [`E2bSubprocessOptions::durable_dir`].
     pub fn durable_dir(mut self, dir: impl Into<String>) -> Self {
         self.durable_dir = dir.into();
+        self
+    }
+
+    /// Sets [`E2bSubprocessOptions::host_lease`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let opts = subprocess_e2b::E2bSubprocessOptions::new("/home/user")
+    ///     .host_lease(Some(Duration::from_secs(30)));
+    /// assert_eq!(opts.host_lease, Some(Duration::from_secs(30)));
+    /// ```
+    pub fn host_lease(mut self, bound: Option<Duration>) -> Self {
+        self.host_lease = bound;
         self
     }
 

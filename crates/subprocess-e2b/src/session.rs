@@ -20,6 +20,7 @@ use e2b_core::{ProcessStream, StartProcess};
 use exec_world::{Error, ErrorKind, ExitStatus};
 use tokio::sync::watch;
 
+use crate::lease::LeaseHold;
 use crate::queue::Queue;
 use crate::route::{Fan, Route};
 use crate::shell::Ids;
@@ -74,6 +75,10 @@ pub(crate) struct Session {
 /// finds members by their marker only.
 const NO_LEADER: u32 = u32::MAX;
 
+/// Longest the tree kill after a lost stream may hold up the report of the loss
+/// (e2b-core's 60 s stream idle bound plus this stays within 90 s).
+pub(crate) const LOSS_KILL_BOUND: Duration = Duration::from_secs(20);
+
 /// What the start task needs.
 pub(crate) struct Launch {
     pub(crate) wrap: WrapArgs,
@@ -86,6 +91,8 @@ pub(crate) struct Launch {
     /// A durable spawn's record (`durable.rs`); such a spawn is never killed for a lost
     /// stream or a drop.
     pub(crate) durable: Option<crate::durable::DurableLaunch>,
+    /// The adapter's host lease, for a spawn that is not durable (`lease.rs`).
+    pub(crate) lease: Option<Arc<crate::lease::HostLease>>,
 }
 
 impl Session {
@@ -120,7 +127,7 @@ impl Session {
         });
         let me = session.clone();
         handle.spawn(async move {
-            let stream = match start(&world, &me, launch).await {
+            let (stream, hold) = match start(&world, &me, launch).await {
                 Ok(s) => s,
                 Err(e) => {
                     // The request may have reached envd before the connection failed:
@@ -135,6 +142,9 @@ impl Session {
             let _ = me.envd_pid.set(stream.pid());
             me.install(stream);
             me.pump().await;
+            // The stream is over (the exit, or a loss): this spawn no longer keeps the
+            // lease renewed; after a loss the lease is what ends it in the sandbox.
+            drop(hold);
         });
         Ok(session)
     }
@@ -154,19 +164,28 @@ impl Session {
 
     /// The tree kill after the stream ended without the process's exit (its end is not
     /// observed, so it and its descendants may still run). Logged, never fatal: the
-    /// caller reports the loss itself.
+    /// caller reports the loss itself. Bounded by [`LOSS_KILL_BOUND`]: past it the loss
+    /// is reported anyway (a frozen envd must not hold `wait` beyond e2b-core's idle
+    /// bound plus this, 90 s in all), `Drop` tries the kill again, and the host lease
+    /// ends the spawn in the sandbox.
     pub(crate) async fn reap_after_loss(&self, why: &str) {
         if self.detached.load(Ordering::SeqCst) {
             return;
         }
         let target = self.leader();
-        match self.kill_target(target, Duration::ZERO).await {
-            Ok(()) => tracing::debug!(pid = target.pid, why, "tree killed after a lost stream"),
-            Err(e) => tracing::warn!(
+        let kill = self.kill_target(target, Duration::ZERO);
+        match tokio::time::timeout(LOSS_KILL_BOUND, kill).await {
+            Ok(Ok(())) => tracing::debug!(pid = target.pid, why, "tree killed after a lost stream"),
+            Ok(Err(e)) => tracing::warn!(
                 pid = target.pid,
                 error = %e,
                 why,
                 "tree kill after a lost stream failed"
+            ),
+            Err(_) => tracing::warn!(
+                pid = target.pid,
+                why,
+                "tree kill after a lost stream did not finish in time"
             ),
         }
     }
@@ -372,7 +391,7 @@ impl Session {
 
 /// Longest backstop (100 years): a longer `kill_after` (`Duration::MAX` included) is
 /// this one, which the helper's 10-digit numbers and `timeout` both take.
-const MAX_KILL_AFTER_SECS: u64 = 100 * 365 * 24 * 3600;
+pub(crate) const MAX_KILL_AFTER_SECS: u64 = 100 * 365 * 24 * 3600;
 
 /// The envd `Start` of the spawn helper (after the user lookup and the helper's
 /// placement; terminals upload their spec file first). Contained mode starts it as root
@@ -381,7 +400,7 @@ async fn start(
     world: &Arc<WorldShared>,
     session: &Session,
     mut launch: Launch,
-) -> Result<ProcessStream, Error> {
+) -> Result<(ProcessStream, Option<LeaseHold>), Error> {
     let (info, setup) = world.ready().await?;
     launch.wrap.home = info.home.clone();
     launch.wrap.shell = info.shell.clone();
@@ -464,8 +483,15 @@ async fn start(
             String::new(),
         ],
     };
+    let mut hold = None;
     let mut spec = match (launch.pty, native) {
         (None, Some(native)) => {
+            // `[--kill-after SECS] [--lease FILE SECS]`, in that order.
+            if let Some(lease) = &launch.lease {
+                let (h, args) = lease.hold(&world.api, &setup.dir);
+                hold = Some(h);
+                argv.splice(0..0, args);
+            }
             if let Some(secs) = kill_after {
                 argv.splice(0..0, ["--kill-after".to_owned(), secs]);
             }
@@ -478,6 +504,9 @@ async fn start(
             start.args(argv).stdin(launch.stdin)
         }
         (None, None) => {
+            if let Some(lease) = &launch.lease {
+                lease.unavailable();
+            }
             argv.extend(launch.wrap.positional());
             StartProcess::new("setsid")
                 .args(
@@ -515,12 +544,13 @@ async fn start(
     if let Some(t) = world.process_timeout {
         spec = spec.timeout(t);
     }
-    world.api.start_process(spec).await.map_err(|e| {
+    let stream = world.api.start_process(spec).await.map_err(|e| {
         e.into_world(format!(
             "starting {} in {}",
             launch.wrap.program, launch.cwd
         ))
-    })
+    })?;
+    Ok((stream, hold))
 }
 
 impl Drop for Session {

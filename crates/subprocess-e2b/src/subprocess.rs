@@ -36,6 +36,8 @@ pub struct E2bSubprocess {
     durable_dir: Arc<str>,
     /// This adapter's durable starts in flight.
     pending: Arc<crate::durable::Pending>,
+    /// The adapter's host lease (shared by every handle), if on.
+    lease: Option<Arc<crate::lease::HostLease>>,
 }
 
 impl E2bSubprocess {
@@ -71,6 +73,7 @@ impl E2bSubprocess {
             kill_after: opts.kill_after,
             durable_dir: Arc::from(opts.durable_dir.as_str()),
             pending: Arc::default(),
+            lease: opts.host_lease.map(crate::lease::HostLease::new),
         })
     }
 
@@ -269,6 +272,8 @@ impl Subprocess for E2bSubprocess {
             pty: None,
             kill_after: self.kill_after,
             durable,
+            // A durable command outlives its host on purpose: no host lease.
+            lease: if is_durable { None } else { self.lease.clone() },
         };
         let session = Session::launch(self.world.clone(), launch)?;
         if is_durable {
@@ -303,6 +308,7 @@ impl Subprocess for E2bSubprocess {
             pty: Some((u32::from(spec.size.cols), u32::from(spec.size.rows))),
             kill_after: self.kill_after,
             durable: None,
+            lease: None,
         };
         let session = Session::launch(self.world.clone(), launch)?;
         Ok(Terminal::new(Box::new(E2bTerminal::new(session))))

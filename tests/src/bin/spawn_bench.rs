@@ -14,6 +14,8 @@
 //!   `setpriv` to the user;
 //! * `E2bSubprocess`: `spawn(true)` + `wait()` (the adapter with its native spawn helper;
 //!   contained mode where the sandbox allows it);
+//! * `E2bSubprocess, no lease`: the same with the host lease off (no watching parent:
+//!   the helper execs the program in place);
 //! * `E2bSubprocess, sh`: the same with the native helper off (the `sh` helper chain);
 //! * local baselines: `tokio::process` and `LocalSubprocess`.
 //!
@@ -111,6 +113,11 @@ async fn main() -> Result<(), AnyError> {
         == "yes";
 
     let e2b = E2bSubprocess::at_home(api.clone(), None).await?;
+    let e2b_no_lease = E2bSubprocess::new(
+        api.clone(),
+        subprocess_e2b::E2bSubprocessOptions::new("/").host_lease(None),
+    )?
+    .with_cwd(e2b.cwd());
     let e2b_sh = E2bSubprocess::new(
         api.clone(),
         subprocess_e2b::E2bSubprocessOptions::new("/").native_helper(false),
@@ -125,6 +132,7 @@ async fn main() -> Result<(), AnyError> {
         "helper, plain",
         "helper, cgroup",
         "E2bSubprocess",
+        "E2bSubprocess, no lease",
         "E2bSubprocess, sh",
         "tokio::process",
         "LocalSubprocess",
@@ -190,6 +198,12 @@ async fn main() -> Result<(), AnyError> {
                             return Err(format!("E2bSubprocess true: {st:?}").into());
                         }
                     }
+                    "E2bSubprocess, no lease" => {
+                        let st = e2b_no_lease.spawn(SpawnSpec::new("true"))?.wait().await?;
+                        if !st.success() {
+                            return Err(format!("E2bSubprocess, no lease true: {st:?}").into());
+                        }
+                    }
                     "E2bSubprocess, sh" => {
                         let st = e2b_sh.spawn(SpawnSpec::new("true"))?.wait().await?;
                         if !st.success() {
@@ -218,14 +232,14 @@ async fn main() -> Result<(), AnyError> {
         rounds * per_round
     );
     println!(
-        "{:<18} {:>9} {:>9} {:>8}",
+        "{:<24} {:>9} {:>9} {:>8}",
         "option", "p50 ms", "p90 ms", "/ raw"
     );
     for (name, mut t) in names.iter().zip(times) {
         t.sort();
         let (p50, p90) = (percentile(&t, 0.5), percentile(&t, 0.9));
         println!(
-            "{name:<18} {:>9.2} {:>9.2} {:>7.2}x",
+            "{name:<24} {:>9.2} {:>9.2} {:>7.2}x",
             p50.as_secs_f64() * 1e3,
             p90.as_secs_f64() * 1e3,
             p50.as_secs_f64() / raw_p50.as_secs_f64()

@@ -180,6 +180,7 @@ impl Reaped {
         let pid = child
             .id()
             .ok_or_else(|| Error::other("spawned child has no pid"))?;
+        exec_world_sys::keeper::register(pid, cgroup.as_deref());
         // Before the reaper runs: the tree checks the unreaped leader's cgroup.
         let tree = Tree::new(pid, marker, cgroup);
         Ok(Reaped::watch(pid, tree, async move { child.wait().await }))
@@ -193,11 +194,15 @@ impl Reaped {
         marker: String,
         cgroup: Option<std::path::PathBuf>,
     ) -> Reaped {
+        exec_world_sys::keeper::register(pid, cgroup.as_deref());
         let tree = Tree::born_in(pid, marker, cgroup);
         Reaped::watch(pid, tree, exec_world_sys::reap::wait(pid, pidfd))
     }
 
-    /// Publishes what `wait` yields.
+    /// Publishes what `wait` yields. Every spawn is registered with the host-death
+    /// keeper (`exec_world_sys::keeper`: it ends the spawn's group and cgroup when this
+    /// process is gone) until its leader is reaped; a spawn that is to outlive the host (a
+    /// durable one) calls `exec_world_sys::keeper::forget` with its pid.
     fn watch<F>(pid: u32, tree: Tree, wait: F) -> Reaped
     where
         F: std::future::Future<Output = std::io::Result<std::process::ExitStatus>> + Send + 'static,
@@ -205,6 +210,7 @@ impl Reaped {
         let (tx, rx) = watch::channel(None);
         tokio::spawn(async move {
             let r = wait.await.map(to_status).map_err(|e| e.to_string());
+            exec_world_sys::keeper::forget(pid);
             let _ = tx.send(Some(r));
         });
         Reaped {
@@ -302,6 +308,8 @@ impl ChildBackend for LocalChild {
     }
 
     fn detach(&mut self) {
+        // Past the handle, not past the host (that is what a durable spawn is for): the
+        // host-death keeper still ends it, as the host lease does on E2B.
         self.detached = true;
     }
 }

@@ -5,6 +5,7 @@
 mod durable_local;
 mod kill_tree_script;
 mod local_conformance;
+mod local_host_death;
 mod local_sandbox;
 mod local_specific;
 mod rooted_local;

@@ -9,5 +9,6 @@ mod subprocess_e2b_durable;
 mod subprocess_e2b_escapes;
 mod subprocess_e2b_faults;
 mod subprocess_e2b_given_envd;
+mod subprocess_e2b_hostbound;
 mod subprocess_e2b_output;
 mod subprocess_e2b_specific;
