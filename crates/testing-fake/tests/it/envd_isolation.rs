@@ -287,7 +287,10 @@ async fn offline_sandbox_cannot_reach_a_host_listener() {
         code, 0,
         "a sandbox with internet reached the host's 127.0.0.1:{port}"
     );
-    assert!(err.contains("Connection refused"), "its own loopback: {err}");
+    assert!(
+        err.contains("Connection refused"),
+        "its own loopback: {err}"
+    );
 
     let offline = boot_with("base", None, false).await;
     let (_, err, code) = root_sh(&offline, &connect).await;
