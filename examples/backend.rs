@@ -17,7 +17,7 @@ impl Backend {
     /// E2B when `E2B_API_KEY` is set, else a fresh embedded emulator.
     pub async fn open() -> Result<Backend, Box<dyn std::error::Error>> {
         let cfg = e2b_core::Config::from_env();
-        if cfg.get_api_key().is_some() {
+        if cfg.api_key().is_some() {
             return Ok(Backend {
                 client: e2b_core::Client::new(cfg)?,
                 emulator: None,
@@ -25,9 +25,9 @@ impl Backend {
         }
         let emu = Emulator::start(EmulatorConfig::default()).await?;
         let client = e2b_core::Client::new(
-            cfg.api_key(emu.api_key())
-                .api_url(emu.api_url())
-                .sandbox_url(emu.sandbox_url()),
+            cfg.with_api_key(emu.api_key())
+                .with_api_url(emu.api_url())
+                .with_sandbox_url(emu.sandbox_url()),
         )?;
         Ok(Backend {
             client,
@@ -45,7 +45,7 @@ impl Backend {
         let key = self
             .client
             .config()
-            .get_api_key()
+            .api_key()
             .cloned()
             .unwrap_or_else(|| "".into());
         let mut out = sandbox_e2b::SandboxConfig::new(key, template);

@@ -31,6 +31,31 @@ async function execSeq(sbx) {
   return { samples_ms: samples, ops: n, errors: 0, bytes: 0, secs }
 }
 
+// A command started in the background, then attached to by pid (as a restarted host
+// would) and waited for; WB_ITER at most 20 timed runs after 3 untimed ones.
+async function execBg(sbx) {
+  const cmd = process.env.WB_BG_COMMAND
+  const once = async () => {
+    const h = await sbx.commands.run(cmd, { background: true })
+    const c = await sbx.commands.connect(h.pid)
+    const r = await c.wait()
+    if (r.exitCode !== 0) throw new Error(`${cmd}: exit ${r.exitCode}`)
+  }
+  for (let i = 0; i < 3; i++) await once()
+  const n = Math.min(num('WB_ITER'), 20)
+  const samples = []
+  await mark('start')
+  const t0 = now()
+  for (let i = 0; i < n; i++) {
+    const t = now()
+    await once()
+    samples.push(now() - t)
+  }
+  const secs = (now() - t0) / 1000
+  await mark('end')
+  return { samples_ms: samples, ops: n, errors: 0, bytes: 0, secs }
+}
+
 async function execConc(sbx) {
   const conc = num('WB_CONC')
   const rounds = num('WB_ROUNDS')
@@ -180,6 +205,7 @@ async function main() {
   else if (figure === 'files_small') out = await files(sbx, num('WB_SMALL_N'), num('WB_SMALL_BYTES'))
   else if (figure === 'files_large') out = await files(sbx, 1, num('WB_LARGE_BYTES'))
   else if (figure === 'flood') out = await flood(sbx)
+  else if (figure === 'exec_bg') out = await execBg(sbx)
   else throw new Error(`unknown figure ${figure}`)
   await sbx.kill()
   process.stdout.write(`RESULT ${JSON.stringify(out)}\n`)

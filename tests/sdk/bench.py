@@ -90,6 +90,33 @@ async def flood(sbx):
     return {"samples_ms": [secs * 1000], "ops": 1, "errors": 0, "bytes": size, "secs": secs}
 
 
+async def exec_bg(sbx):
+    """A command started in the background, then attached to by pid (as a restarted host
+    would) and waited for; WB_ITER at most 20 timed runs after 3 untimed ones."""
+    cmd = os.environ["WB_BG_COMMAND"]
+
+    async def once():
+        h = await sbx.commands.run(cmd, background=True)
+        c = await sbx.commands.connect(h.pid)
+        r = await c.wait()
+        if r.exit_code != 0:
+            raise RuntimeError(f"{cmd}: exit {r.exit_code}")
+
+    for _ in range(3):
+        await once()
+    n = min(num("WB_ITER"), 20)
+    samples = []
+    mark("start")
+    t0 = time.perf_counter()
+    for _ in range(n):
+        t = time.perf_counter()
+        await once()
+        samples.append((time.perf_counter() - t) * 1000)
+    secs = time.perf_counter() - t0
+    mark("end")
+    return {"samples_ms": samples, "ops": n, "errors": 0, "bytes": 0, "secs": secs}
+
+
 async def timed(n, f):
     """The latency mode: WB_WARM untimed runs of f(i), then n timed ones (i counts on)."""
     warm = num("WB_WARM")
@@ -223,6 +250,8 @@ async def main():
         out = await files(sbx, 1, num("WB_LARGE_BYTES"))
     elif figure == "flood":
         out = await flood(sbx)
+    elif figure == "exec_bg":
+        out = await exec_bg(sbx)
     else:
         raise RuntimeError(f"unknown figure {figure}")
     await sbx.kill()

@@ -36,7 +36,7 @@ pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default sandbox lifetime asked for at create and connect (the SDKs' 300 s).
 pub const DEFAULT_SANDBOX_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Default of [`Config::http2`]: off. Against the emulator on plain http (one run,
+/// Default of [`Config::with_http2`]: off. Against the emulator on plain http (one run,
 /// `files-bench`, a loaded 2-core machine) HTTP/2 moved a 256 MiB write + read at about
 /// a quarter of HTTP/1.1's speed (one connection, flow-controlled, for both directions
 /// and the control calls) and was no faster on sequential or 64 concurrent execs.
@@ -90,10 +90,11 @@ impl From<&str> for Secret {
 /// use e2b_core::Config;
 ///
 /// let cfg = Config::new()
-///     .api_key("e2b_0123")
-///     .api_url("http://127.0.0.1:3000")
-///     .sandbox_url("http://127.0.0.1:3000")
-///     .request_timeout(Duration::from_secs(5));
+///     .with_api_key("e2b_0123")
+///     .with_api_url("http://127.0.0.1:3000")
+///     .with_sandbox_url("http://127.0.0.1:3000")
+///     .with_request_timeout(Duration::from_secs(5));
+/// assert_eq!(cfg.request_timeout(), Duration::from_secs(5));
 /// assert_eq!(cfg.resolved_api_url(), "http://127.0.0.1:3000");
 /// assert!(!format!("{cfg:?}").contains("e2b_0123"));
 /// ```
@@ -158,39 +159,39 @@ impl Config {
     }
 
     /// Set the API key (sent as `X-API-KEY`).
-    pub fn api_key(mut self, key: impl Into<Secret>) -> Self {
+    pub fn with_api_key(mut self, key: impl Into<Secret>) -> Self {
         self.api_key = Some(key.into());
         self
     }
 
     /// Set the domain (default `e2b.app`).
-    pub fn domain(mut self, domain: impl Into<String>) -> Self {
+    pub fn with_domain(mut self, domain: impl Into<String>) -> Self {
         self.domain = domain.into();
         self
     }
 
     /// Set the control-plane URL (default `https://api.<domain>`).
-    pub fn api_url(mut self, url: impl Into<String>) -> Self {
+    pub fn with_api_url(mut self, url: impl Into<String>) -> Self {
         self.api_url = Some(trim_url(&url.into()));
         self
     }
 
     /// Send every envd request to this URL (self-hosted, emulator); routing then relies on
     /// the `E2b-Sandbox-Id` header.
-    pub fn sandbox_url(mut self, url: impl Into<String>) -> Self {
+    pub fn with_sandbox_url(mut self, url: impl Into<String>) -> Self {
         self.sandbox_url = Some(trim_url(&url.into()));
         self
     }
 
     /// Timeout of every unary call, and of the handshake of streaming calls (default 60 s;
     /// zero disables it, as the SDKs' `requestTimeoutMs: 0`).
-    pub fn request_timeout(mut self, t: Duration) -> Self {
+    pub fn with_request_timeout(mut self, t: Duration) -> Self {
         self.request_timeout = if t.is_zero() { NO_TIMEOUT } else { t };
         self
     }
 
     /// TCP and TLS connect timeout (default 10 s).
-    pub fn connect_timeout(mut self, t: Duration) -> Self {
+    pub fn with_connect_timeout(mut self, t: Duration) -> Self {
         self.connect_timeout = t;
         self
     }
@@ -200,21 +201,21 @@ impl Config {
     /// zero waits forever (a frozen envd then hangs the stream). The keepalive interval
     /// asked of envd (`Keepalive-Ping-Interval`) is lowered to a third of it so a quiet
     /// but healthy stream never trips it.
-    pub fn stream_idle_timeout(mut self, t: Option<Duration>) -> Self {
+    pub fn with_stream_idle_timeout(mut self, t: Option<Duration>) -> Self {
         self.stream_idle_timeout = t.filter(|d| !d.is_zero());
         self
     }
 
     /// Fail an upload or download when no bytes move for this long (default 60 s; `None`
     /// disables).
-    pub fn transfer_idle_timeout(mut self, t: Option<Duration>) -> Self {
+    pub fn with_transfer_idle_timeout(mut self, t: Option<Duration>) -> Self {
         self.transfer_idle_timeout = t.filter(|d| !d.is_zero());
         self
     }
 
     /// `Keepalive-Ping-Interval` asked of envd on streaming RPCs (default 50 s; whole
     /// seconds, at least 1).
-    pub fn keepalive_interval(mut self, t: Duration) -> Self {
+    pub fn with_keepalive_interval(mut self, t: Duration) -> Self {
         self.keepalive_interval = t;
         self
     }
@@ -225,34 +226,34 @@ impl Config {
     /// `https` (`false`). A graceful `GOAWAY` never fails the next call; a read sent on a
     /// connection the server had dropped is sent once more (see `send_resending_stale` in
     /// `src/http.rs`). Default [`DEFAULT_HTTP2`].
-    pub fn http2(mut self, on: bool) -> Self {
+    pub fn with_http2(mut self, on: bool) -> Self {
         self.http2 = on;
         self
     }
 
     /// The `User-Agent` header.
-    pub fn user_agent(mut self, ua: impl Into<String>) -> Self {
+    pub fn with_user_agent(mut self, ua: impl Into<String>) -> Self {
         self.user_agent = ua.into();
         self
     }
 
     /// The API key, if any.
-    pub fn get_api_key(&self) -> Option<&Secret> {
+    pub fn api_key(&self) -> Option<&Secret> {
         self.api_key.as_ref()
     }
 
     /// The configured domain.
-    pub fn get_domain(&self) -> &str {
+    pub fn domain(&self) -> &str {
         &self.domain
     }
 
     /// The sandbox URL override, if any.
-    pub fn get_sandbox_url(&self) -> Option<&str> {
+    pub fn sandbox_url(&self) -> Option<&str> {
         self.sandbox_url.as_deref()
     }
 
     /// The request timeout.
-    pub fn get_request_timeout(&self) -> Duration {
+    pub fn request_timeout(&self) -> Duration {
         self.request_timeout
     }
 
@@ -324,17 +325,17 @@ mod tests {
     #[test]
     fn defaults_and_env() {
         let c = env(&[]);
-        assert!(c.get_api_key().is_none());
+        assert!(c.api_key().is_none());
         assert_eq!(c.resolved_api_url(), "https://api.e2b.app");
-        assert_eq!(c.get_request_timeout(), Duration::from_secs(60));
+        assert_eq!(c.request_timeout(), Duration::from_secs(60));
         let c = env(&[
             ("E2B_API_KEY", "e2b_abc"),
             ("E2B_DOMAIN", "example.org"),
             ("E2B_SANDBOX_URL", ""),
         ]);
-        assert_eq!(c.get_api_key().map(Secret::expose), Some("e2b_abc"));
+        assert_eq!(c.api_key().map(Secret::expose), Some("e2b_abc"));
         assert_eq!(c.resolved_api_url(), "https://api.example.org");
-        assert!(c.get_sandbox_url().is_none());
+        assert!(c.sandbox_url().is_none());
         let c = env(&[
             ("E2B_API_URL", "http://127.0.0.1:9/"),
             ("E2B_SANDBOX_URL", "http://127.0.0.1:8/"),
@@ -364,7 +365,7 @@ mod tests {
             c.envd_direct_url("iabc", None),
             "https://49983-iabc.e2b.app"
         );
-        let c = Config::new().domain("corp.local");
+        let c = Config::new().with_domain("corp.local");
         assert_eq!(
             c.envd_api_url("iabc", None),
             "https://49983-iabc.corp.local"
@@ -373,7 +374,7 @@ mod tests {
 
     #[test]
     fn secrets_never_print() {
-        let c = Config::new().api_key("e2b_deadbeef");
+        let c = Config::new().with_api_key("e2b_deadbeef");
         let dbg = format!("{c:?}");
         assert!(!dbg.contains("deadbeef"), "{dbg}");
         assert!(dbg.contains("<redacted>"));
@@ -388,9 +389,9 @@ mod tests {
         assert_eq!(c.keepalive_secs(Some(DEFAULT_STREAM_IDLE_TIMEOUT)), 20);
         assert_eq!(c.keepalive_secs(Some(Duration::from_millis(300))), 1);
         let c = Config::new()
-            .request_timeout(Duration::ZERO)
-            .stream_idle_timeout(Some(Duration::ZERO));
-        assert!(c.get_request_timeout() > Duration::from_secs(3600));
+            .with_request_timeout(Duration::ZERO)
+            .with_stream_idle_timeout(Some(Duration::ZERO));
+        assert!(c.request_timeout() > Duration::from_secs(3600));
         assert_eq!(c.keepalive_secs(c.stream_idle_timeout), 50);
     }
 
@@ -409,6 +410,6 @@ mod tests {
         assert!(idle + Duration::from_secs(20) <= Duration::from_secs(90));
         let c = Config::from_lookup(|_| None);
         assert_eq!(c.stream_idle_timeout, Some(DEFAULT_STREAM_IDLE_TIMEOUT));
-        assert_eq!(c.stream_idle_timeout(None).stream_idle_timeout, None);
+        assert_eq!(c.with_stream_idle_timeout(None).stream_idle_timeout, None);
     }
 }

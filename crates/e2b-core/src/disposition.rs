@@ -1,6 +1,6 @@
 //! The one classification table of this crate: for every [`Error`], what retrying can
 //! do. [`Error::is_retryable`], the retry policy ([`crate::retry`]), the exec-world
-//! mapping ([`crate::world_error`]) and the sandbox provider's lease all read
+//! mapping ([`crate::world_error`]), the keep-alive's stop decision and the lease all read
 //! [`Error::disposition`]; nothing else decides it.
 //!
 //! | error | disposition |

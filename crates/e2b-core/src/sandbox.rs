@@ -100,6 +100,16 @@ pub trait EnvdApi: Send + Sync + fmt::Debug {
     /// `GET /files`, the content as a stream.
     async fn download(&self, path: &str, user: Option<&str>) -> Result<Download, Error>;
 
+    /// `GET /files` of `len` bytes from `offset` (a `Range` request, answered 206; fewer
+    /// bytes when the file ends first).
+    async fn download_range(
+        &self,
+        path: &str,
+        user: Option<&str>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Download, Error>;
+
     /// `GET /health`: `Ok` when envd answers.
     async fn health(&self) -> Result<(), Error>;
 
@@ -485,6 +495,22 @@ impl EnvdApi for Sandbox {
             .await
     }
 
+    async fn download_range(
+        &self,
+        path: &str,
+        user: Option<&str>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Download, Error> {
+        self.explain(
+            self.inner
+                .conn
+                .download_range(path, user, offset, len)
+                .await,
+        )
+        .await
+    }
+
     async fn health(&self) -> Result<(), Error> {
         self.inner.conn.health().await
     }
@@ -521,7 +547,7 @@ mod tests {
             "{url}"
         );
         let unsigned = sb(
-            &Config::new().sandbox_url("http://127.0.0.1:1"),
+            &Config::new().with_sandbox_url("http://127.0.0.1:1"),
             None,
             "0.6.13",
         );

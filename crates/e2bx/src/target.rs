@@ -38,9 +38,10 @@ impl Backend {
     /// E2B (or a compatible server) when an API key or a URL is configured, else the
     /// embedded emulator (announced with one line on stderr unless `quiet`).
     pub async fn open(g: &Global) -> CliResult<Backend> {
-        let mut cfg = Config::from_env().user_agent(format!("e2bx/{}", env!("CARGO_PKG_VERSION")));
+        let mut cfg =
+            Config::from_env().with_user_agent(format!("e2bx/{}", env!("CARGO_PKG_VERSION")));
         let remote_hint = g.api_url.is_some() || g.domain.is_some() || g.sandbox_url.is_some();
-        if cfg.get_api_key().is_none() {
+        if cfg.api_key().is_none() {
             if remote_hint {
                 return Err(CliError::msg(
                     "E2B_API_KEY is not set but E2B_API_URL/E2B_DOMAIN/E2B_SANDBOX_URL (or --api-url/--domain/--sandbox-url) name a server; set E2B_API_KEY too (for `e2bx serve`, export all three lines it prints), or unset them to use the embedded emulator",
@@ -49,13 +50,13 @@ impl Backend {
             return Self::open_embedded(cfg, g.quiet).await;
         }
         if let Some(u) = &g.api_url {
-            cfg = cfg.api_url(u.clone());
+            cfg = cfg.with_api_url(u.clone());
         }
         if let Some(d) = &g.domain {
-            cfg = cfg.domain(d.clone());
+            cfg = cfg.with_domain(d.clone());
         }
         if let Some(u) = &g.sandbox_url {
-            cfg = cfg.sandbox_url(u.clone());
+            cfg = cfg.with_sandbox_url(u.clone());
         }
         let client = Client::new(cfg)?;
         Ok(Backend {
@@ -81,9 +82,9 @@ impl Backend {
             );
         }
         let cfg = cfg
-            .api_key(emu.api_key())
-            .api_url(emu.api_url())
-            .sandbox_url(emu.sandbox_url());
+            .with_api_key(emu.api_key())
+            .with_api_url(emu.api_url())
+            .with_sandbox_url(emu.sandbox_url());
         let client = Client::new(cfg)?;
         Ok(Backend {
             client,

@@ -156,11 +156,11 @@ impl ChildEmulator {
     /// A client configuration for it, with `request_timeout` on every call.
     pub fn config(&self, request_timeout: Duration) -> Config {
         Config::new()
-            .api_key(self.api_key.clone())
-            .api_url(self.api_url.clone())
-            .sandbox_url(self.sandbox_url.clone())
-            .request_timeout(request_timeout)
-            .connect_timeout(Duration::from_secs(5))
+            .with_api_key(self.api_key.clone())
+            .with_api_url(self.api_url.clone())
+            .with_sandbox_url(self.sandbox_url.clone())
+            .with_request_timeout(request_timeout)
+            .with_connect_timeout(Duration::from_secs(5))
     }
 
     fn signal(&self, sig: libc::c_int) {

@@ -36,11 +36,11 @@ pub fn client(emu: &Emulator) -> Client {
 /// A client configuration pointed at `emu`, with `request_timeout` on every call.
 pub fn emulator_config(emu: &Emulator, request_timeout: Duration) -> Config {
     Config::new()
-        .api_key(emu.api_key())
-        .api_url(emu.api_url())
-        .sandbox_url(emu.sandbox_url())
-        .request_timeout(request_timeout)
-        .connect_timeout(Duration::from_secs(5))
+        .with_api_key(emu.api_key())
+        .with_api_url(emu.api_url())
+        .with_sandbox_url(emu.sandbox_url())
+        .with_request_timeout(request_timeout)
+        .with_connect_timeout(Duration::from_secs(5))
 }
 
 /// A fresh emulator, a client for it and a new `base` sandbox on it.
@@ -127,9 +127,9 @@ impl GivenEnvd {
     /// The envd API on it (60 s per request); panics on a malformed URL (test helper).
     pub fn api(&self) -> Arc<dyn EnvdApi> {
         let cfg = Config::new()
-            .sandbox_url(self.url.clone())
-            .request_timeout(Duration::from_secs(60))
-            .connect_timeout(Duration::from_secs(10));
+            .with_sandbox_url(self.url.clone())
+            .with_request_timeout(Duration::from_secs(60))
+            .with_connect_timeout(Duration::from_secs(10));
         let parts = e2b_core::SandboxParts {
             sandbox_id: self.sandbox_id.clone(),
             envd_version: String::new(),

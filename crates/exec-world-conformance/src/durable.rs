@@ -5,6 +5,7 @@
 //!
 //! Every test uses ids of its own (random), so worlds may share a state directory.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -54,6 +55,14 @@ async fn listed(p: &dyn Subprocess, id: &DurableId) -> Option<DurableInfo> {
         .expect("durable_list")
         .into_iter()
         .find(|i| &i.id == id)
+}
+
+/// A fresh adapter instance (another host process, say), once the durable starts
+/// `w.proc` has in flight were answered: `spawn` returns before its start reached the
+/// world, and only the spawning instance waits for that.
+async fn fresh_after_starts(w: &World) -> Arc<dyn Subprocess> {
+    w.proc.durable_list().await.expect("durable_list");
+    w.fresh_proc().await
 }
 
 /// Attaches from `from` (bounded).
@@ -149,7 +158,7 @@ pub async fn durable_list_and_attach_ended_from_fresh_instance(w: &World) {
         .expect("spawn");
     let pid = child.pid();
     drop(child);
-    let fresh = w.fresh_proc().await;
+    let fresh = fresh_after_starts(w).await;
     let status = ended(fresh.as_ref(), &id).await;
     assert_eq!(status.code, Some(7));
     let info = listed(fresh.as_ref(), &id).await.expect("listed");
@@ -201,7 +210,7 @@ pub async fn durable_attach_running_from_fresh_instance(w: &World) {
         ))
         .expect("spawn");
     child.detach();
-    let fresh = w.fresh_proc().await;
+    let fresh = fresh_after_starts(w).await;
     let mut a = attach(fresh.as_ref(), &id, OutputOffsets::default()).await;
     assert_eq!(a.info.state, DurableState::Running);
     let mut out = a.child.take_stdout().expect("stdout");
@@ -237,7 +246,7 @@ pub async fn durable_unheard_output_arrives_complete(w: &World) {
             .spawn(durable_sh(script, &[&data], DurableSpec::new(id.clone())))
             .expect("spawn"),
     );
-    let fresh = w.fresh_proc().await;
+    let fresh = fresh_after_starts(w).await;
     assert!(ended(fresh.as_ref(), &id).await.success());
     let expected = file(w, "data").await;
     let mut a = attach(fresh.as_ref(), &id, OutputOffsets::default()).await;
@@ -264,7 +273,7 @@ async fn cap_case(w: &World, total: u64, cap: u64) {
             ))
             .expect("spawn"),
     );
-    let fresh = w.fresh_proc().await;
+    let fresh = fresh_after_starts(w).await;
     assert!(ended(fresh.as_ref(), &id).await.success());
     let expected = file(w, "capdata").await;
     assert_eq!(expected.len() as u64, total);
@@ -341,7 +350,7 @@ while [ ! -e "$2" ]; do sleep 0.02; done; tail -c +1000001 "$1""#;
         }
     }
     touch(w, "go").await;
-    let fresh = w.fresh_proc().await;
+    let fresh = fresh_after_starts(w).await;
     let mut a = attach(
         fresh.as_ref(),
         &id,
@@ -374,7 +383,7 @@ pub async fn durable_start_never_runs_twice(w: &World) {
     let spec = || durable_sh(script, &[&counter, &go], DurableSpec::new(id.clone()));
     let first = w.proc.spawn(spec()).expect("first start");
     first.detach();
-    let fresh = w.fresh_proc().await;
+    let fresh = fresh_after_starts(w).await;
     let expect_exists = |r: Result<Child, exec_world::Error>| async move {
         match r {
             Err(e) => assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}"),
@@ -433,7 +442,7 @@ i=0; while [ $i -lt 30 ]; do echo "line $i" >&2; i=$((i+1)); done; cat "$1""#;
             ))
             .expect("spawn"),
     );
-    let fresh = w.fresh_proc().await;
+    let fresh = fresh_after_starts(w).await;
     let mut a = attach(w.proc.as_ref(), &id, OutputOffsets::default()).await;
     let mut b = attach(fresh.as_ref(), &id, OutputOffsets::default()).await;
     touch(w, "go").await;
@@ -491,7 +500,7 @@ pub async fn durable_stdin_piped_across_attaches(w: &World) {
     .await;
     drop((input, out, child));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let fresh = w.fresh_proc().await;
+    let fresh = fresh_after_starts(w).await;
     let mut a = attach(fresh.as_ref(), &id, OutputOffsets::default()).await;
     assert_eq!(
         a.info.state,
@@ -554,7 +563,7 @@ pub async fn durable_drop_and_detach_leave_it_running(w: &World) {
         pids,
         "a durable command died"
     );
-    let fresh = w.fresh_proc().await;
+    let fresh = fresh_after_starts(w).await;
     for id in &ids {
         let a = attach(fresh.as_ref(), id, OutputOffsets::default()).await;
         assert_eq!(a.info.state, DurableState::Running);
@@ -583,7 +592,7 @@ pub async fn durable_signal_and_terminate_attached(w: &World) {
         .spawn(durable_sh(script, &[], DurableSpec::new(id.clone())))
         .expect("spawn");
     drop(child);
-    let fresh = w.fresh_proc().await;
+    let fresh = fresh_after_starts(w).await;
     let mut a = attach(fresh.as_ref(), &id, OutputOffsets::default()).await;
     let mut out = a.child.take_stdout().expect("stdout");
     let mut seen = Vec::new();
@@ -601,6 +610,8 @@ pub async fn durable_signal_and_terminate_attached(w: &World) {
             .spawn(durable_sh(script, &[], DurableSpec::new(id.clone())))
             .expect("spawn"),
     );
+    // The start reached the world before the other instance looks for it.
+    w.proc.durable_list().await.expect("durable_list");
     let mut a = attach(fresh.as_ref(), &id, OutputOffsets::default()).await;
     let mut out = a.child.take_stdout().expect("stdout");
     let mut seen = Vec::new();

@@ -211,6 +211,7 @@ macro_rules! __tree_test_names {
             tree_hostile_destinations,
             tree_hostile_archives,
             tree_cancelled_transfers_leave_no_staging,
+            tree_denied_is_permission_denied,
         ] }
     };
 }

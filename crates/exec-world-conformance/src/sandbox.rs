@@ -682,6 +682,74 @@ pub async fn sb_kill_reaches_double_forks(w: &SandboxWorld) {
     p.destroy(&h).await.expect("destroy");
 }
 
+/// `kill_tagged` and `kill_all` from another instance still reach an `env -i setsid`
+/// double fork after the tagged command that started it has ended (nothing tagged is
+/// left to find it by: only its spawn's cgroup, labeled with the exec's group), where
+/// the provider says it can; another tag's escapee and another sandbox's are untouched.
+pub async fn sb_kill_reaches_escapes_after_their_command_ended(w: &SandboxWorld) {
+    let p = &*w.provider;
+    if !p.capabilities().kill_reaches_escapes {
+        return crate::skip(
+            "sb_kill_reaches_escapes_after_their_command_ended",
+            "kill_reaches_escapes",
+        );
+    }
+    let h = w.create("ended-a").await;
+    let other = w.create("ended-b").await;
+    let leave = |h: &SandboxHandle, tag: &'static str, file: &'static str| {
+        let h = h.clone();
+        async move {
+            let r = p
+                .exec(
+                    &h,
+                    ExecSpec::new(format!(
+                        "env -i /usr/bin/setsid /bin/sh -c '/bin/sleep 300 & echo $! > {file}' </dev/null >/dev/null 2>&1 &"
+                    ))
+                    .tag(tag)
+                    .timeout(Duration::from_secs(60)),
+                )
+                .await
+                .expect("exec");
+            assert_eq!(r.exit_code, Some(0), "{r:?}");
+            wait_for(p, &h, &format!("/workspace/{file}")).await;
+            let pid = alive(p, &h, file).await;
+            assert!(!pid.trim().is_empty(), "the escapee of {tag} runs");
+        }
+    };
+    leave(&h, "left-a", "a.pid").await;
+    leave(&h, "left-b", "b.pid").await;
+    leave(&other, "left-a", "a.pid").await;
+    w.second
+        .kill_tagged(&h, &["left-a".to_owned()])
+        .await
+        .expect("kill_tagged");
+    assert_eq!(
+        alive(p, &h, "a.pid").await,
+        "",
+        "kill_tagged reached the escapee of an ended command"
+    );
+    assert!(
+        !alive(p, &h, "b.pid").await.trim().is_empty(),
+        "another tag's escapee is untouched"
+    );
+    assert!(
+        !alive(p, &other, "a.pid").await.trim().is_empty(),
+        "the same tag in another sandbox is untouched"
+    );
+    w.second.kill_all(&h).await.expect("kill_all");
+    assert_eq!(
+        alive(p, &h, "b.pid").await,
+        "",
+        "kill_all reached the escapee of an ended command"
+    );
+    assert!(
+        !alive(p, &other, "a.pid").await.trim().is_empty(),
+        "kill_all of one sandbox leaves another's"
+    );
+    p.destroy(&h).await.expect("destroy");
+    p.destroy(&other).await.expect("destroy");
+}
+
 /// Parallel execs and file operations from two instances on one sandbox.
 pub async fn sb_concurrent(w: &SandboxWorld) {
     let h = w.create("concurrent").await;
@@ -761,6 +829,7 @@ macro_rules! __sandbox_test_names {
             sb_same_name,
             sb_kill_tagged,
             sb_kill_reaches_double_forks,
+            sb_kill_reaches_escapes_after_their_command_ended,
             sb_concurrent,
             sb_invalid_create,
             sb_fork,

@@ -511,3 +511,91 @@ pub async fn tree_hostile_archives(world: &World) {
         );
     }
 }
+
+/// A tree with an entry the acting user cannot read, and a destination whose parent the
+/// user cannot write, fail as `PermissionDenied`, decided from the file system rather
+/// than from tar's words, through both the stream and the file path. Skipped where the
+/// acting user reads everything (root).
+pub async fn tree_denied_is_permission_denied(world: &World) {
+    let src = wpath(world, "denied");
+    let ro = wpath(world, "ro");
+    let setup = sh(
+        world.proc.as_ref(),
+        "mkdir -p \"$1/open\" \"$1/closed\" \"$2\" && echo x > \"$1/open/f\" && \
+         echo y > \"$1/closed/g\" && chmod 000 \"$1/closed\" && chmod 555 \"$2\" && \
+         if [ -r \"$1/closed\" ] || [ -w \"$2\" ]; then echo all-rights; fi",
+        &[src.to_string(), ro.to_string()],
+    )
+    .await;
+    assert!(setup.status.success(), "setup: {setup:?}");
+    let restore = || async {
+        sh(
+            world.proc.as_ref(),
+            "chmod 755 \"$1/closed\" \"$2\"",
+            &[src.to_string(), ro.to_string()],
+        )
+        .await
+    };
+    if setup.stdout_text().contains("all-rights") {
+        restore().await;
+        println!("skipped: tree_denied_is_permission_denied: the acting user reads everything");
+        return;
+    }
+    let host = HostDir::new("denied");
+    let denied = |what: &str, r: Result<tree::TreeSummary, exec_world::Error>| {
+        let e = r.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{what}: {e}");
+    };
+    let opts = TreeOptions::default();
+    let r = within(
+        60,
+        "download of an unreadable tree",
+        tree::download(world.proc.as_ref(), &src, &host.0.join("a"), &opts),
+    )
+    .await;
+    denied("download", r);
+    let up = HostDir::new("denied-up");
+    std::fs::write(up.0.join("f"), b"x").expect("write");
+    let r = within(
+        60,
+        "upload below a read-only parent",
+        tree::upload(
+            world.proc.as_ref(),
+            &up.0,
+            &ro.join("sub").expect("path"),
+            &opts,
+        ),
+    )
+    .await;
+    denied("upload", r);
+    // Through a file (fs and processes must see the same paths).
+    if world.proc_root.is_none() {
+        let r = within(
+            60,
+            "download_via_file of an unreadable tree",
+            tree::download_via_file(
+                world.fs.as_ref(),
+                world.proc.as_ref(),
+                &src,
+                &host.0.join("b"),
+                &opts,
+            ),
+        )
+        .await;
+        denied("download_via_file", r);
+        let r = within(
+            60,
+            "upload_via_file below a read-only parent",
+            tree::upload_via_file(
+                world.fs.as_ref(),
+                world.proc.as_ref(),
+                &up.0,
+                &ro.join("sub").expect("path"),
+                &opts,
+            ),
+        )
+        .await;
+        denied("upload_via_file", r);
+    }
+    restore().await;
+}

@@ -20,6 +20,10 @@ use std::sync::{Mutex, OnceLock};
 
 use rustix::fs::{Mode, OFlags};
 
+/// Separates a spawn's marker from its group label in its cgroup's name
+/// (`<marker>--<label>`); markers never contain it.
+pub const GROUP_SEPARATOR: &str = "--";
+
 /// At most this many empty spawn cgroups are kept for reuse.
 pub const SPARE_MAX: usize = 64;
 
@@ -94,6 +98,16 @@ impl SpawnCgroup {
         match take_spare() {
             Some(d) => SpawnCgroup::open(d, true),
             None => SpawnCgroup::create_new(marker),
+        }
+    }
+
+    /// A fresh cgroup for the spawn `marker` labeled `group` (`<marker>--<group>`, never
+    /// a spare, never kept as one: its name says whose it is), or [`SpawnCgroup::create`]
+    /// without a label. `None` where cgroups are unavailable.
+    pub fn create_in_group(marker: &str, group: Option<&str>) -> Option<SpawnCgroup> {
+        match group {
+            Some(g) => SpawnCgroup::create_new(&format!("{marker}{GROUP_SEPARATOR}{g}")),
+            None => SpawnCgroup::create(marker),
         }
     }
 
@@ -233,10 +247,15 @@ pub fn discard(dir: &Path) {
     let _ = std::fs::remove_dir(dir);
 }
 
-/// Done with the cgroup `dir`: kept as a spare when it is empty and there is room, else
-/// removed (an error while members remain is ignored).
+/// Done with the cgroup `dir`: kept as a spare when it is empty, unlabeled and there is
+/// room, else removed (an error while members remain is ignored).
 pub fn remove(dir: &Path) {
-    if members(dir).is_empty()
+    let labeled = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.contains(GROUP_SEPARATOR));
+    if !labeled
+        && members(dir).is_empty()
         && let Ok(mut spares) = SPARES.lock()
         && spares.len() < SPARE_MAX
     {

@@ -27,7 +27,8 @@
 //!    (a writer that vanishes does not close it);
 //! 6. records the command's end in `status` (`exit N` / `signal N`, written to a temporary
 //!    file and renamed) as soon as it is reaped, keeps copying output until both pipes
-//!    reach EOF (a background descendant may hold them), then creates `closed` and exits.
+//!    reach EOF (a background descendant may hold them), removes the command's cgroup
+//!    when it is empty, then creates `closed` and exits.
 //!
 //! A record with no `status` whose supervisor is gone (pid and start time no longer
 //! match) has an unknown outcome.
@@ -715,11 +716,12 @@ unsafe fn supervisor(p: &Plan<'_>) -> ! {
 
         // 4-6.
         pump(p, cmd);
+        // The cgroup goes before `closed`, so a record marked closed has none left
+        // behind (unless a descendant still lives in it).
         if have_cg {
-            // Empty once the command and its descendants are gone; else it stays (the
-            // next terminate, or a sweep, removes it).
-            libc::rmdir(cg.as_ptr().cast());
+            remove_cgroup(cg.as_ptr().cast());
         }
+        mark_closed(p.record);
         libc::_exit(0)
     }
 }
@@ -1227,14 +1229,43 @@ unsafe fn pump(p: &Plan<'_>, cmd: libc::pid_t) {
         }
         out.punch(p.cap, true);
         err.punch(p.cap, true);
+    }
+}
+
+/// Creates the record's `closed` marker: no more output will come.
+fn mark_closed(record: RawFd) {
+    // SAFETY: openat/close on a NUL-terminated name and our own descriptor.
+    unsafe {
         let fd = libc::openat(
-            p.record,
+            record,
             c"closed".as_ptr(),
             libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC,
             0o600,
         );
         if fd >= 0 {
             libc::close(fd);
+        }
+    }
+}
+
+/// Removes the command's (empty) cgroup. The kernel may still count a task it just
+/// released for a moment (`EBUSY`), so a busy cgroup is tried again for up to 200 ms;
+/// one that still has members stays (the next terminate, or a sweep, removes it).
+///
+/// # Safety
+/// `path` is NUL-terminated.
+unsafe fn remove_cgroup(path: *const c_char) {
+    for _ in 0..40 {
+        // SAFETY: rmdir and nanosleep on a NUL-terminated path and our own timespec.
+        unsafe {
+            if libc::rmdir(path) == 0 || errno() != libc::EBUSY {
+                return;
+            }
+            let pause = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 5_000_000,
+            };
+            libc::nanosleep(&pause, std::ptr::null_mut());
         }
     }
 }

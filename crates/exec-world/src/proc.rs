@@ -84,6 +84,9 @@ pub struct SpawnSpec {
     /// Makes the command durable (see [`crate::durable`]): it outlives its [`Child`], its
     /// output and status are kept where it runs. `None` (default): killed on drop.
     pub durable: Option<DurableSpec>,
+    /// A label for what this spawn leaves behind (see [`SpawnSpec::group`]); `None`
+    /// (default): no label.
+    pub group: Option<String>,
 }
 
 impl SpawnSpec {
@@ -98,6 +101,7 @@ impl SpawnSpec {
             cwd: None,
             stdin: StdinMode::Null,
             durable: None,
+            group: None,
         }
     }
 
@@ -153,6 +157,48 @@ impl SpawnSpec {
     pub fn durable(mut self, spec: DurableSpec) -> Self {
         self.durable = Some(spec);
         self
+    }
+
+    /// Labels the spawn's group, for finding what it leaves behind after it ended.
+    /// Where the backend gives each spawn a cgroup
+    /// ([`ProcCapabilities::contained_escapes`]), the cgroup's name ends with
+    /// `--LABEL` (or `--LABEL.<n>`), so every process the spawn ever started (an
+    /// `env -i` + `setsid` double fork included, which has neither a parent chain nor
+    /// variables) can be found by label and ended long after the spawn itself exited.
+    /// Elsewhere the label is ignored. It must match `^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$`
+    /// (the spawn fails with [`ErrorKind::InvalidSpec`](crate::ErrorKind::InvalidSpec)
+    /// otherwise).
+    ///
+    /// ```
+    /// # use exec_world::SpawnSpec;
+    /// let spec = SpawnSpec::new("make").arg("serve").group("sb-1.web");
+    /// assert_eq!(spec.group.as_deref(), Some("sb-1.web"));
+    /// ```
+    pub fn group(mut self, label: impl Into<String>) -> Self {
+        self.group = Some(label.into());
+        self
+    }
+
+    /// Checks [`SpawnSpec::group`]'s label (backends call it before they start anything).
+    pub fn check_group(&self) -> Result<(), crate::Error> {
+        let Some(g) = &self.group else {
+            return Ok(());
+        };
+        let b = g.as_bytes();
+        let ok = !b.is_empty()
+            && b.len() <= 200
+            && b[0] != b'.'
+            && b.iter()
+                .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'));
+        if ok {
+            Ok(())
+        } else {
+            Err(crate::Error::invalid_spec(format!(
+                "group label {:?}: it must match ^[A-Za-z0-9_-][A-Za-z0-9_.-]{{0,199}}$",
+                g.chars().take(210).collect::<String>()
+            ))
+            .with_op("spawn"))
+        }
     }
 }
 
@@ -416,6 +462,9 @@ pub trait Subprocess: Send + Sync {
     fn spawn_terminal(&self, spec: TerminalSpec) -> Result<Terminal, Error>;
 
     /// The durable commands of this world that run, or ended and are not yet collected.
+    /// It returns once this instance's own durable starts still in flight were answered
+    /// (a backend's `spawn` may return before its start reached the world, so another
+    /// instance, or host, sees a command only after that).
     /// Default: [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
     ///
     /// ```no_run
@@ -464,5 +513,30 @@ pub trait Subprocess: Send + Sync {
     async fn durable_collect(&self, id: &DurableId) -> Result<(), Error> {
         let _ = id;
         Err(Error::unsupported("durable commands"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SpawnSpec;
+    use crate::ErrorKind;
+
+    #[test]
+    fn group_labels_are_checked() {
+        for ok in ["a", "sbx0123.web", "-", "x_y-z.1", &"a".repeat(200)] {
+            assert!(
+                SpawnSpec::new("true").group(ok).check_group().is_ok(),
+                "{ok}"
+            );
+        }
+        assert!(SpawnSpec::new("true").check_group().is_ok());
+        for bad in ["", ".a", "a/b", "a b", "a*", "../x", "é", &"a".repeat(201)] {
+            let e = SpawnSpec::new("true")
+                .group(bad)
+                .check_group()
+                .expect_err(bad);
+            assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{bad}: {e}");
+            assert_eq!(e.op(), Some("spawn"));
+        }
     }
 }

@@ -80,7 +80,10 @@ impl E2bFs {
                 "the root staging directory must be an absolute path",
             ));
         }
-        let ctl = Ctl::new(api.clone(), opts.user.clone(), opts.command_timeout);
+        let mut ctl = Ctl::new(api.clone(), opts.user.clone(), opts.command_timeout);
+        if opts.warm_worker {
+            ctl = ctl.with_warm(opts.command_timeout);
+        }
         let root_ctl = Ctl::new(api.clone(), Some("root".into()), opts.command_timeout);
         Ok(E2bFs {
             shared: Arc::new(Shared {
@@ -178,7 +181,7 @@ impl E2bFs {
         let out = self
             .shared
             .ctl
-            .run_ok(script, &[abs.as_str()], abs, what)
+            .run_ok_read(script, &[abs.as_str()], abs, what)
             .await?;
         let rec = parse_records(&out.stdout)?
             .into_iter()
@@ -245,7 +248,7 @@ impl Fs for E2bFs {
         let out = self
             .shared
             .ctl
-            .run_ok(scripts::READ_DIR, &[abs.as_str()], &abs, "read_dir")
+            .run_ok_read(scripts::READ_DIR, &[abs.as_str()], &abs, "read_dir")
             .await?;
         parse_records(&out.stdout)?
             .into_iter()
@@ -293,7 +296,7 @@ impl Fs for E2bFs {
         };
         self.shared
             .ctl
-            .run_ok(script, &[abs.as_str()], &abs, "mkdir")
+            .run_ok_once(script, &[abs.as_str()], &abs, "mkdir")
             .await
             .map(drop)
     }
@@ -303,7 +306,7 @@ impl Fs for E2bFs {
         let flag = if recursive { "1" } else { "0" };
         self.shared
             .ctl
-            .run_ok(scripts::REMOVE, &[abs.as_str(), flag], &abs, "remove")
+            .run_ok_once(scripts::REMOVE, &[abs.as_str(), flag], &abs, "remove")
             .await
             .map(drop)
     }
@@ -314,7 +317,7 @@ impl Fs for E2bFs {
         let out = self
             .shared
             .ctl
-            .run(
+            .run_once(
                 scripts::RENAME,
                 &[from.as_str(), to.as_str()],
                 &from,

@@ -150,8 +150,8 @@ fn keep(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&b[..room.min(b.len())]);
 }
 
-/// `out` without a trailing `eCODE` line.
-fn strip_code(mut out: Vec<u8>) -> Vec<u8> {
+/// `out` without a trailing `eCODE` line (a holder's status after a failure's cause).
+pub(crate) fn strip_code(mut out: Vec<u8>) -> Vec<u8> {
     let body = out.strip_suffix(b"\n").unwrap_or(&out);
     let start = body.iter().rposition(|&c| c == b'\n').map_or(0, |i| i + 1);
     let last = &body[start..];

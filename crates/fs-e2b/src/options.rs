@@ -29,6 +29,13 @@ pub struct E2bFsOptions {
     /// requests instead of three). Never
     /// a directory the user can write or search. Default `None`.
     pub root_staging: Option<String>,
+    /// Run stat, lstat, listings, mkdir, remove, rename, reads of at most 2 MiB and
+    /// writes of at most 1 MiB on a warm worker: one long-lived non-dumpable
+    /// process of the acting user per adapter, asked with one `SendInput` on a stream
+    /// already open, instead of a process `Start` per call (see `src/warm.rs`). The first
+    /// such call starts it in the background (one more request, once) and goes the
+    /// ordinary way; concurrent calls and any call after a failure do too. Default true.
+    pub warm_worker: bool,
 }
 
 impl E2bFsOptions {
@@ -41,6 +48,7 @@ impl E2bFsOptions {
             background_cleanup: true,
             command_timeout: Duration::from_secs(120),
             root_staging: None,
+            warm_worker: true,
         }
     }
 
@@ -70,6 +78,17 @@ impl E2bFsOptions {
     /// ```
     pub fn root_staging(mut self, dir: impl Into<String>) -> Self {
         self.root_staging = Some(dir.into());
+        self
+    }
+
+    /// Sets [`E2bFsOptions::warm_worker`].
+    ///
+    /// ```
+    /// let opts = fs_e2b::E2bFsOptions::new("/home/user").warm_worker(false);
+    /// assert!(!opts.warm_worker);
+    /// ```
+    pub fn warm_worker(mut self, on: bool) -> Self {
+        self.warm_worker = on;
         self
     }
 

@@ -142,6 +142,13 @@ async fn release(h: &mut Holder, abs: &WorldPath, what: &str) -> Result<(), Erro
 /// The whole file if it has at most `max` bytes: TooLarge from the size of the opened
 /// file before any byte is sent, and again if it grew since (the download is cut).
 pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Result<Bytes, Error> {
+    if max <= INLINE_READ_MAX {
+        let (limit, inline) = (max.to_string(), INLINE_READ_MAX.to_string());
+        let args = [scripts::READ_USER_PL, abs.as_str(), &limit, &inline];
+        if let Some(data) = on_warm(sh, &args, abs, Some(max), max, "read").await? {
+            return Ok(data);
+        }
+    }
     let (size, mut dl, mut h) = match open(sh, abs, Some(max), "read").await? {
         Opened::Held(size, dl, h) => (size, dl, h),
         Opened::Inline(data, over) => {
@@ -175,6 +182,13 @@ pub(crate) async fn read_bounded(sh: &Shared, abs: &WorldPath, max: u64) -> Resu
 /// descriptor of the user. A holder the user stops or kills is `Interrupted`.
 pub(crate) async fn read_head(sh: &Shared, abs: &WorldPath, max: u64) -> Result<Bytes, Error> {
     const WHAT: &str = "read";
+    if max <= INLINE_READ_MAX {
+        let max_arg = max.to_string();
+        let args = [scripts::CAT_USER_PL, abs.as_str(), &max_arg];
+        if let Some(data) = on_warm(sh, &args, abs, None, max, WHAT).await? {
+            return Ok(data);
+        }
+    }
     let [uid, gid, groups] = holder::who(sh).await?;
     let max_arg = max.to_string();
     let argv = [
@@ -210,6 +224,31 @@ pub(crate) async fn read_head(sh: &Shared, abs: &WorldPath, max: u64) -> Result<
         );
     }
     Ok(Bytes::from(out.stdout))
+}
+
+/// A read of at most [`INLINE_READ_MAX`] bytes on the warm worker (`args` for
+/// [`scripts::PERL_AS_USER`]: the perl program and its arguments), as the holder would
+/// answer it inline: `None` when the worker was not used (or answered something a
+/// holder would not: then the read is made the ordinary way; a read changes nothing).
+async fn on_warm(
+    sh: &Shared,
+    args: &[&str],
+    abs: &WorldPath,
+    limit: Option<u64>,
+    max: u64,
+    what: &str,
+) -> Result<Option<Bytes>, Error> {
+    let Some(out) = sh.ctl.on_warm(scripts::PERL_AS_USER, args).await else {
+        return Ok(None);
+    };
+    if out.exit_code != 0 {
+        let cause = holder::strip_code(out.stderr);
+        return Err(holder::failure(out.exit_code, &cause, abs, limit, what));
+    }
+    if !out.stderr.is_empty() || out.stdout.len() as u64 > max {
+        return Ok(None);
+    }
+    Ok(Some(Bytes::from(out.stdout)))
 }
 
 /// Splits `b` into pieces of at most [`CHUNK`] bytes.

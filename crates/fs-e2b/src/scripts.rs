@@ -219,31 +219,14 @@ fail(71, "the holder is reachable by the user (fs.suid_dumpable?)") unless @pfd 
     };
 }
 
-/// The read holder (arguments after the ids: path, limit, inline limit; run `split`).
-/// It opens the path once (`O_NONBLOCK`: a FIFO never blocks it), refuses a directory
-/// (67) or anything not a regular file (69), checks the size of the open file against
-/// the limit (68). A file of at most the inline limit it answers itself: it says `done`
-/// (root never touches its descriptors) and copies the open file to stdout (at most
-/// limit + 1 bytes: 68 when it grew past the limit), so the read is the one request that
-/// started it. A larger one: it prints `ok PID FD SIZE` on stderr and keeps the file
-/// open until stdin ends; envd's root `GET /files` reads `/proc/PID/fd/FD`, the file
-/// this user opened.
-pub(crate) const READ_HOLDER: &str = concat!(
-    holder_start!(),
-    r#"my ($path, $limit, $inline) = @ARGV;
-sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or do {
-  my $n = $! + 0;
-  fail(69) if -e $path && !-f _;
-  $! = $n; failno($path);
-};
-my @st = stat($fh) or failno($path);
-fail(67) if -d _;
-fail(69) unless -f _;
-fail(68) if length($limit) && $st[7] > $limit;
-if (length($inline) && $st[7] <= $inline) {
-  done();
+/// `copy_out(FH, PATH, CAP)`: copies at most CAP bytes (-1: all) of FH to stdout and
+/// returns how many; a failed read is `failno(PATH)`, a failed write exits 1.
+macro_rules! copy_out {
+    () => {
+        r#"sub copy_out {
+  my ($fh, $path, $cap) = @_;
   binmode STDOUT;
-  my ($cap, $got) = (length($limit) ? $limit + 1 : -1, 0);
+  my $got = 0;
   while ($cap < 0 || $got < $cap) {
     my $want = 65536;
     $want = $cap - $got if $cap >= 0 && $cap - $got < $want;
@@ -258,6 +241,30 @@ if (length($inline) && $st[7] <= $inline) {
     }
     $got += $n;
   }
+  return $got;
+}
+"#
+    };
+}
+
+/// The read holder's work once it acts as the user (see [`READ_HOLDER`]).
+macro_rules! read_body {
+    () => {
+        concat!(
+            copy_out!(),
+            r#"my ($path, $limit, $inline) = @ARGV;
+sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or do {
+  my $n = $! + 0;
+  fail(69) if -e $path && !-f _;
+  $! = $n; failno($path);
+};
+my @st = stat($fh) or failno($path);
+fail(67) if -d _;
+fail(69) unless -f _;
+fail(68) if length($limit) && $st[7] > $limit;
+if (length($inline) && $st[7] <= $inline) {
+  done();
+  my $got = copy_out($fh, $path, length($limit) ? $limit + 1 : -1);
   fail(68) if length($limit) && $got > $limit;
   exit 0;
 }
@@ -265,25 +272,74 @@ print STDERR "ok $$ ", fileno($fh), " $st[7]\n";
 1 while defined(<STDIN>);
 done();
 exit 0;"#
-);
+        )
+    };
+}
 
-/// The write holder (arguments after the ids and the root staging file: target,
-/// parent, staging dir, create parents `1`/`0`, mode (octal, empty: the existing
-/// file's, else 644), `create` (`1`: `create_if_absent`), the `find -printf` record
-/// format, follow (`1`: a final link is followed, with the user's rights, and the
-/// staging dir goes next to what it names)). As the user: 65 when creating and anything
-/// is at the target; parent checks (made 0755 when asked); target not a directory; the
-/// staging dir made 0700 and `data` in it created (`O_EXCL`, no link followed); prints
-/// `ok PID FD`. With a root staging file, its bytes are copied in and the holder goes
-/// on at once (no `/proc` path is ever used by root). Without, it waits for a line on
-/// stdin while envd's root `POST /files` writes `/proc/PID/fd/FD`, the file this user
-/// created. `commit`: a write gets the mode and is renamed over the target, then its
-/// record is printed (through the held descriptor); a create gets 0644 and is
-/// hard-linked to the target (65 when anything is there). Anything else: the staging
-/// dir is removed, 75. Failed calls exit with `100 + errno`.
-pub(crate) const WRITE_HOLDER: &str = concat!(
-    holder_start!(),
-    r#"my ($t, $p, $s, $mkp, $mode, $create, $fmt, $follow) = @ARGV;
+/// The cat holder's work once it acts as the user (see [`CAT_HOLDER`]).
+macro_rules! cat_body {
+    () => {
+        concat!(
+            copy_out!(),
+            r#"my ($path, $max) = @ARGV;
+sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or do {
+  my $n = $! + 0;
+  fail(64) unless -e $path;
+  fail(69) unless -f _;
+  $! = $n; failno($path);
+};
+stat($fh) or failno($path);
+fail(67) if -d _;
+fail(69) unless -f _;
+done();
+copy_out($fh, $path, $max);
+exit 0;"#
+        )
+    };
+}
+
+/// What a holder's work needs when it runs as the user already (forked by the warm
+/// worker, see [`crate::warm`]): `done` does nothing (no root parent to tell), `fail`
+/// and `failno` print the cause and `eCODE` on stderr and exit with the code, as in
+/// [`holder_start`].
+macro_rules! user_start {
+    () => {
+        r#"use Fcntl qw(O_RDONLY O_WRONLY O_CREAT O_EXCL O_NOFOLLOW O_NONBLOCK O_NOCTTY F_GETFD F_SETFD FD_CLOEXEC);
+$| = 1;
+sub done {}
+sub fail { my ($code, $msg) = @_; print STDERR "$msg\n" if defined $msg; print STDERR "e$code\n"; exit $code }
+sub failno { my ($msg) = @_; my $n = $! + 0; my $t = "$!"; fail($n > 0 && $n < 156 ? 100 + $n : 1, "$msg: $t") }
+"#
+    };
+}
+
+/// A holder's work as the user, for the warm worker, run with `sh -c`: `$1` the perl
+/// program ([`READ_USER_PL`], [`CAT_USER_PL`], [`WRITE_USER_PL`]), then its arguments.
+pub(crate) const PERL_AS_USER: &str = r#"p=$1; shift; exec env -i LC_ALL=C perl -e "$p" -- "$@""#;
+
+/// The perl program of a [`PERL_AS_USER`] read.
+pub(crate) const READ_USER_PL: &str = concat!(user_start!(), read_body!());
+
+/// The perl program of a head read on the warm worker ([`CAT_HOLDER`]'s work as the
+/// user; path and max bytes), run by [`PERL_AS_USER`].
+pub(crate) const CAT_USER_PL: &str = concat!(user_start!(), cat_body!());
+
+/// The read holder (arguments after the ids: path, limit, inline limit; run `split`).
+/// It opens the path once (`O_NONBLOCK`: a FIFO never blocks it), refuses a directory
+/// (67) or anything not a regular file (69), checks the size of the open file against
+/// the limit (68). A file of at most the inline limit it answers itself: it says `done`
+/// (root never touches its descriptors) and copies the open file to stdout (at most
+/// limit + 1 bytes: 68 when it grew past the limit), so the read is the one request that
+/// started it. A larger one: it prints `ok PID FD SIZE` on stderr and keeps the file
+/// open until stdin ends; envd's root `GET /files` reads `/proc/PID/fd/FD`, the file
+/// this user opened.
+pub(crate) const READ_HOLDER: &str = concat!(holder_start!(), read_body!());
+
+/// The write holder's work once it acts as the user (see [`WRITE_HOLDER`]); `$SRC` or
+/// `$INLINE` hold the data when it is already there.
+macro_rules! write_body {
+    () => {
+        r#"my ($t, $p, $s, $mkp, $mode, $create, $fmt, $follow) = @ARGV;
 if ($follow) {
   my $n = 0;
   while (-l $t) {
@@ -369,6 +425,39 @@ clean();
 my $fl = fcntl($fh, F_GETFD, 0);
 fcntl($fh, F_SETFD, $fl & ~FD_CLOEXEC) if defined $fl;
 exec('find', '-L', "/proc/$$/fd/" . fileno($fh), '-maxdepth', '0', '-printf', $fmt) or failno("find");"#
+    };
+}
+
+/// The write holder (arguments after the ids and the root staging file: target,
+/// parent, staging dir, create parents `1`/`0`, mode (octal, empty: the existing
+/// file's, else 644), `create` (`1`: `create_if_absent`), the `find -printf` record
+/// format, follow (`1`: a final link is followed, with the user's rights, and the
+/// staging dir goes next to what it names)). As the user: 65 when creating and anything
+/// is at the target; parent checks (made 0755 when asked); target not a directory; the
+/// staging dir made 0700 and `data` in it created (`O_EXCL`, no link followed); prints
+/// `ok PID FD`. With a root staging file, its bytes are copied in and the holder goes
+/// on at once (no `/proc` path is ever used by root). Without, it waits for a line on
+/// stdin while envd's root `POST /files` writes `/proc/PID/fd/FD`, the file this user
+/// created. `commit`: a write gets the mode and is renamed over the target, then its
+/// record is printed (through the held descriptor); a create gets 0644 and is
+/// hard-linked to the target (65 when anything is there). Anything else: the staging
+/// dir is removed, 75. Failed calls exit with `100 + errno`.
+pub(crate) const WRITE_HOLDER: &str = concat!(holder_start!(), write_body!());
+
+/// The perl program of a write on the warm worker ([`WRITE_HOLDER`]'s work as the user),
+/// run by [`PERL_AS_USER`] with the data on stdin: its arguments are the data's length
+/// (stdin ending short of it is a failure, never a shorter file), then the write
+/// holder's. It prints `ok PID FD` on stdout before the record, as the holder does.
+pub(crate) const WRITE_USER_PL: &str = concat!(
+    user_start!(),
+    r#"my $want = shift @ARGV;
+my $SRC;
+binmode STDIN;
+my $INLINE = do { local $/; <STDIN> };
+$INLINE = '' unless defined $INLINE;
+fail(1, "inline data: " . length($INLINE) . " bytes, not $want") unless length($INLINE) == $want;
+"#,
+    write_body!()
 );
 
 /// The cat holder (arguments after the ids and an empty staging argument: path, the
@@ -380,35 +469,79 @@ exec('find', '-L', "/proc/$$/fd/" . fileno($fh), '-maxdepth', '0', '-printf', $f
 /// descriptors) and copies at most that many bytes of the open file to stdout; its
 /// status goes to stderr. One request reads a file's head as the user: the
 /// provider's `read_file`.
-pub(crate) const CAT_HOLDER: &str = concat!(
-    holder_start!(),
-    r#"my ($path, $max) = @ARGV;
-sysopen(my $fh, $path, O_RDONLY | O_NONBLOCK | O_NOCTTY) or do {
-  my $n = $! + 0;
-  fail(64) unless -e $path;
-  fail(69) unless -f _;
-  $! = $n; failno($path);
-};
-stat($fh) or failno($path);
-fail(67) if -d _;
-fail(69) unless -f _;
-done();
-binmode STDOUT;
-my $left = $max;
-while ($left > 0) {
-  my $n = sysread($fh, my $buf, $left < 65536 ? $left : 65536);
-  failno($path) unless defined $n;
-  last if $n == 0;
-  my $off = 0;
-  while ($off < $n) {
-    my $w = syswrite(STDOUT, $buf, $n - $off, $off);
-    exit 1 unless defined $w;
-    $off += $w;
-  }
-  $left -= $n;
-}
-exit 0;"#
-);
+pub(crate) const CAT_HOLDER: &str = concat!(holder_start!(), cat_body!());
 
 /// The `find -printf` record format as one argument (no shell quoting).
 pub(crate) const RECORD_FORMAT: &str = record_format!();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+
+    /// Runs [`WRITE_USER_PL`] on this host (as this user) writing `dir/t`, announcing
+    /// `want` bytes and feeding `data`; returns the exit code and stderr.
+    fn write_as_user(dir: &std::path::Path, want: usize, data: &[u8]) -> (i32, String) {
+        let d = dir.to_str().expect("utf-8 path");
+        let mut child = Command::new("perl")
+            .args(["-e", WRITE_USER_PL, "--", &want.to_string()])
+            .args([&format!("{d}/t"), d, &format!("{d}/.stage"), "0", "", "0"])
+            .args([RECORD_FORMAT, "0"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("perl");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(data)
+            .expect("feed");
+        let out = child.wait_with_output().expect("wait");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    #[test]
+    fn every_perl_program_compiles() {
+        for (name, prog) in [
+            ("READ_HOLDER", READ_HOLDER),
+            ("WRITE_HOLDER", WRITE_HOLDER),
+            ("CAT_HOLDER", CAT_HOLDER),
+            ("READ_USER_PL", READ_USER_PL),
+            ("CAT_USER_PL", CAT_USER_PL),
+            ("WRITE_USER_PL", WRITE_USER_PL),
+        ] {
+            let out = Command::new("perl")
+                .args(["-c", "-e", prog])
+                .output()
+                .expect("perl");
+            assert!(
+                out.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    #[test]
+    fn a_warm_write_fed_short_writes_nothing() {
+        let dir = std::env::temp_dir().join(format!("fs-e2b-short-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("t"), b"old").expect("seed");
+        let (code, err) = write_as_user(&dir, 10, b"abc");
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("3 bytes, not 10"), "{err}");
+        assert_eq!(std::fs::read(dir.join("t")).expect("read"), b"old");
+        let (code, err) = write_as_user(&dir, 3, b"abc");
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(std::fs::read(dir.join("t")).expect("read"), b"abc");
+        let left: Vec<_> = std::fs::read_dir(&dir).expect("list").collect();
+        assert_eq!(left.len(), 1, "no staging dir left");
+        std::fs::remove_dir_all(&dir).expect("clean");
+    }
+}

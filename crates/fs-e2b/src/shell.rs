@@ -10,6 +10,7 @@ use e2b_core::trusted_shell::TrustedShell;
 use exec_world::{Error, WorldPath};
 
 use crate::scripts;
+use crate::warm::{Outcome, Warm};
 
 /// Most bytes kept of each of a command's stdout and stderr (a listing of a very large
 /// directory fails rather than growing without bound).
@@ -43,6 +44,8 @@ pub(crate) struct ShellOutput {
 #[derive(Debug, Clone)]
 pub(crate) struct Ctl {
     shell: TrustedShell,
+    /// The warm worker (see [`crate::warm`]), when the adapter runs one.
+    warm: Option<Arc<Warm>>,
 }
 
 impl Ctl {
@@ -54,7 +57,89 @@ impl Ctl {
                 .env("LC_ALL", "C")
                 .timeout(Some(timeout))
                 .max_output(MAX_OUTPUT),
+            warm: None,
         }
+    }
+
+    /// This runner with a warm worker ([`Ctl::run_ok_read`], [`Ctl::run_once`],
+    /// [`Ctl::warm_once`]).
+    pub(crate) fn with_warm(mut self, timeout: Duration) -> Self {
+        self.warm = Some(Arc::new(Warm::new(self.shell.clone(), timeout)));
+        self
+    }
+
+    /// `script` on the warm worker when it is running and idle; `None`: make the call the
+    /// ordinary way (for commands that change nothing only: a lost answer is `None` too).
+    pub(crate) async fn on_warm(&self, script: &str, args: &[&str]) -> Option<ShellOutput> {
+        match self.warm.as_ref()?.run(script, args, None).await {
+            Outcome::Answered(out) => Some(out),
+            Outcome::NotSent | Outcome::Lost(_) => None,
+        }
+    }
+
+    /// [`Ctl::run_ok`] for a command that changes nothing: on the warm worker when it is
+    /// running and idle, else (or when its answer was lost) the ordinary way.
+    pub(crate) async fn run_ok_read(
+        &self,
+        script: &str,
+        args: &[&str],
+        path: &WorldPath,
+        what: &str,
+    ) -> Result<ShellOutput, Error> {
+        match self.on_warm(script, args).await {
+            Some(out) => succeeded(out, path, what),
+            None => self.run_ok(script, args, path, what).await,
+        }
+    }
+
+    /// [`Ctl::run`] for a command that changes something: on the warm worker when it is
+    /// running and idle, else the ordinary way; an answer lost after the request may have
+    /// reached the worker is [`ErrorKind::OutcomeUnknown`](exec_world::ErrorKind), never
+    /// a second run.
+    pub(crate) async fn run_once(
+        &self,
+        script: &str,
+        args: &[&str],
+        path: &WorldPath,
+        what: &str,
+    ) -> Result<ShellOutput, Error> {
+        match self.warm_once(script, args, None, path, what).await? {
+            Some(out) => Ok(out),
+            None => self.run(script, args, path, what).await,
+        }
+    }
+
+    /// `script` on the warm worker (with `stdin` for it) when it is running and idle:
+    /// `Ok(None)` when it was not sent there (make the call the ordinary way), and
+    /// [`ErrorKind::OutcomeUnknown`](exec_world::ErrorKind) when its answer was lost after
+    /// the request may have reached the worker (a change is never made twice).
+    pub(crate) async fn warm_once(
+        &self,
+        script: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+        path: &WorldPath,
+        what: &str,
+    ) -> Result<Option<ShellOutput>, Error> {
+        let Some(w) = &self.warm else {
+            return Ok(None);
+        };
+        match w.run(script, args, stdin).await {
+            Outcome::Answered(out) => Ok(Some(out)),
+            Outcome::NotSent => Ok(None),
+            Outcome::Lost(why) => Err(Error::outcome_unknown(what, why).with_path(path)),
+        }
+    }
+
+    /// [`Ctl::run_once`] requiring exit 0 (else the classified error).
+    pub(crate) async fn run_ok_once(
+        &self,
+        script: &str,
+        args: &[&str],
+        path: &WorldPath,
+        what: &str,
+    ) -> Result<ShellOutput, Error> {
+        succeeded(self.run_once(script, args, path, what).await?, path, what)
     }
 
     /// Runs `script` with `args`; `path` names the operation's path in errors. A non-zero
@@ -121,12 +206,16 @@ impl Ctl {
         path: &WorldPath,
         what: &str,
     ) -> Result<ShellOutput, Error> {
-        let out = self.run(script, args, path, what).await?;
-        if out.exit_code != 0 {
-            return Err(classify(&out, path, what));
-        }
-        Ok(out)
+        succeeded(self.run(script, args, path, what).await?, path, what)
     }
+}
+
+/// `out` when its command exited 0, else its classified error.
+fn succeeded(out: ShellOutput, path: &WorldPath, what: &str) -> Result<ShellOutput, Error> {
+    if out.exit_code != 0 {
+        return Err(classify(&out, path, what));
+    }
+    Ok(out)
 }
 
 /// The error of a failed shell command, from its exit code only: ours (64–69, 76) and

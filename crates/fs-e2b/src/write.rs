@@ -6,7 +6,9 @@
 //! it over the target (`create_if_absent`: hard-links it, which fails if anything is
 //! there) and prints the record of the new inode. Requests per write: the holder's
 //! start, the upload, the `commit` line. A write of at most
-//! [`holder::INLINE_WRITE_MAX`] bytes is one request: the holder's start carries the
+//! [`holder::INLINE_WRITE_MAX`] bytes is one request: on the warm worker (see
+//! [`crate::warm`]) when it is idle, a `SendInput` carrying the bytes to a process of
+//! the user that does the holder's work; else the holder's start carries the
 //! bytes (in its root wrapper's environment, which only root can read), the holder
 //! writes them into its staging file itself and commits at once. The staging directory is removed on every
 //! failure path, and from a background task when the future is dropped midway.
@@ -156,7 +158,18 @@ async fn run(
         if follow { "1" } else { "0" },
     ];
     let data = match small(data).await {
-        Ok(Ok(bytes)) => return run_inline(sh, abs, &bytes, &args, stage, what).await,
+        Ok(Ok(bytes)) => {
+            return match run_warm(sh, abs, &bytes, &args, what).await {
+                Ok(Some(out)) => {
+                    // The user's process removed its staging dir on every path.
+                    stage.disarm();
+                    Ok(out)
+                }
+                Ok(None) => run_inline(sh, abs, &bytes, &args, stage, what).await,
+                // A lost answer: the armed stage is removed in the background.
+                Err(e) => Err(e),
+            };
+        }
         Ok(Err(data)) => data,
         Err(e) => {
             stage.disarm();
@@ -242,6 +255,44 @@ async fn small(mut data: ByteStream) -> Result<Result<Vec<u8>, ByteStream>, Erro
         }
     }
     Ok(Ok(buf))
+}
+
+/// The write of a small file on the warm worker (one `SendInput` carrying the bytes, see
+/// [`crate::warm`]): the write holder's work, run by a process of the user that reads
+/// them on stdin. `Ok(None)`: the worker was not used (make the write the ordinary way);
+/// a lost answer is [`ErrorKind::OutcomeUnknown`](exec_world::ErrorKind), never a second
+/// write. The answer is the holder's: the record on stdout, a failure's cause on stderr.
+async fn run_warm(
+    sh: &Shared,
+    abs: &WorldPath,
+    data: &[u8],
+    args: &[&str],
+    what: &'static str,
+) -> Result<Option<ShellOutput>, Error> {
+    let len = data.len().to_string();
+    let mut argv = vec![scripts::WRITE_USER_PL, len.as_str()];
+    argv.extend_from_slice(args);
+    let Some(mut out) = sh
+        .ctl
+        .warm_once(scripts::PERL_AS_USER, &argv, Some(data), abs, what)
+        .await?
+    else {
+        return Ok(None);
+    };
+    if out.exit_code == 0 {
+        // `ok PID FD` (the holder's hand-over line, unused here), then the record.
+        if out.stdout.starts_with(b"ok ") {
+            let end = out
+                .stdout
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            out.stdout.drain(..end);
+        }
+    } else {
+        out.stderr = holder::strip_code(std::mem::take(&mut out.stderr));
+    }
+    Ok(Some(out))
 }
 
 /// The write of a small file in one request: the holder's start carries the bytes

@@ -29,6 +29,40 @@ pub(crate) struct Attached {
     pub(crate) fs: E2bFs,
     /// Files as root, for `/skills` only (root-owned all the way down).
     pub(crate) root_fs: E2bFs,
+    /// What this provider's spawns showed about escapes (shared by every sandbox).
+    pub(crate) containment: Arc<Containment>,
+}
+
+/// Whether `kill_tagged` / `kill_all` reach escaped processes, as far as the provider's
+/// spawns have shown: the template is assumed to give each spawn a cgroup (E2B's and the
+/// emulator's do) until a spawn's setup finds none; from then on the provider says it
+/// cannot ([`SandboxCapabilities::kill_reaches_escapes`](exec_world::sandbox::SandboxCapabilities))
+/// and logs it once.
+#[derive(Debug, Default)]
+pub(crate) struct Containment {
+    uncontained: std::sync::atomic::AtomicBool,
+}
+
+impl Containment {
+    /// False once a spawn ran without a cgroup of its own.
+    pub(crate) fn holds(&self) -> bool {
+        !self.uncontained.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Takes note of what the started spawn's adapter found.
+    pub(crate) fn observe(&self, sandbox: &str, proc: &E2bSubprocess) {
+        use exec_world::Subprocess as _;
+        if !proc.capabilities().contained_escapes
+            && !self
+                .uncontained
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            tracing::warn!(
+                sandbox,
+                "sandbox-e2b: the template gives spawns no cgroup of their own (no writable cgroup2 mount for root); kill_tagged and kill_all cannot reach an env-cleared setsid escapee"
+            );
+        }
+    }
 }
 
 /// The template's user, known in advance so exec needs no lookup.
@@ -43,7 +77,10 @@ fn sandbox_user() -> UserInfo {
 
 impl Attached {
     /// The world on `api`.
-    fn build(api: Arc<dyn EnvdApi>) -> Result<Attached, exec_world::Error> {
+    fn build(
+        api: Arc<dyn EnvdApi>,
+        containment: Arc<Containment>,
+    ) -> Result<Attached, exec_world::Error> {
         let opts = E2bSubprocessOptions::new("/")
             .output_buffer(OUTPUT_BUFFER)
             .known_user(sandbox_user());
@@ -60,17 +97,22 @@ impl Attached {
             proc,
             fs,
             root_fs,
+            containment,
         })
     }
 }
 
 /// The leases of one provider instance.
-pub(crate) fn leases(client: e2b_core::Client, cfg: &SandboxConfig) -> Leases<Attached> {
+pub(crate) fn leases(
+    client: e2b_core::Client,
+    cfg: &SandboxConfig,
+    containment: Arc<Containment>,
+) -> Leases<Attached> {
     Leases::new(
         client,
         cfg.timeout(),
         Duration::from_secs(MAX_TIMEOUT_SECONDS),
-        Attached::build,
+        move |api| Attached::build(api, containment.clone()),
     )
 }
 

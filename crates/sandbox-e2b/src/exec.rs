@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use exec_world::sandbox::{
     ExecOutput, ExecSpec, SANDBOX_ID_VAR, SandboxError, TAG_VAR, UNTAGGED, WORKSPACE,
-    durable_program, durable_spec, failed_by, gone, invalid, run_capped, validate,
+    durable_program, durable_spec, exec_group, failed_by, gone, invalid, run_capped, validate,
 };
 use exec_world::{Child, EnvBase, SpawnSpec, Subprocess as _, WorldPath};
 
@@ -55,7 +55,8 @@ fn spawn(
     }
     s = s
         .env(TAG_VAR, spec.tag.as_deref().unwrap_or(UNTAGGED))
-        .env(SANDBOX_ID_VAR, id);
+        .env(SANDBOX_ID_VAR, id)
+        .group(exec_group(id, spec.tag.as_deref()));
     let backstop = spec
         .timeout
         .saturating_add(Duration::from_secs(BACKSTOP_GRACE_SECS));
@@ -100,7 +101,10 @@ pub(crate) async fn start(
             .map_err(|e| contract(op, id, e))?;
         child = spawn(op, &a, id, spec, &cwd)?;
         child.started().await.map_err(|e| start_error(op, id, e))?;
+        a.containment.observe(id, &a.proc);
+        return Ok(child);
     }
+    a.containment.observe(id, &a.proc);
     Ok(child)
 }
 

@@ -82,6 +82,7 @@ pub struct E2bSandboxes {
     leases: Arc<Leases<Attached>>,
     cfg: Arc<SandboxConfig>,
     stop_wait: Duration,
+    containment: Arc<conversation::Containment>,
 }
 
 /// A failure to build the provider.
@@ -100,20 +101,22 @@ impl E2bSandboxes {
     pub fn new(cfg: SandboxConfig) -> Result<E2bSandboxes, NewError> {
         cfg.validate()?;
         let mut core = e2b_core::Config::new()
-            .api_key(cfg.api_key.clone())
-            .domain(cfg.domain.clone())
-            .api_url(cfg.api_url());
+            .with_api_key(cfg.api_key.clone())
+            .with_domain(cfg.domain.clone())
+            .with_api_url(cfg.api_url());
         if let Some(u) = &cfg.sandbox_url {
-            core = core.sandbox_url(u.clone());
+            core = core.with_sandbox_url(u.clone());
         }
         if let Some(k) = cfg.keepalive_interval {
-            core = core.keepalive_interval(k);
+            core = core.with_keepalive_interval(k);
         }
         let client = Client::new(core)?;
+        let containment = Arc::new(conversation::Containment::default());
         Ok(E2bSandboxes {
-            leases: Arc::new(conversation::leases(client, &cfg)),
+            leases: Arc::new(conversation::leases(client, &cfg, containment.clone())),
             cfg: Arc::new(cfg),
             stop_wait: DEFAULT_STOP_WAIT,
+            containment,
         })
     }
 
@@ -138,7 +141,8 @@ impl E2bSandboxes {
         let all = if tags.is_none() { "1" } else { "0" };
         // The sandbox id too: on a host without PID namespaces (the emulator) /proc shows
         // other sandboxes' processes under the same uid.
-        let mut args: Vec<&str> = vec!["kill", KILL_TREE_SH, &h.id, all];
+        let group = exec_world::sandbox::sandbox_group(&h.id);
+        let mut args: Vec<&str> = vec!["kill", KILL_TREE_SH, &h.id, &group, all];
         args.extend(tags.unwrap_or_default().iter().map(String::as_str));
         let out = self
             .leases
@@ -381,8 +385,9 @@ impl SandboxProvider for E2bSandboxes {
             user_isolation: true,
             egress_control: true,
             // The spawn helper's cgroup per spawn (templates with a writable cgroup2
-            // mount, as E2B's and the emulator's are).
-            kill_reaches_escapes: true,
+            // mount, as E2B's and the emulator's are): assumed until a spawn's setup
+            // finds none.
+            kill_reaches_escapes: self.containment.holds(),
         }
     }
 }

@@ -1,8 +1,12 @@
 //! Reading durable records (`record.rs`), run by the adapter as root through envd:
 //!
-//! - `spawn --tail STATE ID OUT ERR`: the record's description, then its stdout and
-//!   stderr from byte offsets `OUT` and `ERR` (the oldest kept byte when those were
-//!   dropped), then live as the watcher appends, then how it ended;
+//! - `spawn --tail STATE ID OUT ERR [BULK]`: the record's description, then its stdout
+//!   and stderr from byte offsets `OUT` and `ERR` (the oldest kept byte when those were
+//!   dropped), then live as the watcher appends, then how it ended. With `BULK` above 0,
+//!   a record that had ended when the tail began hands a stream of at least `BULK` kept
+//!   bytes over instead of sending it: a `b` frame `o FROM TO CAP` (or `e …`) says bytes
+//!   `FROM..TO` are in the ring file `out` (`err`) at `16 + n % CAP`, final (the status
+//!   is written after the last byte), for the reader to fetch itself;
 //! - `spawn --list STATE`: every record with its description and state;
 //! - `spawn --collect STATE ID`: removes an ended record (a running one stays).
 //!
@@ -13,7 +17,7 @@
 //! `i` `PID CGROUP` (the program's pid and cgroup directory, `-` for none); `a` the
 //! state when the tail began (`R`, the status, or `u`); `s` `START_OUT START_ERR DROPPED_OUT DROPPED_ERR`; `o` / `e`
 //! output bytes; `g` `o N` / `e N`: N bytes the cap overwrote before they were read;
-//! `R` running; `x` the status (`exit N` / `signal N`); `u` unknown (why); `c` collected.
+//! `b` a handed-over range; `R` running; `x` the status (`exit N` / `signal N`); `u` unknown (why); `c` collected.
 //! The state is `x` when the watcher recorded a status, else `u` when the sandbox booted
 //! since (another boot id) or the watcher is gone (no such pid, a zombie, or another
 //! process's start time), else `R`.
@@ -35,11 +39,13 @@ const META_MAX: usize = 1 << 20;
 /// Runs a reading mode when `arg(1)` names one; returns otherwise.
 pub(crate) fn dispatch(argc: usize, arg: &dyn Fn(usize) -> &'static [u8], arena: &mut Arena) {
     match (argc, arg(1)) {
-        (6, b"--tail") => {
+        (6 | 7, b"--tail") => {
             let (Some(out), Some(err)) = (num(arg(4)), num(arg(5))) else {
                 fail(b"usage", 125)
             };
-            tail(arg(2), arg(3), [out, err], arena)
+            let bulk = if argc == 7 { num(arg(6)) } else { Some(0) };
+            let Some(bulk) = bulk else { fail(b"usage", 125) };
+            tail(arg(2), arg(3), [out, err], bulk, arena)
         }
         (3, b"--list") => list(arg(2), arena),
         (4, b"--collect") => collect(arg(2), arg(3), arena),
@@ -246,7 +252,7 @@ fn gap(t: &mut Tailed, low: u64) {
     t.pos = low;
 }
 
-fn tail(state_dir: &[u8], id: &[u8], from: [u64; 2], arena: &mut Arena) -> ! {
+fn tail(state_dir: &[u8], id: &[u8], from: [u64; 2], bulk: u64, arena: &mut Arena) -> ! {
     let Some((st, dir)) = open_record(state_dir, id) else {
         frame(b'n', b"");
         exit(0)
@@ -275,7 +281,8 @@ fn tail(state_dir: &[u8], id: &[u8], from: [u64; 2], arena: &mut Arena) -> ! {
         sleep_ms(5);
     };
     frame(b'i', trim(pid));
-    match state(dir, proc.as_ref(), arena) {
+    let began = state(dir, proc.as_ref(), arena);
+    match began {
         State::Running => frame(b'a', b"R"),
         State::Ended(st) => frame(b'a', trim(st)),
         State::Unknown(_) => frame(b'a', b"u"),
@@ -308,6 +315,24 @@ fn tail(state_dir: &[u8], id: &[u8], from: [u64; 2], arena: &mut Arena) -> ! {
         decimal(dropped[1], &mut d),
     ]);
     frame(b's', line);
+    if bulk > 0 && cap > 0 && matches!(began, State::Ended(_)) {
+        for t in streams.iter_mut() {
+            let end = total(t.fd);
+            if end > t.pos && end - t.pos >= bulk {
+                let (mut a, mut b, mut c) = ([0u8; 20], [0u8; 20], [0u8; 20]);
+                let line = arena.join(&[
+                    &[t.kind, b' '],
+                    decimal(t.pos, &mut a),
+                    b" ",
+                    decimal(end, &mut b),
+                    b" ",
+                    decimal(cap, &mut c),
+                ]);
+                frame(b'b', line);
+                t.pos = end;
+            }
+        }
+    }
     let p = arena.take(CHUNK + 5);
     // SAFETY: `p` holds CHUNK + 5 bytes for this run.
     let buf = unsafe { core::slice::from_raw_parts_mut(p, CHUNK + 5) };

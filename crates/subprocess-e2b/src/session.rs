@@ -66,6 +66,8 @@ pub(crate) struct Session {
     reaped: AtomicBool,
     /// The cgroup name this spawn was given (contained mode).
     cgroup_name: OnceLock<String>,
+    /// The spawn's group label (its cgroup name is reused only within the group).
+    group: Option<String>,
     /// The cgroup directory the helper reported (its header), for the tree kill.
     cgroup: OnceLock<String>,
     pub(crate) handle: tokio::runtime::Handle,
@@ -93,6 +95,9 @@ pub(crate) struct Launch {
     pub(crate) durable: Option<crate::durable::DurableLaunch>,
     /// The adapter's host lease, for a spawn that is not durable (`lease.rs`).
     pub(crate) lease: Option<Arc<crate::lease::HostLease>>,
+    /// The spawn's group label ([`exec_world::SpawnSpec::group`]), part of its cgroup's
+    /// name.
+    pub(crate) group: Option<String>,
 }
 
 impl Session {
@@ -122,6 +127,7 @@ impl Session {
             envd_pid: OnceLock::new(),
             reaped: AtomicBool::new(false),
             cgroup_name: OnceLock::new(),
+            group: launch.group.clone(),
             cgroup: OnceLock::new(),
             handle: handle.clone(),
         });
@@ -416,7 +422,7 @@ async fn start(
         _ => world.drop_ids(&info).await?.unwrap_or_default(),
     };
     let cgroup = setup.cgroup.as_ref().map(|cg| {
-        let name = world.take_cgroup(terminal);
+        let name = world.take_cgroup(terminal, session.group.as_deref());
         let _ = session.cgroup_name.set(name.clone());
         (cg, name)
     });
@@ -568,7 +574,8 @@ impl Drop for Session {
             .map(str::to_owned)
             .or_else(|| self.cgroup_name.get().cloned());
         if let Some(name) = name {
-            self.world.give_back_cgroup(self.terminal, name);
+            self.world
+                .give_back_cgroup(self.terminal, self.group.clone(), name);
         }
     }
 }

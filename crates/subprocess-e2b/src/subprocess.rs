@@ -234,6 +234,7 @@ impl Subprocess for E2bSubprocess {
 
     fn spawn(&self, spec: SpawnSpec) -> Result<Child, Error> {
         validate(&spec.program, &spec.args, &spec.env)?;
+        spec.check_group()?;
         let cwd = self.resolve_cwd(spec.cwd.as_ref());
         let piped = spec.stdin == StdinMode::Piped;
         let marker = exec_world_sys::tree_script::new_marker();
@@ -274,6 +275,7 @@ impl Subprocess for E2bSubprocess {
             durable,
             // A durable command outlives its host on purpose: no host lease.
             lease: if is_durable { None } else { self.lease.clone() },
+            group: spec.group.clone(),
         };
         let session = Session::launch(self.world.clone(), launch)?;
         if is_durable {
@@ -309,6 +311,7 @@ impl Subprocess for E2bSubprocess {
             kill_after: self.kill_after,
             durable: None,
             lease: None,
+            group: None,
         };
         let session = Session::launch(self.world.clone(), launch)?;
         Ok(Terminal::new(Box::new(E2bTerminal::new(session))))

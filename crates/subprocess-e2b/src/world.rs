@@ -41,6 +41,9 @@ struct UserCache {
     ids: OnceCell<DropIds>,
 }
 
+/// A spawn cgroup's kind for reuse: terminal or not, and its group label.
+type CgroupKind = (bool, Option<String>);
+
 /// What every handle of one adapter shares: each user's caches and the spawn cgroup
 /// names.
 struct Adapter {
@@ -55,9 +58,10 @@ struct Adapter {
     /// Prefix of this adapter's cgroup names (`exec-world-<random>-`).
     cgroup_prefix: String,
     next_cgroup: AtomicU64,
-    /// Names of spawn cgroups whose spawn is over, per kind (pipes, terminals): reused
-    /// while empty (the helper checks), removed when the adapter goes.
-    free_cgroups: Mutex<[Vec<String>; 2]>,
+    /// Names of spawn cgroups whose spawn is over, per kind (pipes, terminals) and group
+    /// label: reused while empty (the helper checks) by a spawn of the same kind and
+    /// group (the name carries the label), removed when the adapter goes.
+    free_cgroups: Mutex<HashMap<CgroupKind, Vec<String>>>,
 }
 
 impl Adapter {
@@ -132,7 +136,7 @@ impl WorldShared {
             contained: AtomicBool::new(false),
             cgroup_prefix: format!("exec-world-{}-", e2b_core::trusted_shell::random_suffix()),
             next_cgroup: AtomicU64::new(0),
-            free_cgroups: Mutex::new([Vec::new(), Vec::new()]),
+            free_cgroups: Mutex::new(HashMap::new()),
         });
         WorldShared {
             shell,
@@ -275,25 +279,34 @@ impl WorldShared {
         self.adapter.contained.load(Ordering::SeqCst)
     }
 
-    /// A cgroup name for a new spawn: a free one of the same kind, else a fresh one.
-    pub(crate) fn take_cgroup(&self, terminal: bool) -> String {
+    /// A cgroup name for a new spawn: a free one of the same kind and group, else a
+    /// fresh one (`<prefix><n>`, with `--<group>` for a labeled spawn).
+    pub(crate) fn take_cgroup(&self, terminal: bool, group: Option<&str>) -> String {
+        let key = (terminal, group.map(str::to_owned));
         let reused = self
             .adapter
             .free_cgroups
             .lock()
             .ok()
-            .and_then(|mut f| f[usize::from(terminal)].pop());
+            .and_then(|mut f| f.get_mut(&key).and_then(Vec::pop));
         reused.unwrap_or_else(|| {
             let n = self.adapter.next_cgroup.fetch_add(1, Ordering::Relaxed);
-            format!("{}{n}", self.adapter.cgroup_prefix)
+            match group {
+                Some(g) => format!(
+                    "{}{n}{}{g}",
+                    self.adapter.cgroup_prefix,
+                    exec_world_sys::cgroup::GROUP_SEPARATOR
+                ),
+                None => format!("{}{n}", self.adapter.cgroup_prefix),
+            }
         })
     }
 
     /// Gives back the cgroup name of a spawn that is over (nothing of it is killed
     /// through that name any more).
-    pub(crate) fn give_back_cgroup(&self, terminal: bool, name: String) {
+    pub(crate) fn give_back_cgroup(&self, terminal: bool, group: Option<String>, name: String) {
         if let Ok(mut f) = self.adapter.free_cgroups.lock() {
-            f[usize::from(terminal)].push(name);
+            f.entry((terminal, group)).or_default().push(name);
         }
     }
 

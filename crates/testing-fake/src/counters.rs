@@ -69,6 +69,8 @@ impl CounterSnapshot {
 #[derive(Debug, Default)]
 pub struct Counters {
     inner: Mutex<CounterSnapshot>,
+    /// TCP connections accepted (either plane: they share the listener).
+    connections: std::sync::atomic::AtomicU64,
 }
 
 impl Counters {
@@ -117,6 +119,26 @@ impl Counters {
     /// Set every counter back to zero.
     pub fn reset(&self) {
         *self.lock() = CounterSnapshot::default();
+        self.connections
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Count one accepted TCP connection.
+    pub(crate) fn connection(&self) {
+        self.connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// TCP connections accepted since start or the last [`Counters::reset`]: what a
+    /// client that keeps its connections costs (a new one is a round trip more on a
+    /// real link).
+    ///
+    /// ```
+    /// let c = testing_fake::Counters::default();
+    /// assert_eq!(c.connections(), 0);
+    /// ```
+    pub fn connections(&self) -> u64 {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

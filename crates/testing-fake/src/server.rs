@@ -225,6 +225,7 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, stop: CancellationTok
             }
         };
         let _ = stream.set_nodelay(true);
+        shared.counters.connection();
         let shared = shared.clone();
         let stop = stop.clone();
         conns.spawn(async move {

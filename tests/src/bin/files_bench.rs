@@ -222,10 +222,10 @@ async fn run(
             .ok_or(format!("emulator did not print {k}"))
     };
     let cfg = Config::new()
-        .api_key(var("E2B_API_KEY")?)
-        .api_url(var("E2B_API_URL")?)
-        .sandbox_url(var("E2B_SANDBOX_URL")?)
-        .http2(http2);
+        .with_api_key(var("E2B_API_KEY")?)
+        .with_api_url(var("E2B_API_URL")?)
+        .with_sandbox_url(var("E2B_SANDBOX_URL")?)
+        .with_http2(http2);
     let client = Client::new(cfg)?;
     let sandbox = client.create(&CreateOptions::new("base")).await?;
     let fs = fs_e2b::E2bFs::new(

@@ -134,9 +134,9 @@ async fn emulator(size: u64, iterations: u64, tmp: &Path) -> Result<f64, AnyErro
     .await?;
     let client = Client::new(
         Config::new()
-            .api_key(emu.api_key())
-            .api_url(emu.api_url())
-            .sandbox_url(emu.sandbox_url()),
+            .with_api_key(emu.api_key())
+            .with_api_url(emu.api_url())
+            .with_sandbox_url(emu.sandbox_url()),
     )?;
     let src = client.create(&CreateOptions::new("base")).await?;
     let filled = src

@@ -15,6 +15,8 @@ const FILES: &[&str] = &["curl", "raw", "ours", "sandbox", "js", "py"];
 const FLOOD: &[&str] = &["tokio", "local", "raw", "ours", "js", "py"];
 /// The durable figures: subprocess-e2b's exec / fs-e2b's read beside the durable ones.
 const DURABLE: &[&str] = &["ours", "durable"];
+/// `exec_bg`: ours against the SDKs' background run + connect.
+const BACKGROUND: &[&str] = &["durable", "js", "py"];
 /// Contenders that run on this machine, without the emulator.
 const HOST_ONLY: &[&str] = &["tokio", "local"];
 
@@ -49,6 +51,7 @@ fn tiny_run_reports_every_contender_on_every_figure() {
             "files_large",
             "flood",
             "exec_durable",
+            "exec_bg",
             "attach_64m"
         ]
     );
@@ -56,6 +59,7 @@ fn tiny_run_reports_every_contender_on_every_figure() {
         let id = f["id"].as_str().unwrap();
         let want = match id {
             "exec_durable" | "attach_64m" => DURABLE,
+            "exec_bg" => BACKGROUND,
             i if i.starts_with("exec") => EXEC,
             i if i.starts_with("files") => FILES,
             _ => FLOOD,

@@ -49,6 +49,12 @@ pub async fn terminal_resize_seen_by_stty(world: &ToolWorld) {
         return;
     }
     let mut term = shell_session(world).await;
+    // Readline reads the size and writes it back while it prepares the terminal for a
+    // line (`set_winsize` in its rltty.c), before it prints the prompt: a resize landing
+    // in between is undone. So resize once the prompt is out.
+    term.read_until(PROMPT.as_bytes(), HANG)
+        .await
+        .expect("prompt");
     term.resize(100, 37).await.expect("resize");
     term.write_line("stty size").await.expect("type");
     term.read_until(b"37 100", HANG).await.expect("stty size");

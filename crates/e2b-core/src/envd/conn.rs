@@ -277,7 +277,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn test_conn(base_url: &str, token: Option<&str>, version: &str) -> EnvdConn {
-        let cfg = Config::new().request_timeout(Duration::from_secs(5));
+        let cfg = Config::new().with_request_timeout(Duration::from_secs(5));
         EnvdConn {
             http: reqwest::Client::new(),
             base_url: base_url.to_owned(),

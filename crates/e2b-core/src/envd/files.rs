@@ -345,14 +345,45 @@ impl EnvdConn {
     /// `GET /files?path=…`, the body as a stream (the handshake retried on 429/502/503/504
     /// and connection resets; a body cut midway is an error item, not retried).
     pub(crate) async fn download(&self, path: &str, user: Option<&str>) -> Result<Download, Error> {
+        self.download_with(path, user, None).await
+    }
+
+    /// `GET /files?path=…` with `Range: bytes=OFFSET-(OFFSET+LEN-1)`: `len` bytes from
+    /// `offset` (fewer when the file ends first). envd answers ranges as Go's
+    /// `http.ServeContent` does (206); an answer that is not 206 is a protocol error, so
+    /// a server that ignores the range never streams the whole file instead. `len` 0 is
+    /// an empty download with no request.
+    pub(crate) async fn download_range(
+        &self,
+        path: &str,
+        user: Option<&str>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Download, Error> {
+        if len == 0 {
+            return Ok(Download::new(Some(0), Box::pin(futures::stream::empty())));
+        }
+        let last = offset.saturating_add(len - 1);
+        self.download_with(path, user, Some((offset, last))).await
+    }
+
+    async fn download_with(
+        &self,
+        path: &str,
+        user: Option<&str>,
+        range: Option<(u64, u64)>,
+    ) -> Result<Download, Error> {
         // The handshake is an idempotent read: retried by the connection's policy.
         let resp = self
             .retry
             .run("download", Idempotence::Idempotent, |_| async {
-                let send = http::send_resending_stale(
-                    self.request(reqwest::Method::GET, "/files")
-                        .query(&self.files_query(path, user)),
-                );
+                let mut req = self
+                    .request(reqwest::Method::GET, "/files")
+                    .query(&self.files_query(path, user));
+                if let Some((first, last)) = range {
+                    req = req.header(reqwest::header::RANGE, format!("bytes={first}-{last}"));
+                }
+                let send = http::send_resending_stale(req);
                 let resp = tokio::time::timeout(self.request_timeout, send)
                     .await
                     .map_err(|_| Error::Timeout {
@@ -364,6 +395,15 @@ impl EnvdConn {
                     })?;
                 if !resp.status().is_success() {
                     return Err(self.error_of(resp).await);
+                }
+                if range.is_some() && resp.status() != reqwest::StatusCode::PARTIAL_CONTENT {
+                    return Err(Error::protocol(
+                        Surface::Envd,
+                        format!(
+                            "a ranged download of {path} was answered with HTTP {} instead of 206",
+                            resp.status().as_u16()
+                        ),
+                    ));
                 }
                 Ok(resp)
             })

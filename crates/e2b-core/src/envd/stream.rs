@@ -6,6 +6,7 @@
 //! clean end. With an idle timeout, a gap without any bytes longer than it fails the
 //! stream with [`Error::Timeout`].
 
+use std::future::Future as _;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -147,7 +148,29 @@ pub(crate) fn message_stream<T: StreamMessage>(
 pub struct ProcessStream {
     pid: u32,
     inner: MessageStream<ProcessEvent>,
+    /// Set once `end` came: the event, held while the end-of-stream frame that follows it
+    /// is read, then what came after it (if anything).
+    after_end: Option<Box<AfterEnd>>,
+    /// The stream is over (after `end` and its end-of-stream frame, or an error).
+    done: bool,
 }
+
+/// `end` received; the rest of the body is being read so the connection can be reused.
+struct AfterEnd {
+    /// The `end` event, until it is handed out.
+    end: Option<Result<ProcessEvent, Error>>,
+    /// An item that came after `end` (an error, such as envd's `deadline_exceeded`).
+    next: Option<Result<ProcessEvent, Error>>,
+    /// How long `end` waits for the end-of-stream frame.
+    grace: Pin<Box<tokio::time::Sleep>>,
+}
+
+/// How long an `end` event is held for the end-of-stream frame that follows it. envd
+/// writes both at once; reading the frame before handing out `end` leaves the response
+/// complete, so the HTTP/1.1 connection goes back to the pool instead of being closed
+/// (a caller that stops at `end` and drops the stream would otherwise cost the next
+/// request a new connection: one more round trip).
+const END_GRACE: Duration = Duration::from_millis(250);
 
 impl std::fmt::Debug for ProcessStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -176,7 +199,12 @@ impl ProcessStream {
     /// Wrap a stream of events (after `start`) for a process; also how in-process
     /// stand-ins of [`EnvdApi`](crate::EnvdApi) build one.
     pub fn new(pid: u32, events: MessageStream<ProcessEvent>) -> Self {
-        ProcessStream { pid, inner: events }
+        ProcessStream {
+            pid,
+            inner: events,
+            after_end: None,
+            done: false,
+        }
     }
 
     /// The pid from the `start` event.
@@ -220,9 +248,52 @@ impl Stream for ProcessStream {
     type Item = Result<ProcessEvent, Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
         loop {
-            match self.inner.as_mut().poll_next(cx) {
+            if let Some(a) = this.after_end.as_mut() {
+                if a.end.is_some() && a.next.is_none() && !this.done {
+                    // Read on until the end-of-stream frame (or whatever follows `end`),
+                    // for at most the grace period.
+                    match this.inner.as_mut().poll_next(cx) {
+                        Poll::Ready(Some(Ok(ProcessEvent::Keepalive(_)))) => continue,
+                        Poll::Ready(None) => this.done = true,
+                        Poll::Ready(Some(item)) => a.next = Some(item),
+                        Poll::Pending => {
+                            if a.grace.as_mut().poll(cx).is_pending() {
+                                return Poll::Pending;
+                            }
+                        }
+                    }
+                }
+                if let Some(end) = a.end.take() {
+                    return Poll::Ready(Some(end));
+                }
+                if let Some(next) = a.next.take() {
+                    return Poll::Ready(Some(next));
+                }
+                if this.done {
+                    return Poll::Ready(None);
+                }
+                // The grace ran out before the frame: read on as usual.
+                this.after_end = None;
+                continue;
+            }
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(ProcessEvent::Keepalive(_)))) => continue,
+                Poll::Ready(Some(Ok(ProcessEvent::End(e)))) => {
+                    this.after_end = Some(Box::new(AfterEnd {
+                        end: Some(Ok(ProcessEvent::End(e))),
+                        next: None,
+                        grace: Box::pin(tokio::time::sleep(END_GRACE)),
+                    }));
+                }
+                Poll::Ready(None) => {
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
                 other => return other,
             }
         }

@@ -179,6 +179,17 @@ impl EnvdApi for LeasedApi {
         reconnecting!(self, self.inner.download(path, user))
     }
 
+    async fn download_range(
+        &self,
+        path: &str,
+        user: Option<&str>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Download, Error> {
+        self.keepalive.touch("download");
+        reconnecting!(self, self.inner.download_range(path, user, offset, len))
+    }
+
     async fn health(&self) -> Result<(), Error> {
         self.keepalive.touch("health");
         self.inner.health().await

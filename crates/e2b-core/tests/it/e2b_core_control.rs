@@ -384,7 +384,7 @@ async fn e2b_404_and_bare_404_are_distinct() {
 async fn wrong_key_is_401_and_never_printed() {
     let emu = emulator().await;
     let wrong_key = "e2b_00000000000000000000deadbeefdeadbeef";
-    let c = Client::new(config(&emu).api_key(wrong_key)).expect("client");
+    let c = Client::new(config(&emu).with_api_key(wrong_key)).expect("client");
     let err = c.list_all(ListQuery::new()).await.unwrap_err();
     assert!(
         matches!(
@@ -471,7 +471,7 @@ async fn rate_limit_conflict_server_error_reset_and_timeout() {
     emu.faults()
         .add(on_get(FaultAction::Delay(Duration::from_secs(5))));
     let impatient =
-        Client::new(config(&emu).request_timeout(Duration::from_millis(200))).expect("client");
+        Client::new(config(&emu).with_request_timeout(Duration::from_millis(200))).expect("client");
     let err = impatient.get(sb.id()).await.unwrap_err();
     assert!(err.is_timeout(), "{err:?}");
 

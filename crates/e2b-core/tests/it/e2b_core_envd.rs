@@ -21,6 +21,37 @@ use futures::StreamExt as _;
 use sha2::{Digest as _, Sha256};
 use testing_fake::{FaultAction, FaultRule, Plane};
 
+/// A caller that stops reading a process at its `end` event and drops the stream still
+/// leaves the connection reusable (the end-of-stream frame that follows `end` is read
+/// with it): five such processes cost at most one new connection, not five.
+#[tokio::test]
+async fn a_process_stream_dropped_at_its_end_keeps_the_connection() {
+    let emu = emulator().await;
+    let c = client(&emu);
+    let sb = sandbox(&c).await;
+    sb.run(StartProcess::shell("true")).await.expect("warm");
+    let before = emu.counters().connections();
+    for _ in 0..5 {
+        let mut s = sb
+            .start_process(StartProcess::shell("echo hi"))
+            .await
+            .expect("start");
+        loop {
+            match within("end", s.next()).await {
+                Some(Ok(ProcessEvent::End(e))) => {
+                    assert_eq!(e.exit_code, 0);
+                    break;
+                }
+                Some(Ok(_)) => {}
+                other => panic!("no end event: {other:?}"),
+            }
+        }
+        drop(s);
+    }
+    let opened = emu.counters().connections() - before;
+    assert!(opened <= 1, "{opened} new connections for five processes");
+}
+
 #[tokio::test]
 async fn processes_run_stream_and_exit() {
     let emu = emulator().await;
@@ -838,8 +869,9 @@ async fn envd_faults_map_to_typed_errors() {
         .unwrap_err();
     assert!(matches!(err, Error::Transport { .. }), "{err:?}");
 
-    let impatient = e2b_core::Client::new(config(&emu).request_timeout(Duration::from_millis(200)))
-        .expect("client");
+    let impatient =
+        e2b_core::Client::new(config(&emu).with_request_timeout(Duration::from_millis(200)))
+            .expect("client");
     // attach, not connect: no control-plane call under the tight timeout
     let slow = impatient
         .attach(SandboxParts {
@@ -868,8 +900,8 @@ async fn envd_faults_map_to_typed_errors() {
     // a stalled upload and a stalled download time out (envd delays before reading)
     let stingy = e2b_core::Client::new(
         config(&emu)
-            .request_timeout(Duration::from_millis(500))
-            .transfer_idle_timeout(Some(Duration::from_millis(300))),
+            .with_request_timeout(Duration::from_millis(500))
+            .with_transfer_idle_timeout(Some(Duration::from_millis(300))),
     )
     .expect("client");
     let stalled = stingy

@@ -31,7 +31,7 @@ async fn emulator() -> Emulator {
 }
 
 fn client_for(emu: &Emulator, api_url: &str) -> Client {
-    let cfg = emulator_fixture::emulator_config(emu, Duration::from_secs(20)).api_url(api_url);
+    let cfg = emulator_fixture::emulator_config(emu, Duration::from_secs(20)).with_api_url(api_url);
     Client::new(cfg).expect("client").with_retry_policy(quick())
 }
 
@@ -318,7 +318,8 @@ async fn a_dropped_pooled_connection_does_not_fail_the_next_call() {
 async fn a_goaway_never_fails_the_next_call() {
     let emu = emulator().await;
     for http2 in [true, false] {
-        let cfg = emulator_fixture::emulator_config(&emu, Duration::from_secs(20)).http2(http2);
+        let cfg =
+            emulator_fixture::emulator_config(&emu, Duration::from_secs(20)).with_http2(http2);
         // No retries: the next call must succeed on its own, not by being sent again.
         let c = Client::new(cfg)
             .expect("client")
@@ -355,9 +356,9 @@ async fn a_read_on_a_dropped_pooled_connection_is_sent_again_without_retries() {
     let proxy = Proxy::start(emu.addr()).await;
     for http2 in [false, true] {
         let cfg = emulator_fixture::emulator_config(&emu, Duration::from_secs(20))
-            .api_url(&proxy.url)
-            .sandbox_url(&proxy.url)
-            .http2(http2);
+            .with_api_url(&proxy.url)
+            .with_sandbox_url(&proxy.url)
+            .with_http2(http2);
         let c = Client::new(cfg)
             .expect("client")
             .with_retry_policy(RetryPolicy::none());

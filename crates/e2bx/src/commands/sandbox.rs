@@ -93,8 +93,8 @@ pub async fn sandbox(backend: &Backend, g: &Global, cmd: &SandboxCommand) -> Cli
 /// sandbox URL, that URL's host prefixed with `<port>-<id>.`.
 fn port_url(cfg: &e2b_core::Config, id: &str, domain: Option<&str>, port: u16) -> String {
     let label = format!("{port}-{id}");
-    let Some(base) = cfg.get_sandbox_url() else {
-        let domain = domain.filter(|d| !d.is_empty()).unwrap_or(cfg.get_domain());
+    let Some(base) = cfg.sandbox_url() else {
+        let domain = domain.filter(|d| !d.is_empty()).unwrap_or(cfg.domain());
         return format!("https://{label}.{domain}");
     };
     match url::Url::parse(base) {

@@ -323,9 +323,9 @@ async fn serve_prints_env_lines_usable_by_our_client_and_stops_on_sigterm() {
 
     let client = e2b_core::Client::new(
         e2b_core::Config::new()
-            .api_key(env["E2B_API_KEY"].as_str())
-            .api_url(env["E2B_API_URL"].as_str())
-            .sandbox_url(env["E2B_SANDBOX_URL"].as_str()),
+            .with_api_key(env["E2B_API_KEY"].as_str())
+            .with_api_url(env["E2B_API_URL"].as_str())
+            .with_sandbox_url(env["E2B_SANDBOX_URL"].as_str()),
     )
     .expect("client");
     let sb = client

@@ -55,9 +55,9 @@ async fn mcp_bench_bash_true_round_trip() {
     let var = |k: &str| env.iter().find(|(n, _)| n == k).unwrap().1.clone();
     let core = e2b_core::Client::new(
         e2b_core::Config::new()
-            .api_key(var("E2B_API_KEY"))
-            .api_url(var("E2B_API_URL"))
-            .sandbox_url(var("E2B_SANDBOX_URL")),
+            .with_api_key(var("E2B_API_KEY"))
+            .with_api_url(var("E2B_API_URL"))
+            .with_sandbox_url(var("E2B_SANDBOX_URL")),
     )
     .unwrap();
 

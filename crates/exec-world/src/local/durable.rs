@@ -331,7 +331,10 @@ impl Records {
         let op = "start durable command";
         let tmp = self.root.join(format!(".new-{}", random_suffix()));
         let marker = new_marker();
-        let cg = SpawnCgroup::create_new(&marker);
+        let cg = match spec.group.as_deref() {
+            Some(g) => SpawnCgroup::create_in_group(&marker, Some(g)),
+            None => SpawnCgroup::create_new(&marker),
+        };
         let meta = Meta {
             program: spec.program.clone(),
             args: spec.args.clone(),

@@ -441,6 +441,7 @@ impl Subprocess for LocalSubprocess {
         if spec.program.is_empty() {
             return Err(Error::invalid_spec("empty program"));
         }
+        spec.check_group()?;
         if let Some(d) = spec.durable.clone() {
             return self.records.start(self, spec, d);
         }
@@ -448,7 +449,7 @@ impl Subprocess for LocalSubprocess {
         let marker = new_marker();
         let env = build_env(spec.env_base, &spec.env, &marker, false);
         let program = absolute_program(&spec.program, &cwd);
-        let cg = SpawnCgroup::create(&marker);
+        let cg = SpawnCgroup::create_in_group(&marker, spec.group.as_deref());
         let launched = exec_world_sys::launch::launch(&Launch {
             program: &program,
             args: &spec.args,

@@ -35,8 +35,8 @@ use super::{
     CreateSpec, ExecId, ExecInfo, ExecOutput, ExecSpec, ExecStream, FileContent, FileStat,
     ResumeOutcome, SANDBOX_ID_VAR, SandboxCapabilities, SandboxError, SandboxHandle,
     SandboxProvider, TAG_VAR, UNTAGGED, WORKSPACE, durable_program, durable_spec, exec_events,
-    exec_id, exec_info, failed, failed_by, gone, not_an_exec, run_capped, signal_execs_args,
-    validate,
+    exec_group, exec_id, exec_info, failed, failed_by, gone, not_an_exec, run_capped,
+    signal_execs_args, validate,
 };
 use crate::{
     Error, ErrorKind, Fs as _, LocalFs, LocalSubprocess, OutputOffsets, Rooted, SpawnSpec,
@@ -183,7 +183,8 @@ impl LocalSandboxes {
         }
         s = s
             .env(TAG_VAR, spec.tag.as_deref().unwrap_or(UNTAGGED))
-            .env(SANDBOX_ID_VAR, &h.id);
+            .env(SANDBOX_ID_VAR, &h.id)
+            .group(exec_group(&h.id, spec.tag.as_deref()));
         Ok((s, self.procs(&dir)))
     }
 

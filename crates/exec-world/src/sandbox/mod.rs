@@ -49,7 +49,10 @@ pub use durable_exec::{
 pub use error::{SandboxError, failed, failed_by, gone, invalid, not_regular_file};
 pub use local::LocalSandboxes;
 pub use run::{RunOutcome, exit_code_of, run_capped, utf8_cut};
-pub use scripts::{SANDBOX_ID_VAR, SIGNAL_EXECS_SH, TAG_VAR, UNTAGGED, signal_execs_args};
+pub use scripts::{
+    SANDBOX_ID_VAR, SIGNAL_EXECS_SH, TAG_VAR, UNTAGGED, exec_group, sandbox_group,
+    signal_execs_args,
+};
 
 /// The workspace inside every sandbox: `HOME` and the default cwd of `exec`.
 pub const WORKSPACE: &str = "/workspace";

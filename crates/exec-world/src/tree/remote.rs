@@ -20,6 +20,28 @@ const EXIT_LINK: i32 = 90;
 const EXIT_NOT_DIR: i32 = 91;
 const EXIT_NOT_EMPTY: i32 = 92;
 const EXIT_MISSING: i32 = 93;
+const EXIT_DENIED: i32 = 94;
+const EXIT_NO_SPACE: i32 = 95;
+
+/// Shell functions that name why `tar` failed by an exit code, from the file system's
+/// state rather than from tar's message text: `denied SRC` exits [`EXIT_DENIED`] when
+/// some entry below `SRC` is unreadable to the acting user (or a directory not
+/// searchable); `full DIR` exits [`EXIT_NO_SPACE`] when `DIR`'s file system has no
+/// block left for the user. Both return when the cause is something else.
+macro_rules! why_fns {
+    () => {
+        r#"denied() {
+  find "$1" ! -type l \( ! -readable -o -type d ! -executable \) -print 2>/dev/null | head -n 1 | grep -q . && exit 94
+  return 0
+}
+full() {
+  a=$(df -P -- "$1" 2>/dev/null | awk 'NR == 2 { print $4 }')
+  [ "$a" = 0 ] && exit 95
+  return 0
+}
+"#
+    };
+}
 
 /// The shell function `sweep DIR`: removes the staging entries in `DIR` that a transfer
 /// left when it was cancelled (its future dropped, its token cancelled, its connection
@@ -60,6 +82,7 @@ if [ -e "$dest" ]; then
   [ -z "$(ls -A -- "$dest")" ] || { echo "the destination directory is not empty" >&2; exit 92; }
 fi
 [ -d "$parent" ] || { echo "the destination's parent directory does not exist" >&2; exit 93; }
+[ -w "$parent" ] && [ -x "$parent" ] || { echo "the destination's parent directory is not writable" >&2; exit 94; }
 "#
     };
 }
@@ -70,12 +93,13 @@ fi
 /// transfer's sweep).
 const UPLOAD: &str = concat!(
     sweep_fn!(),
+    why_fns!(),
     upload_checks!(),
     r#"sweep "$parent"
 stage=$(mktemp -d -- "$parent/.$name.ew-tree-$$-XXXXXXXXXX") || exit 1
 trap 'rm -rf -- "$stage"' EXIT
 trap 'exit 1' HUP INT TERM PIPE
-tar -x -p --no-same-owner -f - -C "$stage" || exit 1
+tar -x -p --no-same-owner -f - -C "$stage" || { full "$parent"; exit 1; }
 mv -T -- "$stage" "$dest" || exit 1
 trap - EXIT
 "#
@@ -87,6 +111,7 @@ trap - EXIT
 /// closed: the host gave up) everything is removed.
 const UPLOAD_VIA_FILE: &str = concat!(
     sweep_fn!(),
+    why_fns!(),
     upload_checks!(),
     r#"sweep "$parent"
 stage=
@@ -97,7 +122,7 @@ printf '%s\n' "$arc"
 IFS= read -r go || exit 1
 [ "$go" = go ] || exit 1
 stage=$(mktemp -d -- "$parent/.$name.ew-tree-$$-XXXXXXXXXX") || exit 1
-tar -x -p --no-same-owner -f "$arc" -C "$stage" || exit 1
+tar -x -p --no-same-owner -f "$arc" -C "$stage" || { full "$parent"; exit 1; }
 rm -f -- "$arc"
 mv -T -- "$stage" "$dest" || exit 1
 trap - EXIT
@@ -105,18 +130,24 @@ trap - EXIT
 );
 
 /// Download: the directory as a tar stream on stdout.
-const DOWNLOAD: &str = r#"set -u
+const DOWNLOAD: &str = concat!(
+    why_fns!(),
+    r#"set -u
 src=$1
 [ -e "$src" ] || { echo "the source does not exist" >&2; exit 93; }
 [ -d "$src" ] || { echo "the source is not a directory" >&2; exit 91; }
-exec tar -c -f - -C "$src" .
-"#;
+tar -c -f - -C "$src" . && exit 0
+denied "$src"
+exit 1
+"#
+);
 
 /// Download through a file: sweep the temp directory, archive the directory into a
 /// fresh private file there (named after this process) and print its path; the file is
 /// removed when stdin ends (the host has read it, or gave up).
 const DOWNLOAD_TO_FILE: &str = concat!(
     sweep_fn!(),
+    why_fns!(),
     r#"set -u
 src=$1
 [ -e "$src" ] || { echo "the source does not exist" >&2; exit 93; }
@@ -126,7 +157,7 @@ sweep "$tmp"
 f=$(mktemp -- "$tmp/.ew-tree-$$-XXXXXXXXXX") || exit 1
 trap 'rm -f -- "$f"' EXIT
 trap 'exit 1' HUP INT TERM PIPE
-tar -c -f "$f" -C "$src" . || exit 1
+tar -c -f "$f" -C "$src" . || { denied "$src"; full "$tmp"; exit 1; }
 printf '%s\n' "$f"
 IFS= read -r _ || :
 "#
@@ -158,9 +189,8 @@ fn script_error(op: &str, path: &WorldPath, code: Option<i32>, stderr: &str) -> 
         Some(EXIT_NOT_DIR) => ErrorKind::NotADirectory,
         Some(EXIT_NOT_EMPTY) => ErrorKind::NotEmpty,
         Some(EXIT_MISSING) => ErrorKind::NotFound,
-        _ if stderr.contains("Permission denied") => ErrorKind::PermissionDenied,
-        _ if stderr.contains("No such file or directory") => ErrorKind::NotFound,
-        _ if stderr.contains("No space left") => ErrorKind::TooLarge,
+        Some(EXIT_DENIED) => ErrorKind::PermissionDenied,
+        Some(EXIT_NO_SPACE) => ErrorKind::TooLarge,
         _ => ErrorKind::Other,
     };
     Error::new(kind)
@@ -311,7 +341,6 @@ pub async fn upload_via_file(
     dest: &WorldPath,
     opts: &TreeOptions,
 ) -> Result<TreeSummary, Error> {
-    survey_limits(local, opts).await?;
     let mut child =
         spawn_with(world, UPLOAD_VIA_FILE, &[dest.as_str()], true).map_err(upload_op)?;
     let mut stdin = child
@@ -320,7 +349,16 @@ pub async fn upload_via_file(
     let mut stdout = child.take_stdout();
     let stderr = child.take_stderr();
     let flow = async {
-        let Some(line) = first_line(&mut stdout).await else {
+        // The limits are checked while the world process starts (a round trip on E2B);
+        // refused, the process gets no `go` and removes what it made.
+        let (line, surveyed) = futures::join!(first_line(&mut stdout), survey_limits(local, opts));
+        if let Err(e) = surveyed {
+            let _ = stdin.shutdown().await;
+            drop(stdin);
+            let _ = child.wait().await;
+            return Err(Fail::Err(e));
+        }
+        let Some(line) = line else {
             let _ = stdin.shutdown().await;
             drop(stdin);
             let st = child.wait().await.map_err(Fail::Err)?;
@@ -408,8 +446,8 @@ echo "$swept"
     Ok(line.and_then(|l| l.trim().parse().ok()).unwrap_or(0))
 }
 
-/// How a transfer through a file failed: its script's exit (named from its stderr
-/// once that is drained), or an error of its own.
+/// How a transfer through a file failed: its script's exit (its stderr, once drained,
+/// is the detail), or an error of its own.
 enum Fail {
     Script(Option<i32>),
     Err(Error),

@@ -402,9 +402,23 @@ async fn durable_disk_use_is_bounded_by_the_cap() {
             .decode_utf8_lossy()
             .into_owned();
         assert!(cg.contains("exec-world-"), "{cg}");
+        let left = Path::new(&cg).exists();
+        let members = std::fs::read_to_string(Path::new(&cg).join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .map(|p| {
+                let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                format!("{p}: {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
+            })
+            .collect::<Vec<_>>();
         assert!(
-            !Path::new(&cg).exists(),
-            "the ended command's cgroup {cg} is left"
+            !left,
+            "the ended command's cgroup {cg} is left (closed: {}; members: {members:?})",
+            s.state()
+                .join("durable")
+                .join(id.as_str())
+                .join("closed")
+                .exists()
         );
     } else {
         println!("no cgroup here: the cgroup removal is not checked");

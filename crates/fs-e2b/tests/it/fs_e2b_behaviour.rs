@@ -88,22 +88,27 @@ async fn construction_and_cwd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_large_is_decided_without_a_download() {
     let env = env().await;
-    let dir = scratch(&env.fs).await;
+    // The holder path (a `Start` per call) is what this counts, not the warm worker.
+    let fs = E2bFs::new(
+        env.api.clone(),
+        E2bFsOptions::new("/home/user").warm_worker(false),
+    )
+    .expect("fs");
+    let dir = scratch(&fs).await;
     let f = dir.join("big").expect("path");
     // Larger than a holder answers inline: the content comes through envd's download.
     let size: usize = 3 << 20;
-    env.fs
-        .write(&f, bytes_stream(vec![7u8; size]), WriteOptions::default())
+    fs.write(&f, bytes_stream(vec![7u8; size]), WriteOptions::default())
         .await
         .expect("write");
     // A first read asks the acting user's ids once per handle.
-    assert_eq!(env.fs.read(&f, 4 << 20).await.expect("read").len(), size);
+    assert_eq!(fs.read(&f, 4 << 20).await.expect("read").len(), size);
     let before = env.emu.counters().get_on(Plane::Envd, "GET /files");
     let starts = env
         .emu
         .counters()
         .get_on(Plane::Envd, "POST /process.Process/Start");
-    match env.fs.read(&f, 1000).await {
+    match fs.read(&f, 1000).await {
         Err(e) if e.kind() == ErrorKind::TooLarge => {
             assert_eq!((e.limit(), e.path()), (Some(1000), Some(f.as_str())));
         }
@@ -124,13 +129,12 @@ async fn too_large_is_decided_without_a_download() {
     // Through a symlink the size is the target's, not the link text's.
     sh(&env, r#"ln -s big "$1/link""#, &[dir.as_str()]).await;
     assert!(matches!(
-        env.fs.read(&dir.join("link").expect("path"), 1000).await,
+        fs.read(&dir.join("link").expect("path"), 1000).await,
         Err(e) if e.kind() == ErrorKind::TooLarge
     ));
     assert_eq!(env.emu.counters().get_on(Plane::Envd, "GET /files"), before);
     assert_eq!(
-        env.fs
-            .read(&dir.join("link").expect("path"), 4 << 20)
+        fs.read(&dir.join("link").expect("path"), 4 << 20)
             .await
             .expect("read via link")
             .len(),
@@ -156,27 +160,31 @@ fn requests(env: &Env) -> (u64, u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_reads_and_writes_are_one_request_each() {
     let env = env().await;
-    let dir = scratch(&env.fs).await;
+    // The holder path (a `Start` per call) is what this counts, not the warm worker.
+    let fs = E2bFs::new(
+        env.api.clone(),
+        E2bFsOptions::new("/home/user").warm_worker(false),
+    )
+    .expect("fs");
+    let dir = scratch(&fs).await;
     let f = dir.join("small").expect("path");
     // The first operation asks the acting user's ids once per handle.
-    env.fs
-        .write(&f, bytes_stream(&b"warm"[..]), WriteOptions::default())
+    fs.write(&f, bytes_stream(&b"warm"[..]), WriteOptions::default())
         .await
         .expect("warm-up write");
     for size in [0usize, 1, 4096, 1 << 20] {
         let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
         env.emu.counters().reset();
-        env.fs
-            .write(&f, bytes_stream(data.clone()), WriteOptions::default())
+        fs.write(&f, bytes_stream(data.clone()), WriteOptions::default())
             .await
             .expect("write");
         assert_eq!(requests(&env), (1, 1, 0), "write of {size} bytes");
         env.emu.counters().reset();
-        let got = env.fs.read(&f, 1 << 20).await.expect("read");
+        let got = fs.read(&f, 1 << 20).await.expect("read");
         assert!(got[..] == data[..], "read back {size} bytes");
         assert_eq!(requests(&env), (1, 1, 0), "read of {size} bytes");
         env.emu.counters().reset();
-        let mut s = env.fs.read_stream(&f).await.expect("read_stream");
+        let mut s = fs.read_stream(&f).await.expect("read_stream");
         let mut streamed = Vec::new();
         while let Some(piece) = s.next().await {
             streamed.extend_from_slice(&piece.expect("bytes"));
@@ -187,8 +195,7 @@ async fn small_reads_and_writes_are_one_request_each() {
     // TooLarge for a small file: the same one request, no byte of it kept.
     env.emu.counters().reset();
     assert_eq!(
-        env.fs
-            .read(&f, 1000)
+        fs.read(&f, 1000)
             .await
             .map(|b| b.len())
             .map_err(|e| e.kind()),
@@ -196,14 +203,13 @@ async fn small_reads_and_writes_are_one_request_each() {
     );
     assert_eq!(requests(&env), (1, 1, 0), "a small TooLarge");
     // The new file is the user's, made with the mode asked for, atomically.
-    env.fs
-        .write(
-            &f,
-            bytes_stream(&b"m"[..]),
-            WriteOptions::default().mode(0o600),
-        )
-        .await
-        .expect("write with a mode");
+    fs.write(
+        &f,
+        bytes_stream(&b"m"[..]),
+        WriteOptions::default().mode(0o600),
+    )
+    .await
+    .expect("write with a mode");
     assert_eq!(
         sh(&env, r#"stat -c '%U %a %s' -- "$1""#, &[f.as_str()]).await,
         "user 600 1\n"
@@ -212,25 +218,23 @@ async fn small_reads_and_writes_are_one_request_each() {
     let c = dir.join("c").expect("path");
     env.emu.counters().reset();
     assert_eq!(
-        env.fs
-            .create_if_absent(&c, Bytes::from_static(b"one"))
+        fs.create_if_absent(&c, Bytes::from_static(b"one"))
             .await
             .expect("create"),
         Created::Created
     );
     assert_eq!(requests(&env), (1, 1, 0), "create_if_absent");
     assert_eq!(
-        env.fs
-            .create_if_absent(&c, Bytes::from_static(b"two"))
+        fs.create_if_absent(&c, Bytes::from_static(b"two"))
             .await
             .expect("again"),
         Created::AlreadyExisted
     );
-    assert_eq!(&env.fs.read(&c, 10).await.expect("read")[..], b"one");
+    assert_eq!(&fs.read(&c, 10).await.expect("read")[..], b"one");
     // The bytes of an inline write travel in its root wrapper's environment: root sees
     // them there while it runs, the user never does.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (fs, g, flag) = (env.fs.clone(), f.clone(), stop.clone());
+    let (fs, g, flag) = (fs.clone(), f.clone(), stop.clone());
     let writes = tokio::spawn(async move {
         let payload = vec![b'w'; 512 << 10];
         while !flag.load(std::sync::atomic::Ordering::SeqCst) {
@@ -733,10 +737,13 @@ async fn a_read_stream_leaves_no_process_running() {
         0
     );
     // Processes of a read: the holder's root wrapper and the holder (perl), and any
-    // process of the sandbox holding the file open.
+    // process of the sandbox holding the file open; not the warm worker (a perl too,
+    // started in the background by the first calls, whenever it comes up).
     let script = r#"n=0
 for p in /proc/[0-9]*; do
-  case $(readlink "$p/exe" 2>/dev/null) in */perl*) n=$((n + 1));; esac
+  case $(readlink "$p/exe" 2>/dev/null) in
+    */perl*) grep -q PR_SET_DUMPABLE "$p/cmdline" 2>/dev/null || n=$((n + 1));;
+  esac
   ls -l "$p/fd" 2>/dev/null | grep -q -- "$1" && n=$((n + 1))
 done
 echo "$n""#;
@@ -855,11 +862,16 @@ fn fail_next_start(env: &Env, action: FaultAction) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envd_failures_have_one_kind_and_name_operation_path_and_cause_once() {
     let env = env().await;
-    let f = scratch(&env.fs).await.join("f").expect("path");
+    // The ordinary path (a `Start` per call) is what the faults hit.
+    let fs = E2bFs::new(
+        env.api.clone(),
+        E2bFsOptions::new("/home/user").warm_worker(false),
+    )
+    .expect("fs");
+    let f = scratch(&fs).await.join("f").expect("path");
     // A first write makes the handle's upload directory: the next write's first `Start`
     // is its own prepare step.
-    env.fs
-        .write(&f, bytes_stream(&b"x"[..]), WriteOptions::default())
+    fs.write(&f, bytes_stream(&b"x"[..]), WriteOptions::default())
         .await
         .expect("first write");
     let text = |status: u16, body: &str| FaultAction::Status {
@@ -869,7 +881,7 @@ async fn envd_failures_have_one_kind_and_name_operation_path_and_cause_once() {
     };
     // A reset connection: Transport, temporary, the operation and path once.
     fail_next_start(&env, FaultAction::Reset);
-    let e = env.fs.stat(&f).await.expect_err("reset");
+    let e = fs.stat(&f).await.expect_err("reset");
     assert_eq!(
         (e.kind(), e.is_temporary()),
         (ErrorKind::Transport, true),
@@ -890,7 +902,7 @@ async fn envd_failures_have_one_kind_and_name_operation_path_and_cause_once() {
             serde_json::json!({"code": "unavailable", "message": "envd is overloaded"}),
         ),
     );
-    let e = env.fs.read(&f, 10).await.expect_err("503");
+    let e = fs.read(&f, 10).await.expect_err("503");
     assert_eq!(
         (e.kind(), e.is_temporary()),
         (ErrorKind::Transport, true),
@@ -907,8 +919,7 @@ async fn envd_failures_have_one_kind_and_name_operation_path_and_cause_once() {
     );
     // 429: Transport and temporary, as on every other adapter (fs-e2b said Other).
     fail_next_start(&env, text(429, "slow down"));
-    let e = env
-        .fs
+    let e = fs
         .write(&f, bytes_stream(&b"x"[..]), WriteOptions::default())
         .await
         .expect_err("429");
@@ -920,7 +931,7 @@ async fn envd_failures_have_one_kind_and_name_operation_path_and_cause_once() {
     assert!(e.to_string().starts_with(&format!("write {f}: ")), "{e}");
     // 401: PermissionDenied, not temporary (fs-e2b said Other).
     fail_next_start(&env, text(401, "bad access token"));
-    let e = env.fs.lstat(&f).await.expect_err("401");
+    let e = fs.lstat(&f).await.expect_err("401");
     assert_eq!(
         (e.kind(), e.is_temporary()),
         (ErrorKind::PermissionDenied, false),
@@ -929,7 +940,7 @@ async fn envd_failures_have_one_kind_and_name_operation_path_and_cause_once() {
     assert!(e.to_string().contains("bad access token"), "{e}");
     // 500 without a Connect code: Other, not temporary, the status kept.
     fail_next_start(&env, text(500, "it broke"));
-    let e = env.fs.read_dir(&f).await.expect_err("500");
+    let e = fs.read_dir(&f).await.expect_err("500");
     assert_eq!(
         (e.kind(), e.is_temporary()),
         (ErrorKind::Other, false),
@@ -943,8 +954,7 @@ async fn envd_failures_have_one_kind_and_name_operation_path_and_cause_once() {
     let src = std::error::Error::source(&e).expect("source");
     assert!(src.downcast_ref::<e2b_core::Error>().is_some(), "{src:?}");
     // Nothing of the faults is left: the next operation succeeds.
-    env.fs
-        .write(&f, bytes_stream(&b"x"[..]), WriteOptions::default())
+    fs.write(&f, bytes_stream(&b"x"[..]), WriteOptions::default())
         .await
         .expect("write after the faults");
 }
@@ -955,7 +965,7 @@ async fn envd_failures_have_one_kind_and_name_operation_path_and_cause_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_writes_work_over_http2() {
     let env = env().await;
-    let cfg = emulator_fixture::emulator_config(&env.emu, Duration::from_secs(20)).http2(true);
+    let cfg = emulator_fixture::emulator_config(&env.emu, Duration::from_secs(20)).with_http2(true);
     let client = e2b_core::Client::new(cfg).expect("client");
     let sb = client
         .connect(env.sandbox.id(), e2b_core::ConnectOptions::default())
@@ -979,4 +989,326 @@ async fn reads_and_writes_work_over_http2() {
     }
     assert_eq!(got, size);
     assert_eq!(&fs.read(&f, 64 << 20).await.expect("read").len(), &size);
+}
+
+/// Stats `f` until the warm worker answers (the first call starts it in the background
+/// and goes the ordinary way).
+async fn warm_up(env: &Env, fs: E2bFs, f: WorldPath) {
+    let input = "POST /process.Process/SendInput";
+    for _ in 0..200 {
+        let before = env.emu.counters().get_on(Plane::Envd, input);
+        fs.stat(&f).await.expect("stat");
+        if env.emu.counters().get_on(Plane::Envd, input) > before {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the warm worker never answered");
+}
+
+/// Writes of at most 1 MiB run on the warm worker once it is up: one `SendInput` carrying
+/// the bytes and no `Start`, with what the holder path gives (bytes, owner, modes kept or
+/// set, parents made, `create_if_absent`, refusals with their kinds, no staging left);
+/// a larger write goes the ordinary way; a lost answer is OutcomeUnknown, never twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_run_on_the_warm_worker() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    let ordinary = E2bFs::new(
+        env.api.clone(),
+        E2bFsOptions::new("/home/user").warm_worker(false),
+    )
+    .expect("fs");
+    let fs = E2bFs::new(env.api.clone(), E2bFsOptions::new("/home/user")).expect("fs");
+    let count = |k: &str| env.emu.counters().get_on(Plane::Envd, k);
+    let (start, input) = (
+        "POST /process.Process/Start",
+        "POST /process.Process/SendInput",
+    );
+    warm_up(&env, fs.clone(), dir.clone()).await;
+    let small: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    let big: Vec<u8> = (0..1u32 << 20).map(|i| (i % 253) as u8).collect();
+    let (a, b) = (dir.join("a").expect("path"), dir.join("b").expect("path"));
+    let deep = dir.join("x/y/c").expect("path");
+    let (starts, inputs) = (count(start), count(input));
+    let v1 = fs
+        .write(&a, bytes_stream(small.clone()), WriteOptions::default())
+        .await
+        .expect("write 4 KiB");
+    fs.write(
+        &b,
+        bytes_stream(big.clone()),
+        WriteOptions::default().mode(0o640),
+    )
+    .await
+    .expect("write 1 MiB");
+    fs.write(
+        &deep,
+        bytes_stream(&b"deep"[..]),
+        WriteOptions::default().create_parents(true),
+    )
+    .await
+    .expect("write with parents");
+    assert_eq!(
+        fs.create_if_absent(&a, Bytes::from_static(b"no"))
+            .await
+            .expect("create"),
+        Created::AlreadyExisted
+    );
+    let c = dir.join("c").expect("path");
+    assert_eq!(
+        fs.create_if_absent(&c, Bytes::from_static(b"new"))
+            .await
+            .expect("create"),
+        Created::Created
+    );
+    assert_eq!(
+        (count(start) - starts, count(input) - inputs),
+        (0, 5),
+        "five writes, one input each"
+    );
+    assert_eq!(
+        &ordinary.read(&a, 1 << 20).await.expect("read")[..],
+        &small[..]
+    );
+    assert_eq!(
+        &ordinary.read(&b, 2 << 20).await.expect("read")[..],
+        &big[..]
+    );
+    assert_eq!(&ordinary.read(&deep, 10).await.expect("read")[..], b"deep");
+    assert_eq!(&ordinary.read(&c, 10).await.expect("read")[..], b"new");
+    let meta = ordinary.stat(&a).await.expect("stat");
+    assert_eq!(
+        (meta.mode, meta.owner.as_deref()),
+        (Some(0o644), Some("user"))
+    );
+    assert_eq!(meta.version, v1, "the version the write returned");
+    assert_eq!(ordinary.stat(&b).await.expect("stat").mode, Some(0o640));
+    // A rewrite keeps the file's mode.
+    sh(&env, "chmod 600 \"$1\"", &[a.as_str()]).await;
+    fs.write(&a, bytes_stream(&b"again"[..]), WriteOptions::default())
+        .await
+        .expect("rewrite");
+    assert_eq!(ordinary.stat(&a).await.expect("stat").mode, Some(0o600));
+    // Refusals have the ordinary path's kinds: a directory, a root-only directory, a
+    // missing parent.
+    sh(
+        &env,
+        "mkdir -m 755 \"$1/ro\" && chown root:root \"$1/ro\"",
+        &[dir.as_str()],
+    )
+    .await;
+    for (name, want) in [
+        ("x", ErrorKind::IsADirectory),
+        ("ro/f", ErrorKind::PermissionDenied),
+        ("none/f", ErrorKind::NotFound),
+    ] {
+        let p = dir.join(name).expect("path");
+        let warm = fs
+            .write(&p, bytes_stream(&b"z"[..]), WriteOptions::default())
+            .await
+            .expect_err(name);
+        assert_eq!(warm.kind(), want, "{name}: {warm}");
+        let cold = ordinary
+            .write(&p, bytes_stream(&b"z"[..]), WriteOptions::default())
+            .await
+            .expect_err(name);
+        assert_eq!(warm.kind(), cold.kind(), "{name}");
+    }
+    let mut left = names(&env, &dir).await;
+    left.sort();
+    assert_eq!(left, ["a", "b", "c", "ro", "x"], "no staging dir left");
+    // Past 1 MiB: the ordinary way.
+    let starts = count(start);
+    fs.write(
+        &b,
+        bytes_stream(vec![1u8; (1 << 20) + 1]),
+        WriteOptions::default(),
+    )
+    .await
+    .expect("write past 1 MiB");
+    assert!(count(start) > starts, "a holder did the large write");
+    // An answer lost after the bytes were sent: OutcomeUnknown, and not written twice
+    // (here the request never arrived, so not at all).
+    warm_up(&env, fs.clone(), dir.clone()).await;
+    env.emu.faults().add(
+        FaultRule::new(FaultAction::Reset)
+            .surface(Plane::Envd)
+            .path_prefix("/process.Process/SendInput")
+            .times(1),
+    );
+    let e = fs
+        .write(&c, bytes_stream(&b"lost"[..]), WriteOptions::default())
+        .await
+        .expect_err("lost answer");
+    assert_eq!(e.kind(), ErrorKind::OutcomeUnknown, "{e}");
+    assert_eq!(&ordinary.read(&c, 10).await.expect("read")[..], b"new");
+}
+
+/// stat, lstat and listings run on the warm worker once it is up: one `SendInput` each and
+/// no `Start`, with the answers the ordinary path gives; the worker is out of the user's
+/// reach (non-dumpable: its descriptors cannot be opened to inject or forge an answer);
+/// killed by the user, the next calls go the ordinary way and a new worker takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stat_and_listings_run_on_the_warm_worker_and_survive_its_death() {
+    let env = env().await;
+    let dir = scratch(&env.fs).await;
+    let f = dir.join("f").expect("path");
+    env.fs
+        .write(&f, bytes_stream(&b"hello"[..]), WriteOptions::default())
+        .await
+        .expect("write");
+    let ordinary = E2bFs::new(
+        env.api.clone(),
+        E2bFsOptions::new("/home/user").warm_worker(false),
+    )
+    .expect("fs");
+    let count = |k: &str| env.emu.counters().get_on(Plane::Envd, k);
+    let (start, input) = (
+        "POST /process.Process/Start",
+        "POST /process.Process/SendInput",
+    );
+    let fs = E2bFs::new(env.api.clone(), E2bFsOptions::new("/home/user")).expect("fs");
+    let warm_up = |fs: E2bFs, f: WorldPath| warm_up(&env, fs, f);
+    warm_up(fs.clone(), f.clone()).await;
+    let (starts, inputs) = (count(start), count(input));
+    for _ in 0..3 {
+        assert_eq!(
+            format!("{:?}", fs.stat(&f).await.expect("stat")),
+            format!("{:?}", ordinary.stat(&f).await.expect("stat"))
+        );
+        assert_eq!(
+            format!("{:?}", fs.lstat(&f).await.expect("lstat")),
+            format!("{:?}", ordinary.lstat(&f).await.expect("lstat"))
+        );
+        assert_eq!(
+            format!("{:?}", fs.read_dir(&dir).await.expect("read_dir")),
+            format!("{:?}", ordinary.read_dir(&dir).await.expect("read_dir"))
+        );
+    }
+    // Errors come back with their kind too.
+    let missing = dir.join("missing").expect("path");
+    assert_eq!(
+        fs.stat(&missing).await.expect_err("missing").kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        count(input) - inputs,
+        10,
+        "nine calls and the error on the worker"
+    );
+    // The ordinary path's 9 Starts only; the worker's calls made none.
+    assert_eq!(count(start) - starts, 9);
+    // Reads of at most 2 MiB too, with the holder's answers: the bytes, TooLarge, a
+    // root-only file, a FIFO, a directory, a head.
+    sh(
+        &env,
+        "echo secret > \"$1/root-only\" && chmod 600 \"$1/root-only\" && mkfifo \"$1/fifo\" && chmod 666 \"$1/fifo\"",
+        &[dir.as_str()],
+    )
+    .await;
+    let (starts, inputs) = (count(start), count(input));
+    assert_eq!(&fs.read(&f, 100).await.expect("read")[..], b"hello");
+    assert_eq!(&fs.read_head(&f, 3).await.expect("head")[..], b"hel");
+    let kind = |r: Result<Bytes, Error>| r.map(|b| b.len()).map_err(|e| e.kind());
+    for (name, max) in [("f", 2), ("root-only", 100), ("fifo", 100), ("", 100)] {
+        let p = if name.is_empty() {
+            dir.clone()
+        } else {
+            dir.join(name).expect("path")
+        };
+        let warm = kind(fs.read(&p, max).await);
+        assert!(warm.is_err(), "{name}: {warm:?}");
+        assert_eq!(warm, kind(ordinary.read(&p, max).await), "{name}");
+        let warm = kind(fs.read_head(&p, max).await);
+        if name != "f" {
+            assert_eq!(warm, kind(ordinary.read_head(&p, max).await), "{name} head");
+        }
+    }
+    // The ordinary fs made its 7 holder Starts and one to learn the user's ids (its
+    // first holder); the worker answered the other 10.
+    assert_eq!((count(start) - starts, count(input) - inputs), (8, 10));
+    // mkdir, rename and remove too: one input each.
+    let (starts, inputs) = (count(start), count(input));
+    let d = dir.join("d").expect("path");
+    let e = dir.join("e").expect("path");
+    fs.mkdir(&d, false).await.expect("mkdir");
+    fs.rename(&d, &e).await.expect("rename");
+    assert_eq!(
+        fs.rename(&d, &e).await.expect_err("gone").kind(),
+        ErrorKind::NotFound
+    );
+    fs.remove(&e, false).await.expect("remove");
+    assert_eq!((count(start) - starts, count(input) - inputs), (0, 4));
+    assert_eq!(
+        ordinary.lstat(&e).await.expect_err("removed").kind(),
+        ErrorKind::NotFound
+    );
+    // A request that may have reached the worker and got no answer is never sent twice:
+    // a change is OutcomeUnknown (here it was not made), a read goes the ordinary way.
+    env.emu.faults().add(
+        FaultRule::new(FaultAction::Reset)
+            .surface(Plane::Envd)
+            .path_prefix("/process.Process/SendInput")
+            .times(1),
+    );
+    let e = fs.mkdir(&d, false).await.expect_err("lost answer");
+    assert_eq!(e.kind(), ErrorKind::OutcomeUnknown, "{e}");
+    assert_eq!(
+        ordinary.lstat(&d).await.expect_err("not made").kind(),
+        ErrorKind::NotFound,
+        "never run twice"
+    );
+    warm_up(fs.clone(), f.clone()).await;
+    env.emu.faults().add(
+        FaultRule::new(FaultAction::Reset)
+            .surface(Plane::Envd)
+            .path_prefix("/process.Process/SendInput")
+            .times(1),
+    );
+    assert!(
+        fs.stat(&f)
+            .await
+            .expect("a read goes the ordinary way")
+            .is_file()
+    );
+    warm_up(fs.clone(), f.clone()).await;
+    // The worker: a perl of the user, not reachable by the user.
+    let pid = sh(
+        &env,
+        "pgrep -u \"$(id -u user)\" -f PR_SET_DUMPABLE | head -n 1",
+        &[],
+    )
+    .await;
+    let pid = pid.trim();
+    assert!(!pid.is_empty(), "the worker runs as the user");
+    assert_ne!(
+        sh_as_user(&env, "ls /proc/$1/fd >/dev/null 2>&1", &[pid]).await,
+        0,
+        "the user lists the worker's descriptors"
+    );
+    assert_ne!(
+        sh_as_user(&env, "echo 1 x > /proc/$1/fd/0", &[pid]).await,
+        0,
+        "the user writes to the worker's stdin"
+    );
+    assert_ne!(
+        sh_as_user(&env, "echo '1 0 - -' > /proc/$1/fd/1", &[pid]).await,
+        0,
+        "the user forges an answer"
+    );
+    // Killed by the user: calls go on, the ordinary way, then on a new worker.
+    assert_eq!(sh_as_user(&env, "kill -9 $1", &[pid]).await, 0);
+    assert!(fs.stat(&f).await.expect("stat after the kill").is_file());
+    warm_up(fs.clone(), f.clone()).await;
+    let again = sh(
+        &env,
+        "pgrep -u \"$(id -u user)\" -f PR_SET_DUMPABLE | head -n 1",
+        &[],
+    )
+    .await;
+    assert!(
+        !again.trim().is_empty() && again.trim() != pid,
+        "a new worker"
+    );
 }

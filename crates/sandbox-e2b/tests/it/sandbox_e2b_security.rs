@@ -261,3 +261,41 @@ async fn a_holder_stopped_or_killed_by_the_user_is_interrupted() {
         assert!(interrupted > 0, "{sig}: no read was interrupted");
     }
 }
+
+/// `kill_reaches_escapes` is not a blind claim: a provider whose spawns find no cgroup
+/// of their own (root took away `setpriv`, which a spawn needs to drop to the user in its
+/// cgroup, as on a template without it) says from its first exec on that
+/// kills cannot reach an env-cleared escapee, while one that saw contained spawns keeps
+/// saying it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_reaches_escapes_follows_what_the_spawns_found() {
+    let o = one("nocgroup").await;
+    assert!(
+        o.p.capabilities().kill_reaches_escapes,
+        "assumed before any spawn"
+    );
+    let r = sh(&o, "true").await;
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    assert!(
+        o.p.capabilities().kill_reaches_escapes,
+        "the emulator's template gives each spawn a cgroup"
+    );
+    root_sh(
+        &o.env,
+        &o.h.id,
+        "p=$(command -v setpriv) && mv -- \"$p\" \"$p.hidden\"",
+    )
+    .await;
+    let fresh = sandbox_support::provider(&o.env.emu);
+    assert!(fresh.capabilities().kill_reaches_escapes);
+    let r = fresh
+        .exec(&o.h, ExecSpec::new("echo $$"))
+        .await
+        .expect("exec without cgroups");
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    assert!(
+        !fresh.capabilities().kill_reaches_escapes,
+        "a provider whose spawn found no cgroup says so"
+    );
+    assert!(o.p.capabilities().kill_reaches_escapes);
+}

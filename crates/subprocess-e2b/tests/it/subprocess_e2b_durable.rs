@@ -27,6 +27,13 @@ async fn drain(s: Option<exec_world::OutputStream>) -> Vec<u8> {
     buf
 }
 
+/// The lines `1` to `n`, as `seq n` prints them.
+fn numbered(n: u32) -> Vec<u8> {
+    (1..=n)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect()
+}
+
 fn durable(script: &str, id: &DurableId) -> SpawnSpec {
     SpawnSpec::new("sh")
         .arg("-c")
@@ -219,9 +226,7 @@ async fn output_beyond_the_cap_is_dropped_oldest_first_and_counted() {
             .expect("wait")
             .success()
     );
-    let expected: Vec<u8> = (1..=600000)
-        .flat_map(|i| format!("{i}\n").into_bytes())
-        .collect();
+    let expected = numbered(600000);
     let mut a = p
         .durable_attach(&id, OutputOffsets::default())
         .await
@@ -495,11 +500,14 @@ async fn a_cut_attach_stream_resumes_from_the_exact_offsets() {
     let env = env().await;
     let p = proc_of(&env).await;
     let id = DurableId::random();
+    // Below the size an ended record's stream is fetched from its ring (1 MiB): all of
+    // it comes through the reader's process stream.
     let mut c = p
-        .spawn(durable("seq 1 300000; seq 1 1000 >&2", &id))
+        .spawn(durable("seq 1 150000; seq 1 1000 >&2", &id))
         .expect("spawn");
     drop(c.take_stdout());
     assert!(within("wait", 60, c.wait()).await.expect("wait").success());
+    let gets_before = env.emu.counters().get_on(Plane::Envd, "GET /files");
     let starts = || {
         env.emu
             .counters()
@@ -519,17 +527,13 @@ async fn a_cut_attach_stream_resumes_from_the_exact_offsets() {
         .expect("attach");
     let (out, err) = (a.child.take_stdout(), a.child.take_stderr());
     let (out, err) = futures::future::join(drain(out), drain(err)).await;
-    let expected: Vec<u8> = (1..=300000)
-        .flat_map(|i| format!("{i}\n").into_bytes())
-        .collect();
+    let expected = numbered(150000);
     assert!(
         out == expected,
         "every stdout byte once, in order ({} bytes)",
         out.len()
     );
-    let expected: Vec<u8> = (1..=1000)
-        .flat_map(|i| format!("{i}\n").into_bytes())
-        .collect();
+    let expected = numbered(1000);
     assert_eq!(err, expected);
     assert!(
         within("wait", 60, a.child.wait())
@@ -538,6 +542,162 @@ async fn a_cut_attach_stream_resumes_from_the_exact_offsets() {
             .success()
     );
     assert_eq!(starts() - before, 2, "one resume after the cut");
+    assert_eq!(
+        env.emu.counters().get_on(Plane::Envd, "GET /files"),
+        gets_before,
+        "nothing fetched from the ring"
+    );
+}
+
+/// A reader stream cut before the record's description came: `durable_attach` starts a
+/// new reader from the same offsets (nothing was handed out yet) and the attach is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_attach_cut_before_the_description_starts_a_new_reader() {
+    let env = env().await;
+    let p = proc_of(&env).await;
+    let id = DurableId::random();
+    let mut c = p
+        .spawn(durable("seq 1 1000; seq 1 10 >&2", &id))
+        .expect("spawn");
+    drop(c.take_stdout());
+    assert!(within("wait", 60, c.wait()).await.expect("wait").success());
+    let starts = || {
+        env.emu
+            .counters()
+            .get_on(Plane::Envd, "POST /process.Process/Start")
+    };
+    // Cut right after the start event: before any of the reader's frames.
+    env.emu.faults().add(
+        testing_fake::FaultRule::new(testing_fake::FaultAction::CutStream { after_frames: 1 })
+            .surface(Plane::Envd)
+            .path_prefix("/process.Process/Start")
+            .times(1),
+    );
+    let before = starts();
+    let mut a = p
+        .durable_attach(&id, OutputOffsets::default())
+        .await
+        .expect("attach after a cut");
+    let (out, err) = (a.child.take_stdout(), a.child.take_stderr());
+    let (out, err) = futures::future::join(drain(out), drain(err)).await;
+    assert_eq!(out, numbered(1000));
+    assert_eq!(err, numbered(10));
+    assert!(
+        within("wait", 60, a.child.wait())
+            .await
+            .expect("wait")
+            .success()
+    );
+    assert_eq!(starts() - before, 2, "one new reader after the cut");
+
+    // A running record: the cut reader would tail it until the command ends; it is
+    // ended, and only the new one reads.
+    let id = DurableId::random();
+    let c = p.spawn(durable("echo up; sleep 60", &id)).expect("spawn");
+    c.detach();
+    // The spawn's own start answered first (the fault is for the reader's).
+    p.durable_list().await.expect("durable_list");
+    env.emu.faults().add(
+        testing_fake::FaultRule::new(testing_fake::FaultAction::CutStream { after_frames: 1 })
+            .surface(Plane::Envd)
+            .path_prefix("/process.Process/Start")
+            .times(1),
+    );
+    let before = starts();
+    let mut a = p
+        .durable_attach(&id, OutputOffsets::default())
+        .await
+        .expect("attach after a cut");
+    assert_eq!(starts() - before, 2, "one new reader after the cut");
+    let mut out = a.child.take_stdout().expect("stdout");
+    assert_eq!(
+        &within("output", 30, out.next())
+            .await
+            .expect("a chunk")
+            .expect("bytes")[..],
+        b"up\n"
+    );
+    let mut readers = String::new();
+    for _ in 0..100 {
+        readers = root_sh(&env, "pgrep -f -- '[-]-tail' | wc -l").await.0;
+        if readers.trim() == "1" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(readers.trim(), "1", "one reader left after the cut");
+    within("terminate", 60, a.child.terminate(Duration::from_secs(2)))
+        .await
+        .expect("terminate");
+}
+
+/// An ended record's stream of at least 1 MiB is fetched from its ring file with a
+/// ranged root `GET /files` (not through the reader's base64 process stream), across
+/// the ring's wrap; a fetch that fails is resumed from the exact offset reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_large_ended_record_is_fetched_from_its_ring_and_a_failed_fetch_resumes() {
+    let env = env().await;
+    // A 1 MiB cap the 2 MB of stdout wraps around; stderr stays below the bulk size.
+    let p = proc_of(&env).await;
+    let id = DurableId::random();
+    let spec = SpawnSpec::new("sh")
+        .arg("-c")
+        .arg("seq 1 300000; seq 1 1000 >&2")
+        .durable(DurableSpec::new(id.clone()).output_cap(1 << 20));
+    let mut c = p.spawn(spec).expect("spawn");
+    drop(c.take_stdout());
+    assert!(within("wait", 60, c.wait()).await.expect("wait").success());
+    let all = numbered(300000);
+    let kept = &all[all.len() - (1 << 20)..];
+    let count = |k: &str| env.emu.counters().get_on(Plane::Envd, k);
+    for failing in [false, true] {
+        if failing {
+            // The first ranged read fails for good (500): the attach starts a new reader
+            // from where it was (nothing yet) and fetches again.
+            env.emu.faults().add(
+                testing_fake::FaultRule::new(testing_fake::FaultAction::Status {
+                    status: 500,
+                    body: "boom".into(),
+                    content_type: "text/plain".into(),
+                })
+                .surface(Plane::Envd)
+                .path_prefix("/files")
+                .times(1),
+            );
+        }
+        let (gets, starts) = (count("GET /files"), count("POST /process.Process/Start"));
+        let mut a = p
+            .durable_attach(&id, OutputOffsets::default())
+            .await
+            .expect("attach");
+        assert_eq!(a.dropped.stdout, (all.len() - (1 << 20)) as u64);
+        let (out, err) = (a.child.take_stdout(), a.child.take_stderr());
+        let (out, err) = futures::future::join(drain(out), drain(err)).await;
+        assert!(
+            out == kept,
+            "the kept MiB once, in order ({} bytes)",
+            out.len()
+        );
+        let expected = numbered(1000);
+        assert_eq!(err, expected);
+        assert!(
+            within("wait", 60, a.child.wait())
+                .await
+                .expect("wait")
+                .success()
+        );
+        let (gets, starts) = (
+            count("GET /files") - gets,
+            count("POST /process.Process/Start") - starts,
+        );
+        if failing {
+            assert_eq!(starts, 2, "one new reader after the failed fetch");
+            assert!(gets >= 3, "the failed fetch, then both pieces: {gets}");
+        } else {
+            // The reader, and the ring in two pieces (it wrapped).
+            assert_eq!((starts, gets), (1, 2));
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -216,8 +216,8 @@ async fn a_frozen_envd_ends_wait_with_an_error_and_drop_still_kills() {
     let direct = proc_of(&env).await;
     let proxy = FreezingProxy::start(env.emu.addr()).await;
     let cfg = emulator_fixture::emulator_config(&env.emu, Duration::from_secs(3))
-        .sandbox_url(proxy.url.clone())
-        .stream_idle_timeout(Some(Duration::from_secs(2)));
+        .with_sandbox_url(proxy.url.clone())
+        .with_stream_idle_timeout(Some(Duration::from_secs(2)));
     let client = Client::new(cfg).expect("client");
     let sb = client
         .connect(env.sandbox.id(), ConnectOptions::default())

@@ -109,7 +109,7 @@ async fn until_ready(child: &mut exec_world::Child) -> exec_world::OutputStream 
 async fn adapters(emu: &ChildEmulator) -> (Client, E2bSubprocess, E2bSubprocess) {
     let cfg = emu
         .config(Duration::from_secs(5))
-        .stream_idle_timeout(Some(Duration::from_secs(3)));
+        .with_stream_idle_timeout(Some(Duration::from_secs(3)));
     let client = Client::new(cfg).expect("client");
     let sb = client
         .create(&CreateOptions::new("base"))

@@ -92,9 +92,9 @@ async fn start_true(api: &std::sync::Arc<dyn EnvdApi>) -> Result<(), AnyError> {
 async fn measure(mode: &Mode, creates: usize) -> Result<Figures, AnyError> {
     let emu = Emulator::start_with(mode.env).await?;
     let cfg = Config::new()
-        .api_key(emu.vars["E2B_API_KEY"].clone())
-        .api_url(emu.vars["E2B_API_URL"].clone())
-        .sandbox_url(emu.vars["E2B_SANDBOX_URL"].clone());
+        .with_api_key(emu.vars["E2B_API_KEY"].clone())
+        .with_api_url(emu.vars["E2B_API_URL"].clone())
+        .with_sandbox_url(emu.vars["E2B_SANDBOX_URL"].clone());
     let client = Client::new(cfg)?;
     let opts = CreateOptions::new("base").allow_internet_access(mode.internet);
     // One untimed create warms the template and the emulator's caches.

@@ -3,7 +3,10 @@
 //! (`ours`); `attach_64m`, an attach to a finished command with `WB_LARGE_BYTES` (at most
 //! 64 MiB) kept, read to the end (`durable`), against a read of the same bytes from a file
 //! through fs-e2b (`ours`). Both contenders read the same content (`/dev/urandom` copied
-//! into a file; the command `cat`s it) and hash what arrives.
+//! into a file; the command `cat`s it) and hash what arrives. `exec_bg`: a `sleep 0.2`
+//! started durably and attached to until it ends, against the official SDKs'
+//! `commands.run(background)` + `commands.connect(pid)` + `wait` (they cannot attach to
+//! an ended command, so they get no `attach_64m`).
 
 use exec_world::{DurableId, DurableSpec, Fs, OutputOffsets, SpawnSpec, Subprocess, WorldPath};
 use futures::StreamExt as _;
@@ -34,6 +37,25 @@ async fn durable_true(p: &subprocess_e2b::E2bSubprocess) -> Result<(), AnyError>
     Ok(())
 }
 
+/// `exec_bg`: a durable start of [`BG_COMMAND`](super::plan::BG_COMMAND) and an attach
+/// to it (as a restarted host would), waited for to its end.
+async fn durable_bg(p: &subprocess_e2b::E2bSubprocess) -> Result<(), AnyError> {
+    let id = DurableId::random();
+    let c = p.spawn(
+        SpawnSpec::new("sh")
+            .arg("-c")
+            .arg(super::plan::BG_COMMAND)
+            .durable(DurableSpec::new(id.clone())),
+    )?;
+    drop(c);
+    let a = p.durable_attach(&id, OutputOffsets::default()).await?;
+    let s = a.child.wait().await?;
+    if !s.success() {
+        return Err(format!("attached {}: {s:?}", super::plan::BG_COMMAND).into());
+    }
+    Ok(())
+}
+
 /// The SHA-256 of everything `s` gives.
 async fn hash_stream(mut s: exec_world::OutputStream) -> Result<(u64, Vec<u8>), AnyError> {
     let mut h = Sha256::new();
@@ -60,6 +82,9 @@ pub async fn run(contender: &str, figure: &str) -> Result<Outcome, AnyError> {
             }
             ("exec_durable", "durable") => {
                 child::sequential(var("WB_ITER"), || durable_true(&p)).await
+            }
+            ("exec_bg", "durable") => {
+                child::sequential(var("WB_ITER").min(20), || durable_bg(&p)).await
             }
             ("attach_64m", _) => attach(&p, &api, contender).await,
             _ => Err(format!("{contender}: no figure {figure}").into()),

@@ -106,7 +106,7 @@ async fn contender(id: &str, figure: &str) -> Result<child::Outcome, AnyError> {
     if figure.starts_with("op_") || figure.starts_with("bw_") {
         return ops::run(id, figure).await;
     }
-    if matches!(figure, "exec_durable" | "attach_64m") {
+    if matches!(figure, "exec_durable" | "exec_bg" | "attach_64m") {
         return durable::run(id, figure).await;
     }
     match id {

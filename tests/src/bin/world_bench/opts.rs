@@ -147,6 +147,7 @@ impl Opts {
             ("WB_FLOOD_BYTES", self.flood_bytes.to_string()),
             ("WB_OP_ITER", self.op_iterations.to_string()),
             ("WB_CREATE_N", self.create_iterations().to_string()),
+            ("WB_BG_COMMAND", super::plan::BG_COMMAND.to_owned()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))

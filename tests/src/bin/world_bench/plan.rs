@@ -40,6 +40,13 @@ const EXEC: &[&str] = &[
 const FILES: &[&str] = &["curl", "raw", "ours", "sandbox", "js", "py"];
 const FLOOD: &[&str] = &["tokio", "local", "raw", "ours", "js", "py"];
 const DURABLE: &[&str] = &["ours", "durable"];
+/// A command started in the background and attached to until it ends: ours (durable
+/// start + attach) against the SDKs' `run(background)` + `connect(pid)` + `wait`.
+const BACKGROUND: &[&str] = &["durable", "js", "py"];
+
+/// What `exec_bg` runs: long enough for the SDKs' `connect` to find it running (they
+/// keep nothing of an ended command).
+pub const BG_COMMAND: &str = "sleep 0.2";
 
 /// The latency mode's operations: id, what it times, contenders.
 const OPS: &[(&str, &str, &[&str])] = &[
@@ -206,6 +213,15 @@ pub fn figures(opts: &super::opts::Opts) -> Vec<Figure> {
         ),
         conc: 0,
         contenders: keep(DURABLE),
+    });
+    out.push(Figure {
+        id: "exec_bg".into(),
+        title: format!(
+            "background `{BG_COMMAND}` then attach to its end, ms (n={})",
+            opts.iterations.min(20)
+        ),
+        conc: 0,
+        contenders: keep(BACKGROUND),
     });
     out.push(Figure {
         id: "attach_64m".into(),

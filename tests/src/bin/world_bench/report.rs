@@ -48,6 +48,7 @@ impl FigureResult {
     fn baselines(&self) -> &'static [&'static str] {
         match self.figure.id.as_str() {
             "exec_durable" | "attach_64m" => &["ours"],
+            "exec_bg" => &["js", "py"],
             f if f.starts_with("exec") => &["raw", "rawsh", "js", "py", "local", "tokio"],
             f if f.starts_with("files") || f.starts_with("bw_") => &["curl", "raw"],
             f if f.starts_with("tree_") => &["tarcurl", "js", "py"],

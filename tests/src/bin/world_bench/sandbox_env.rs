@@ -15,9 +15,9 @@ pub fn env(key: &str) -> Result<String, AnyError> {
 /// A client of the emulator and a fresh `base` sandbox.
 pub async fn sandbox() -> Result<(Client, Sandbox, Arc<dyn EnvdApi>), AnyError> {
     let cfg = Config::new()
-        .api_key(env("E2B_API_KEY")?)
-        .api_url(env("E2B_API_URL")?)
-        .sandbox_url(env("E2B_SANDBOX_URL")?);
+        .with_api_key(env("E2B_API_KEY")?)
+        .with_api_url(env("E2B_API_URL")?)
+        .with_sandbox_url(env("E2B_SANDBOX_URL")?);
     let client = Client::new(cfg)?;
     let sandbox = client.create(&CreateOptions::new("base")).await?;
     let api: Arc<dyn EnvdApi> = sandbox.clone().into_api();

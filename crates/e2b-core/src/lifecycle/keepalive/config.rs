@@ -53,8 +53,9 @@ pub enum StopReason {
     Gone,
     /// The keep-alive was closed (owner shut down).
     Closed,
-    /// The control plane refused a renewal as invalid (HTTP 400, e.g. past the plan's
-    /// maximum instance length counted from the sandbox's real start).
+    /// The control plane refused a renewal for good: invalid (HTTP 400, e.g. past the
+    /// plan's maximum instance length counted from the sandbox's real start), or not
+    /// allowed (401, 403) — any answer the classification table calls final.
     Refused,
 }
 

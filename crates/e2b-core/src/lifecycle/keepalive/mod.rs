@@ -14,6 +14,12 @@
 //!   from the lease's start (the create or connect request; for a sandbox that was
 //!   already running the control plane's own refusal, HTTP 400, stops renewals with
 //!   [`StopReason::Refused`]); asking for more is [`LifecycleError::CapExceeded`].
+//! * One classification: a renewal is one `connect` through the client's
+//!   [`RetryPolicy`](crate::retry::RetryPolicy); when that gives up, the table of
+//!   [`Error::disposition`](crate::Error::disposition) decides: gone stops
+//!   ([`StopReason::Gone`]), a final answer stops ([`StopReason::Refused`]), anything
+//!   else (temporary, our own timeout) is asked again after a back-off of a quarter of
+//!   the slack (0.1–5 s), so the next try still lands before the known end.
 //! * Driven by activity: point activities ([`KeepAlive::touch`], every call through
 //!   [`LeasedApi`](super::LeasedApi)) and turns ([`KeepAlive::activity`] guards) that are
 //!   renewed in the background while they stay open. A turn older than `max_turn` stops

@@ -12,7 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{Observer, Renewal, StopReason};
 use super::task::wall;
+use crate::Disposition;
 use crate::api::{Client, ConnectOptions};
+use crate::error::Error;
 use crate::lifecycle::error::LifecycleError;
 
 pub(super) struct Turn {
@@ -55,6 +57,21 @@ impl Renewer for Client {
                 .await
                 .map(|_| ())
         })
+    }
+}
+
+/// Whether a renewal that failed (after its request's own [`RetryPolicy`] loop) ends the
+/// keep-alive, read from [`Error::disposition`]: gone ends it; a final answer of the
+/// control plane (400, 401, 403, …) ends it as refused, since asking again cannot help;
+/// a temporary failure, an unroutable answer and our own timeout (a renewal has a
+/// budget of its own, the next one a fresh one) leave it to try again after the back-off.
+///
+/// [`RetryPolicy`]: crate::retry::RetryPolicy
+pub(super) fn stop_after(e: &Error) -> Option<StopReason> {
+    match e.disposition() {
+        Disposition::Gone => Some(StopReason::Gone),
+        Disposition::Final if !matches!(e, Error::Timeout { .. }) => Some(StopReason::Refused),
+        Disposition::Final | Disposition::Temporary { .. } | Disposition::Unroutable => None,
     }
 }
 
@@ -214,16 +231,15 @@ impl Inner {
                     }
                 }
                 Err(e) => {
-                    // The one table: gone stops; anything else is tried again after the
-                    // back-off (the request itself already went through RetryPolicy).
-                    if e.disposition() == crate::Disposition::Gone {
-                        st.stopped = Some(StopReason::Gone);
-                    } else if matches!(e, crate::error::Error::BadRequest { .. }) {
-                        st.stopped = Some(StopReason::Refused);
-                    } else {
-                        let back_off = (self.slack / 4)
-                            .clamp(Duration::from_millis(100), Duration::from_secs(5));
-                        st.retry_at = Some(Instant::now() + back_off);
+                    // The request already went through RetryPolicy; what is left is
+                    // whether a later renewal can help, read from the one table.
+                    match stop_after(&e) {
+                        Some(reason) => st.stopped = Some(reason),
+                        None => {
+                            let back_off = (self.slack / 4)
+                                .clamp(Duration::from_millis(100), Duration::from_secs(5));
+                            st.retry_at = Some(Instant::now() + back_off);
+                        }
                     }
                     st.last_error = Some(e.to_string());
                     tracing::warn!(sandbox = %self.sandbox_id, error = %e, "keep-alive renewal failed");

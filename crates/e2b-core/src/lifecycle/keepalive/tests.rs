@@ -14,9 +14,9 @@ fn dead_client() -> Client {
         .unwrap_or(9);
     Client::new(
         Config::new()
-            .api_key("e2b_test")
-            .api_url(format!("http://127.0.0.1:{port}"))
-            .request_timeout(Duration::from_secs(2)),
+            .with_api_key("e2b_test")
+            .with_api_url(format!("http://127.0.0.1:{port}"))
+            .with_request_timeout(Duration::from_secs(2)),
     )
     .unwrap_or_else(|e| panic!("client: {e}"))
 }
@@ -127,6 +127,8 @@ async fn stale_turns_block_renewals_and_point_touches_ask_for_one() {
 struct Recorder {
     calls: Mutex<Vec<(Instant, Duration)>>,
     fail: std::sync::atomic::AtomicBool,
+    /// When set, the failure to answer instead of a 503.
+    failure: Mutex<Option<fn() -> crate::error::Error>>,
 }
 
 impl state::Renewer for Arc<Recorder> {
@@ -140,8 +142,11 @@ impl state::Renewer for Arc<Recorder> {
             .unwrap_or_else(|p| p.into_inner())
             .push((Instant::now(), timeout));
         let fail = self.fail.load(std::sync::atomic::Ordering::SeqCst);
+        let failure = *self.failure.lock().unwrap_or_else(|p| p.into_inner());
         Box::pin(async move {
-            if fail {
+            if let Some(make) = failure.filter(|_| fail) {
+                Err(make())
+            } else if fail {
                 Err(crate::error::Error::Server {
                     surface: crate::error::Surface::Control,
                     status: 503,
@@ -275,4 +280,71 @@ async fn a_failing_control_plane_is_retried_after_a_back_off_not_in_a_loop() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let s = ka.stats();
     assert_eq!((s.renewals, s.last_error), (1, None), "recovered");
+}
+
+#[tokio::test(start_paused = true)]
+async fn final_answers_stop_the_keep_alive_and_a_timeout_does_not() {
+    use crate::error::{Error, Surface};
+    type Case = (fn() -> Error, Option<StopReason>);
+    let cases: [Case; 6] = [
+        (
+            || Error::BadRequest {
+                surface: Surface::Control,
+                message: "past the maximum length".into(),
+            },
+            Some(StopReason::Refused),
+        ),
+        (
+            || Error::Unauthorized {
+                surface: Surface::Control,
+                message: "invalid API key".into(),
+            },
+            Some(StopReason::Refused),
+        ),
+        (
+            || Error::Forbidden {
+                surface: Surface::Control,
+                message: "forbidden".into(),
+            },
+            Some(StopReason::Refused),
+        ),
+        (
+            || Error::SandboxNotFound {
+                surface: Surface::Control,
+                status: 404,
+                message: "not found".into(),
+            },
+            Some(StopReason::Gone),
+        ),
+        (
+            || Error::Timeout {
+                what: "connect",
+                after: Duration::from_secs(10),
+            },
+            None,
+        ),
+        (
+            || Error::Transport {
+                surface: Surface::Control,
+                message: "connection reset".into(),
+            },
+            None,
+        ),
+    ];
+    for (make, stop) in cases {
+        assert_eq!(state::stop_after(&make()), stop, "{}", make());
+        let rec = Arc::new(Recorder::default());
+        *rec.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(make);
+        rec.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        let ka = recorded(&rec, Duration::from_secs(8), KeepAliveConfig::new());
+        let _turn = ka.activity("turn");
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let n = rec.calls().len();
+        assert_eq!(ka.stats().stopped, stop, "{}", make());
+        if stop.is_some() {
+            assert_eq!(n, 1, "one attempt, then stopped: {}", make());
+        } else {
+            assert!(n >= 3, "tried again after the back-off: {n}, {}", make());
+        }
+    }
 }

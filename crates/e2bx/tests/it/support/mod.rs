@@ -57,9 +57,9 @@ impl Remote {
     pub fn client(&self) -> e2b_core::Client {
         e2b_core::Client::new(
             e2b_core::Config::new()
-                .api_key(self.emu.api_key())
-                .api_url(self.emu.api_url())
-                .sandbox_url(self.emu.sandbox_url()),
+                .with_api_key(self.emu.api_key())
+                .with_api_url(self.emu.api_url())
+                .with_sandbox_url(self.emu.sandbox_url()),
         )
         .expect("client")
     }

@@ -82,6 +82,8 @@ impl Sizes {
 
 /// The host side of a run: the source tree, its archive, its digest, where downloads go.
 struct Paths {
+    /// The directory the trees and the emulator's root live in ([`tree_base`]).
+    base: PathBuf,
     src: PathBuf,
     tar: PathBuf,
     digest: String,
@@ -117,6 +119,7 @@ pub fn vars(figure: &str, contender: &str) -> Vec<(String, String)> {
         ),
         ("WB_TREE_BYTES", p.bytes.to_string()),
         ("WB_WATCH_N", p.watch_n.to_string()),
+        ("TMPDIR", p.base.display().to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -201,15 +204,54 @@ fn check_download(m: &mut Measure, dir: &Path, want: &str) {
 
 /// The tree mode: make the tree, run every figure's contenders, print the tables and
 /// the targets, write the JSON.
+/// Where the trees live, on both sides: `WB_TREE_DIR` when set, else `/dev/shm` when it
+/// is a directory with at least 2 GiB free, else the temp directory.
+///
+/// On a disk file system the figures measure its inode allocator more than the transfer:
+/// ext4 skips inodes freed in the last minute (`recently_deleted`), so creating 10,000
+/// files right after 10,000 were removed (by the previous contender, or the previous run)
+/// scans past every one of them, and whichever contender runs later loses five- to
+/// tenfold. A memory file system gives every contender the same ground.
+fn tree_base() -> PathBuf {
+    if let Some(d) = std::env::var_os("WB_TREE_DIR") {
+        return PathBuf::from(d);
+    }
+    let shm = Path::new("/dev/shm");
+    let free = {
+        // SAFETY: statvfs is plain old data, all zeroes is a valid value; the call gets
+        // a NUL-terminated path and a struct of the right type to fill.
+        let mut v: libc::statvfs = unsafe { std::mem::zeroed() };
+        match unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut v) } {
+            0 => (v.f_bavail as u64).saturating_mul(v.f_frsize as u64),
+            _ => 0,
+        }
+    };
+    if shm.is_dir() && free >= 2 << 30 {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 pub fn orchestrate(rt: &tokio::runtime::Runtime, opts: &Opts) -> Result<(), AnyError> {
-    let work = std::env::temp_dir().join(format!("world-bench-trees-{}", std::process::id()));
+    let base = tree_base();
+    eprintln!(
+        "world-bench: trees and the emulator's sandboxes under {} (WB_TREE_DIR to choose)",
+        base.display()
+    );
+    let work = base.join(format!("world-bench-trees-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
-    let r = orchestrate_in(rt, opts, &work);
+    let r = orchestrate_in(rt, opts, &base, &work);
     let _ = std::fs::remove_dir_all(&work);
     r
 }
 
-fn orchestrate_in(rt: &tokio::runtime::Runtime, opts: &Opts, work: &Path) -> Result<(), AnyError> {
+fn orchestrate_in(
+    rt: &tokio::runtime::Runtime,
+    opts: &Opts,
+    base: &Path,
+    work: &Path,
+) -> Result<(), AnyError> {
     let src = work.join("src");
     eprintln!("world-bench: making the tree ({} bytes)", opts.tree.bytes());
     data::make(&src, &opts.tree)?;
@@ -219,6 +261,7 @@ fn orchestrate_in(rt: &tokio::runtime::Runtime, opts: &Opts, work: &Path) -> Res
     let out = work.join("out");
     std::fs::create_dir_all(&out)?;
     let paths = Paths {
+        base: base.to_path_buf(),
         src,
         tar,
         digest: digest.clone(),
@@ -229,7 +272,9 @@ fn orchestrate_in(rt: &tokio::runtime::Runtime, opts: &Opts, work: &Path) -> Res
     if PATHS.set(paths).is_err() {
         return Err("the tree mode runs once per process".into());
     }
-    let emu: Emulator = rt.block_on(Emulator::start())?;
+    // The emulator's root (its sandboxes' files) goes there too: it is a temp directory.
+    let tmpdir = base.display().to_string();
+    let emu: Emulator = rt.block_on(Emulator::start_with(&[("TMPDIR", tmpdir.as_str())]))?;
     let mut results = Vec::new();
     for fig in figures(opts) {
         eprintln!("world-bench: {}", fig.title);
