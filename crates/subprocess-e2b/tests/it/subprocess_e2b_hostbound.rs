@@ -68,6 +68,24 @@ fn carrying(token: &str) -> Vec<(u32, String)> {
     found
 }
 
+/// Polls until the tree's three members (`-bg`, `-setsid`, `-main`) all show, at most
+/// 30 s: `ready` is printed before the background members finished their `execve`, and a
+/// process in the middle of one shows an empty command line for a moment.
+async fn all_started(token: &str) -> Vec<(u32, String)> {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = carrying(token);
+        let has = |m: &str| {
+            let tail = format!("{token}-{m}");
+            found.iter().any(|(_, c)| c.trim_end().ends_with(&tail))
+        };
+        if (has("bg") && has("setsid") && has("main")) || Instant::now() >= until {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Polls until no process carries `token`, at most `secs`; returns the survivors.
 async fn gone_within(token: &str, secs: u64) -> Vec<(u32, String)> {
     let until = Instant::now() + Duration::from_secs(secs);
@@ -158,8 +176,10 @@ async fn a_frozen_envd_ends_leased_commands_within_the_bound_and_wait_errors() {
     let mut ctl = control.spawn(tree(&ct)).expect("spawn control");
     let _out = until_ready(&mut child).await;
     let _ctl_out = until_ready(&mut ctl).await;
-    assert!(carrying(&lt).len() >= 3, "{:?}", carrying(&lt));
-    assert!(carrying(&ct).len() >= 3, "{:?}", carrying(&ct));
+    let started = all_started(&lt).await;
+    assert!(started.len() >= 3, "{started:?}");
+    let started = all_started(&ct).await;
+    assert!(started.len() >= 3, "{started:?}");
 
     emu.freeze();
     let frozen = Instant::now();
@@ -211,7 +231,8 @@ async fn a_killed_envd_ends_leased_commands_within_the_bound() {
     let mut ctl = control.spawn(tree(&ct)).expect("spawn control");
     let _out = until_ready(&mut child).await;
     let _ctl_out = until_ready(&mut ctl).await;
-    assert!(carrying(&lt).len() >= 3, "{:?}", carrying(&lt));
+    let started = all_started(&lt).await;
+    assert!(started.len() >= 3, "{started:?}");
 
     emu.kill();
     let killed = Instant::now();
