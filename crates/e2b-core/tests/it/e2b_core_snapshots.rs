@@ -13,8 +13,10 @@ use e2b_core::{CreateOptions, EnvdApi, Error, ForkOptions, SnapshotQuery, StartP
 use e2b_core_support::{client, emulator};
 use testing_fake::{FaultAction, FaultRule, Plane};
 
+/// The file's text (at most 64 MiB: the writer of the fork test appends for as long as
+/// the machine lets it, past 1 MiB on a fast one).
 async fn read(sb: &e2b_core::Sandbox, path: &str) -> String {
-    let bytes = sb.download_bytes(path, None, 1 << 20).await.expect("read");
+    let bytes = sb.download_bytes(path, None, 64 << 20).await.expect("read");
     String::from_utf8(bytes).expect("utf-8")
 }
 
