@@ -5,12 +5,18 @@
 //!
 //! # How a spawn runs
 //!
-//! Once per adapter, one trusted command (root) places the spawn helper, a short POSIX
-//! `sh` file ([`wrapper::helper_sh`]), in a fresh root-owned directory
-//! `/tmp/.exec-world-spawn-<random>` and probes whether spawns can get a cgroup v2 of
-//! their own (root can create a cgroup below its own in the sandbox's cgroup2 mount and
-//! move a process into it, `cgroup.kill` exists, and `setpriv` can drop to the user).
-//! Every spawn then runs that file by path: no script text travels with a spawn.
+//! Once per sandbox and host process, one trusted command (root) places the spawn helper,
+//! a short POSIX `sh` file ([`wrapper::helper_sh`]), in a fresh root-owned directory
+//! `/run/.exec-world-spawn-<random>` (`/tmp` when `/run` is not a directory of root's that
+//! no one else may write) and probes whether spawns can get a cgroup v2 of their own
+//! (root can create a cgroup below its own in the sandbox's cgroup2 mount and move a
+//! process into it, `cgroup.kill` exists, and `setpriv` can drop to the user). Every spawn
+//! then runs that file by path: no script text travels with a spawn. Adapters made later
+//! on the same sandbox (a harness that connects again for each turn) find the placement
+//! and the user lookups and make no setup request; a placement in `/run` stays for a
+//! minute after its last adapter went (the sandbox user cannot make that directory again
+//! if it went), one in `/tmp` goes with its last adapter, and a spawn whose helper did not
+//! start makes adapters created later set up afresh.
 //!
 //! The same command also places the *native spawn helper* beside it when this build has
 //! one ([`native_helper_built`]: `build.rs` compiles `helper/spawn_helper.rs`, a `no_std`

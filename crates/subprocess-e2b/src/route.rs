@@ -423,16 +423,20 @@ impl Session {
         let status = match (r.failure.take(), r.end.take()) {
             (Some(f), _) => Err(f),
             (None, Some(e)) if r.header.is_none() => Ok(exit_status(&e)),
-            (None, Some(e)) => Err(Error::other(format!(
-                "the spawn helper ended ({}) before starting the program",
-                if e.status.is_empty() {
-                    format!("exit code {}", e.exit_code)
-                } else {
-                    e.status.clone()
-                }
-            ))
-            .with_op("spawn")
-            .with_path(&r.program)),
+            (None, Some(e)) => Err({
+                // Its directory may be gone: adapters made later set up afresh.
+                self.world.start_failed();
+                Error::other(format!(
+                    "the spawn helper ended ({}) before starting the program",
+                    if e.status.is_empty() {
+                        format!("exit code {}", e.exit_code)
+                    } else {
+                        e.status.clone()
+                    }
+                ))
+                .with_op("spawn")
+                .with_path(&r.program)
+            }),
             (None, None) => Err(Error::new(ErrorKind::Transport)
                 .with_op("reading the process's events")
                 .with_detail("the event stream ended without an end event")

@@ -141,6 +141,7 @@ impl Session {
                     if matches!(e.kind(), ErrorKind::Transport | ErrorKind::Timeout) {
                         me.reap_after_loss(&e.to_string()).await;
                     }
+                    world.start_failed();
                     me.fail_start(e);
                     return;
                 }

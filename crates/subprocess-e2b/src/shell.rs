@@ -40,30 +40,41 @@ exit 0"#;
 /// Creates `$1` empty with mode 0600, refusing anything already there (noclobber).
 const PRIVATE_FILE_SH: &str = r#"umask 077; set -C; : > "$1""#;
 
-/// Places the spawn helpers and probes for a cgroup per spawn. `$1` the helper directory
-/// (must not exist; root-owned, 0755), `$2` the `sh` helper's text, `$3` the acting user
-/// (empty: not known yet, no ids printed), `$4` a probe cgroup name, `$5` the native
-/// helper as base64 (may be empty), `$6` = `1`: first the user database, for the user
-/// lookup in the same round trip (`path PATH`, then `pw ENTRY` per `getent passwd`
-/// entry and `gr ENTRY` per `getent group` entry). Prints
-/// `native` when the native helper was placed and runs here, then `cgroup MOUNT SETPRIV
-/// UID GID GROUPS` when root can create a cgroup below its own in the cgroup2 mount, move
-/// a process into it and `cgroup.kill` it, and `setpriv` is there to drop to a user (`UID
-/// GID GROUPS`: the acting user's ids and groups, empty for root); nothing more otherwise.
+/// Places the spawn helpers and probes for a cgroup per spawn. `$1` the helper
+/// directory's name (made, root-owned and 0755, in `/run` when that is a real directory
+/// of root's that no one else may write, else in `/tmp`; it must not exist), `$2` the
+/// `sh` helper's text, `$3` the acting user (empty: not known yet, no ids printed), `$4`
+/// a probe cgroup name, `$5` the native helper as base64 (may be empty), `$6` = `1`:
+/// first the user database, for the user lookup in the same round trip (`path PATH`,
+/// then `pw ENTRY` per `getent passwd` entry and `gr ENTRY` per `getent group` entry).
+/// Prints `dir PATH`, then `native` when the native helper was placed and runs here,
+/// then `cgroup MOUNT SETPRIV UID GID GROUPS` when root can create a cgroup below its own
+/// in the cgroup2 mount, move a process into it and `cgroup.kill` it, and `setpriv` is
+/// there to drop to a user (`UID GID GROUPS`: the acting user's ids and groups, empty for
+/// root); nothing more otherwise.
 const SETUP_SH: &str = r#"umask 022
 if [ "$6" = 1 ]; then
   printf 'path %s\n' "$PATH"
   getent passwd | while IFS= read -r l; do printf 'pw %s\n' "$l"; done
   getent group | while IFS= read -r l; do printf 'gr %s\n' "$l"; done
 fi
-mkdir -m 0755 -- "$1" || exit 3
-printf '%s' "$2" > "$1/spawn.sh" || exit 3
+d=/tmp/$1
+if [ -d /run ] && [ ! -L /run ]; then
+  st=$(stat -c '%u %a' /run 2>/dev/null) || st=
+  m=${st#0 }
+  case $st in
+    "0 "*) case $m in *[2367]?|*[2367]) ;; *) d=/run/$1 ;; esac ;;
+  esac
+fi
+mkdir -m 0755 -- "$d" || exit 3
+printf 'dir %s\n' "$d"
+printf '%s' "$2" > "$d/spawn.sh" || exit 3
 if [ -n "$5" ]; then
-  if printf '%s' "$5" | base64 -d > "$1/spawn" 2>/dev/null && chmod 0755 "$1/spawn" &&
-    [ "$("$1/spawn" --probe 2>/dev/null)" = "exec-world-spawn 1" ]; then
+  if printf '%s' "$5" | base64 -d > "$d/spawn" 2>/dev/null && chmod 0755 "$d/spawn" &&
+    [ "$("$d/spawn" --probe 2>/dev/null)" = "exec-world-spawn 1" ]; then
     echo native
   else
-    rm -f -- "$1/spawn"
+    rm -f -- "$d/spawn"
   fi
 fi
 mnt=
@@ -100,7 +111,7 @@ const SETUP_OUTPUT: usize = 4 << 20;
 /// Removes what an adapter placed: the empty cgroups named `$2*` below the cgroup2
 /// mount `$1` (one level below the root part's own cgroup, so also `$1/*/`) and the
 /// helper directory `$3`. Populated cgroups stay (`rmdir` refuses them).
-const CLEANUP_SH: &str = r#"if [ -n "$1" ]; then
+const CLEANUP_SH: &str = r#"if [ -n "$1" ] && [ -n "$2" ]; then
   for d in "$1"/"$2"* "$1"/*/"$2"*; do [ -d "$d" ] && rmdir -- "$d" 2>/dev/null; done
 fi
 [ -n "$3" ] && rm -rf -- "$3"
@@ -135,14 +146,20 @@ pub(crate) type DropIds = Option<Ids>;
 /// What the setup placed and found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Placed {
+    /// The helper directory the setup made.
+    pub(crate) dir: String,
     /// The native helper is in the helper directory and runs in this sandbox.
     pub(crate) native: bool,
     /// How spawns get a cgroup of their own, if they can.
     pub(crate) cgroup: Option<CgroupSetup>,
 }
 
-/// Reads [`SETUP_SH`]'s output.
-fn parse_setup(text: &str) -> Placed {
+/// Reads [`SETUP_SH`]'s output (`None` without its `dir` line).
+fn parse_setup(text: &str) -> Option<Placed> {
+    let dir = text
+        .lines()
+        .find_map(|l| l.strip_prefix("dir "))?
+        .to_owned();
     let native = text.lines().any(|l| l == "native");
     let cgroup = text
         .lines()
@@ -162,7 +179,11 @@ fn parse_setup(text: &str) -> Placed {
                 ids,
             })
         });
-    Placed { native, cgroup }
+    Some(Placed {
+        dir,
+        native,
+        cgroup,
+    })
 }
 
 /// The user `name` from its passwd `entry`, envd's `PATH` and its groups (`id -G`,
@@ -315,12 +336,12 @@ impl Shell {
         Ok((!found.is_empty()).then_some(found))
     }
 
-    /// Places the spawn helper in `dir` and probes for a cgroup per spawn (see
-    /// [`SETUP_SH`]), with the user database first when `db`: what was placed and
-    /// found, and the whole output (for [`lookup_in`]).
+    /// Places the spawn helper in a new directory called `name` and probes for a cgroup
+    /// per spawn (see [`SETUP_SH`]), with the user database first when `db`: what was
+    /// placed and found, and the whole output (for [`lookup_in`]).
     pub(crate) async fn setup(
         &self,
-        dir: &str,
+        name: &str,
         helper: &str,
         user: &str,
         probe: &str,
@@ -333,18 +354,28 @@ impl Shell {
             .max_output(SETUP_OUTPUT)
             .run_ok(
                 SETUP_SH,
-                &[dir, helper, user, probe, native, if db { "1" } else { "0" }],
+                &[
+                    name,
+                    helper,
+                    user,
+                    probe,
+                    native,
+                    if db { "1" } else { "0" },
+                ],
             )
             .await
-            .map_err(|e| e.into_world("placing the spawn helper").with_path(dir))?;
+            .map_err(|e| e.into_world("placing the spawn helper").with_path(name))?;
         if out.truncated {
             return Err(Error::other(format!(
                 "the setup's user database exceeds {SETUP_OUTPUT} bytes"
             ))
-            .with_path(dir));
+            .with_path(name));
         }
         let text = out.stdout_text();
-        Ok((parse_setup(&text), text))
+        let placed = parse_setup(&text).ok_or_else(|| {
+            Error::other("the setup did not say where it placed the spawn helper").with_path(name)
+        })?;
+        Ok((placed, text))
     }
 
     /// Removes an adapter's empty cgroups (names starting with `prefix`) and its helper

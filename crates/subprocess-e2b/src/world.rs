@@ -3,12 +3,18 @@
 //! placement with the cgroup probe, the private state directory for terminal spec files)
 //! and the names of the spawn cgroups free for reuse. The caches live in a registry
 //! shared by every handle built from one adapter, so changing a setting (or switching
-//! users and back) never repeats a lookup; what the adapter placed in the sandbox is
-//! removed when its last handle goes.
+//! users and back) never repeats a lookup.
+//!
+//! The placement and the user lookups are also shared by every adapter of this host
+//! process on the same sandbox (a [`Placement`], found by sandbox id): a harness that
+//! connects again for each turn pays the setup once, not once per connection. A placed
+//! helper directory is removed [`LINGER`] after its last adapter went, so the next
+//! connection within that time finds it; one placed under `/tmp` (no sealed `/run`) is
+//! shared only while an adapter holds it and removed with the last one.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use e2b_core::EnvdApi;
@@ -16,6 +22,10 @@ use exec_world::Error;
 use tokio::sync::OnceCell;
 
 use crate::shell::{CgroupSetup, DropIds, Shell, UserInfo};
+
+/// How long a placement outlives its last adapter (for the next connection to the same
+/// sandbox from this process).
+pub(crate) const LINGER: Duration = Duration::from_secs(60);
 
 /// Where the spawn helper is and how spawns get their cgroup.
 #[derive(Clone, Debug)]
@@ -30,6 +40,9 @@ pub(crate) struct SpawnSetup {
     pub(crate) native: Option<String>,
     /// `Some` when every spawn runs in a cgroup of its own.
     pub(crate) cgroup: Option<CgroupSetup>,
+    /// The directory's parent is root's alone (`/run`): a directory that went cannot be
+    /// made again there by the sandbox user, so the placement may outlive its adapters.
+    pub(crate) sealed: bool,
 }
 
 /// The cached lookups of one user.
@@ -44,27 +57,56 @@ struct UserCache {
 /// A spawn cgroup's kind for reuse: terminal or not, and its group label.
 type CgroupKind = (bool, Option<String>);
 
-/// What every handle of one adapter shares: each user's caches and the spawn cgroup
-/// names.
-struct Adapter {
+/// A sandbox's placement as this process knows it: the spawn helper's directory with
+/// the cgroup probe, and each user's lookups. Shared by the adapters of one sandbox
+/// (same native-helper choice); the helper directory goes when the last holder does.
+struct Placement {
     shell: Shell,
     users: Mutex<HashMap<Option<String>, Arc<UserCache>>>,
-    /// The spawn helper's placement and the cgroup probe (once per adapter).
+    /// The spawn helper's placement and the cgroup probe (once per placement).
     setup: OnceCell<SpawnSetup>,
-    /// Whether to place and use the native helper (the adapter's option).
+    /// Whether to place and use the native helper.
     native_helper: bool,
-    /// True once the setup found a cgroup per spawn.
-    contained: AtomicBool,
-    /// Prefix of this adapter's cgroup names (`exec-world-<random>-`).
-    cgroup_prefix: String,
-    next_cgroup: AtomicU64,
-    /// Names of spawn cgroups whose spawn is over, per kind (pipes, terminals) and group
-    /// label: reused while empty (the helper checks) by a spawn of the same kind and
-    /// group (the name carries the label), removed when the adapter goes.
-    free_cgroups: Mutex<HashMap<CgroupKind, Vec<String>>>,
 }
 
-impl Adapter {
+/// Key of a placement: the sandbox and whether its adapters use the native helper.
+type PlacementKey = (String, bool);
+
+/// The live placements of this process, by sandbox.
+static PLACEMENTS: LazyLock<Mutex<HashMap<PlacementKey, Weak<Placement>>>> =
+    LazyLock::new(Mutex::default);
+
+impl Placement {
+    /// The live placement of `api`'s sandbox, or a new one (registered).
+    fn of(api: &Arc<dyn EnvdApi>, native_helper: bool) -> Arc<Placement> {
+        let key = (api.sandbox_id().to_owned(), native_helper);
+        let mut all = PLACEMENTS.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|_, w| w.strong_count() > 0);
+        if let Some(p) = all.get(&key).and_then(Weak::upgrade) {
+            return p;
+        }
+        let p = Arc::new(Placement {
+            shell: Shell::new(api.clone()),
+            users: Mutex::new(HashMap::new()),
+            setup: OnceCell::new(),
+            native_helper,
+        });
+        all.insert(key, Arc::downgrade(&p));
+        p
+    }
+
+    /// Forgets `me` as its sandbox's placement (adapters made later set up afresh).
+    fn evict(me: &Arc<Placement>, api: &Arc<dyn EnvdApi>) {
+        let key = (api.sandbox_id().to_owned(), me.native_helper);
+        let mut all = PLACEMENTS.lock().unwrap_or_else(PoisonError::into_inner);
+        if all
+            .get(&key)
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(me)))
+        {
+            all.remove(&key);
+        }
+    }
+
     /// `user`'s caches, made on first use.
     fn cache_of(&self, user: &Option<String>) -> Arc<UserCache> {
         self.users
@@ -76,10 +118,9 @@ impl Adapter {
     }
 }
 
-impl Drop for Adapter {
-    /// Removes the adapter's empty cgroups and its helper directory in the background
-    /// (best effort: only within a runtime, and cgroups a leftover process still lives in
-    /// stay).
+impl Drop for Placement {
+    /// Removes the helper directory in the background (best effort: only within a
+    /// runtime).
     fn drop(&mut self) {
         let Some(setup) = self.setup.get() else {
             return;
@@ -88,14 +129,48 @@ impl Drop for Adapter {
             return;
         };
         let shell = self.shell.clone();
-        let prefix = self.cgroup_prefix.clone();
-        let mount = setup
-            .cgroup
-            .as_ref()
-            .map(|c| c.mount.clone())
-            .unwrap_or_default();
         let dir = setup.dir.clone();
-        handle.spawn(async move { shell.cleanup(&mount, &prefix, &dir).await });
+        handle.spawn(async move { shell.cleanup("", "", &dir).await });
+    }
+}
+
+/// What every handle of one adapter shares: the sandbox's placement and the spawn
+/// cgroup names.
+struct Adapter {
+    placement: Arc<Placement>,
+    /// Prefix of this adapter's cgroup names (`exec-world-<random>-`).
+    cgroup_prefix: String,
+    next_cgroup: AtomicU64,
+    /// Names of spawn cgroups whose spawn is over, per kind (pipes, terminals) and group
+    /// label: reused while empty (the helper checks) by a spawn of the same kind and
+    /// group (the name carries the label), removed when the adapter goes.
+    free_cgroups: Mutex<HashMap<CgroupKind, Vec<String>>>,
+}
+
+impl Drop for Adapter {
+    /// Removes the adapter's empty cgroups in the background (best effort: only within a
+    /// runtime, and cgroups a leftover process still lives in stay) and keeps its
+    /// placement [`LINGER`] longer when the helper directory is sealed.
+    fn drop(&mut self) {
+        let Some(setup) = self.placement.setup.get() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let placement = self.placement.clone();
+        let linger = setup.sealed;
+        let mount = setup.cgroup.as_ref().map(|c| c.mount.clone());
+        let prefix = self.cgroup_prefix.clone();
+        handle.spawn(async move {
+            if let Some(mount) = mount {
+                placement.shell.cleanup(&mount, &prefix, "").await;
+            }
+            if linger {
+                tokio::time::sleep(LINGER).await;
+            }
+            drop(placement);
+        });
     }
 }
 
@@ -127,21 +202,17 @@ impl WorldShared {
         process_timeout: Option<Duration>,
         native_helper: bool,
     ) -> WorldShared {
-        let shell = Shell::new(api.clone());
+        let placement = Placement::of(&api, native_helper && crate::native::available());
         let adapter = Arc::new(Adapter {
-            shell: shell.clone(),
-            users: Mutex::new(HashMap::new()),
-            setup: OnceCell::new(),
-            native_helper: native_helper && crate::native::available(),
-            contained: AtomicBool::new(false),
+            placement,
             cgroup_prefix: format!("exec-world-{}-", e2b_core::trusted_shell::random_suffix()),
             next_cgroup: AtomicU64::new(0),
             free_cgroups: Mutex::new(HashMap::new()),
         });
         WorldShared {
-            shell,
+            shell: adapter.placement.shell.clone(),
             api,
-            cache: adapter.cache_of(&user),
+            cache: adapter.placement.cache_of(&user),
             user,
             output_buffer,
             process_timeout,
@@ -159,7 +230,7 @@ impl WorldShared {
         WorldShared {
             api: self.api.clone(),
             shell: self.shell.clone(),
-            cache: self.adapter.cache_of(&user),
+            cache: self.adapter.placement.cache_of(&user),
             user,
             output_buffer,
             process_timeout,
@@ -179,10 +250,12 @@ impl WorldShared {
     /// setup prints the user database too, and the default user's name (when the
     /// adapter was not told a user) is asked at the same time.
     pub(crate) async fn ready(&self) -> Result<(UserInfo, SpawnSetup), Error> {
-        if let (Some(info), Some(setup)) = (self.cache.info.get(), self.adapter.setup.get()) {
+        if let (Some(info), Some(setup)) =
+            (self.cache.info.get(), self.adapter.placement.setup.get())
+        {
             return Ok((info.clone(), setup.clone()));
         }
-        if self.cache.info.initialized() || self.adapter.setup.initialized() {
+        if self.cache.info.initialized() || self.adapter.placement.setup.initialized() {
             let info = self.user_info().await?;
             let setup = self.spawn_setup(&info).await?;
             return Ok((info, setup));
@@ -212,41 +285,41 @@ impl WorldShared {
     /// setup and `db` asked for it.
     async fn setup_with(
         &self,
-        name: &str,
+        user: &str,
         db: bool,
     ) -> Result<(SpawnSetup, Option<String>), Error> {
         let mut text = None;
         let setup = self
             .adapter
+            .placement
             .setup
             .get_or_try_init(|| async {
-                let dir = format!(
-                    "/tmp/.exec-world-spawn-{}",
+                let name = format!(
+                    ".exec-world-spawn-{}",
                     e2b_core::trusted_shell::random_suffix()
                 );
                 let probe = format!("{}probe", self.adapter.cgroup_prefix);
-                let native = if self.adapter.native_helper {
+                let native = if self.adapter.placement.native_helper {
                     crate::native::helper_base64()
                 } else {
                     ""
                 };
                 let (placed, out) = self
                     .shell
-                    .setup(&dir, crate::wrapper::helper_sh(), name, &probe, native, db)
+                    .setup(&name, crate::wrapper::helper_sh(), user, &probe, native, db)
                     .await?;
                 if db {
                     text = Some(out);
                 }
                 let cgroup = placed.cgroup;
                 if let Some(cg) = &cgroup
-                    && !name.is_empty()
+                    && !user.is_empty()
                 {
                     let _ = self.cache.ids.set(cg.ids.clone());
                 }
-                self.adapter
-                    .contained
-                    .store(cgroup.is_some(), Ordering::SeqCst);
+                let dir = placed.dir;
                 Ok::<_, Error>(SpawnSetup {
+                    sealed: dir.starts_with("/run/"),
                     helper: format!("{dir}/{}", crate::wrapper::HELPER_FILE),
                     native: placed
                         .native
@@ -260,23 +333,39 @@ impl WorldShared {
         Ok((setup, text))
     }
 
+    /// A spawn's `Start` failed: adapters made later do not take this placement (its
+    /// directory may be gone); this adapter keeps it.
+    pub(crate) fn start_failed(&self) {
+        Placement::evict(&self.adapter.placement, &self.api);
+    }
+
     /// True when piped spawns may use the native helper: the adapter wants it, this
     /// build has it and (once the setup ran) the sandbox runs it.
     pub(crate) fn native_helper(&self) -> bool {
-        match self.adapter.setup.get() {
+        match self.adapter.placement.setup.get() {
             Some(s) => s.native.is_some(),
-            None => self.adapter.native_helper,
+            None => self.adapter.placement.native_helper,
         }
     }
 
     /// The cgroup2 mount spawns' cgroups live in, once the setup found one.
     pub(crate) fn setup_mount(&self) -> Option<&String> {
-        self.adapter.setup.get()?.cgroup.as_ref().map(|c| &c.mount)
+        self.adapter
+            .placement
+            .setup
+            .get()?
+            .cgroup
+            .as_ref()
+            .map(|c| &c.mount)
     }
 
     /// True once the setup found that spawns get a cgroup of their own.
     pub(crate) fn contained(&self) -> bool {
-        self.adapter.contained.load(Ordering::SeqCst)
+        self.adapter
+            .placement
+            .setup
+            .get()
+            .is_some_and(|s| s.cgroup.is_some())
     }
 
     /// A cgroup name for a new spawn: a free one of the same kind and group, else a

@@ -280,12 +280,18 @@ async fn kill_reaches_escapes_follows_what_the_spawns_found() {
         o.p.capabilities().kill_reaches_escapes,
         "the emulator's template gives each spawn a cgroup"
     );
+    // A template without setpriv, simulated: root hides it and removes the spawn helper's
+    // placement (found once per sandbox and host process). The old provider's next exec
+    // finds its helper gone (an error, nothing runs), which makes providers created later
+    // set up afresh.
     root_sh(
         &o.env,
         &o.h.id,
-        "p=$(command -v setpriv) && mv -- \"$p\" \"$p.hidden\"",
+        "p=$(command -v setpriv) && mv -- \"$p\" \"$p.hidden\" && rm -rf /run/.exec-world-spawn-*",
     )
     .await;
+    let gone = o.p.exec(&o.h, ExecSpec::new("true")).await;
+    assert!(gone.is_err(), "{gone:?}");
     let fresh = sandbox_support::provider(&o.env.emu);
     assert!(fresh.capabilities().kill_reaches_escapes);
     let r = fresh

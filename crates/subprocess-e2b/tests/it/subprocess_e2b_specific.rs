@@ -201,11 +201,11 @@ async fn terminal_argv_and_env_are_not_on_envd_command_lines() {
         "env on a command line: {text}"
     );
     // The spec file is gone once read. With a cgroup per spawn (the emulator as root) it
-    // lives in the root-owned helper directory, which the root part reads; else in the
-    // user's private state directory.
+    // lives in the root-owned helper directory (in `/run`, root's alone), which the root
+    // part reads; else in the user's private state directory.
     let contained = p.capabilities().contained_escapes;
     let dir = if contained {
-        "/tmp/.exec-world-spawn-*"
+        "/run/.exec-world-spawn-*"
     } else {
         "/tmp/.exec-world-proc-*"
     };
@@ -395,13 +395,15 @@ async fn a_first_spawn_looks_the_user_up_with_the_setup() {
         (info.name.as_str(), info.home.as_str()),
         ("user", "/home/user")
     );
-    // envd's default user: its name is asked at the same time as the setup.
+    // envd's default user, on the same sandbox: the placement is the first adapter's
+    // (shared by sandbox within this process); the default user's name and its lookup
+    // are asked, then the spawn.
     let p = E2bSubprocess::new(env.api.clone(), E2bSubprocessOptions::new("/home/user"))
         .expect("adapter");
     let before = starts();
     let (out, st) = output_of(&p, SpawnSpec::new("id").arg("-G")).await;
     assert!(st.success());
-    assert_eq!(starts() - before, 3, "the name, the setup and the spawn");
+    assert_eq!(starts() - before, 3, "the name, the lookup and the spawn");
     // The groups the spawn runs with are the user's, as `id -G` as root finds them.
     let mut want = env
         .api
@@ -424,6 +426,85 @@ async fn a_first_spawn_looks_the_user_up_with_the_setup() {
     let (_, st) = output_of(&p, SpawnSpec::new("true")).await;
     assert!(st.success());
     assert_eq!(starts() - before, 1);
+}
+
+/// A harness that connects again for every turn: the second connection's adapter finds
+/// the sandbox's placement (helper, cgroup probe, user lookup) that the first one made,
+/// in a directory of `/run` that only root may write, and its first spawn is its only
+/// request. An adapter of another sandbox does its own setup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_connection_reuses_the_sandboxes_placement() {
+    let env = env().await;
+    let starts = || {
+        env.emu
+            .counters()
+            .get_on(Plane::Envd, "POST /process.Process/Start")
+    };
+    let first = E2bSubprocess::new(env.api.clone(), E2bSubprocessOptions::new("/home/user"))
+        .expect("adapter");
+    let before = starts();
+    let (out, st) = output_of(&first, SpawnSpec::new("id").arg("-un")).await;
+    assert_eq!((out.as_str(), st.success()), ("user\n", true));
+    assert_eq!(starts() - before, 3, "the name, the setup and the spawn");
+    drop(first);
+
+    let again = env
+        .client
+        .connect(env.sandbox.id(), e2b_core::ConnectOptions::default())
+        .await
+        .expect("connect");
+    let second = E2bSubprocess::new(again.into_api(), E2bSubprocessOptions::new("/home/user"))
+        .expect("adapter");
+    let before = starts();
+    let (out, st) = output_of(&second, SpawnSpec::new("id").arg("-un")).await;
+    assert_eq!((out.as_str(), st.success()), ("user\n", true));
+    assert_eq!(starts() - before, 1, "the spawn alone");
+
+    // One helper directory, root's, in root's `/run`.
+    let (placed, _) = output_of(
+        &second,
+        SpawnSpec::new("sh").arg("-c").arg(
+            "stat -c '%a %U %n' /run/.exec-world-spawn-* /tmp/.exec-world-spawn-* 2>/dev/null",
+        ),
+    )
+    .await;
+    let lines: Vec<&str> = placed.lines().collect();
+    assert_eq!(lines.len(), 1, "{placed}");
+    assert!(
+        lines[0].starts_with("755 root /run/.exec-world-spawn-"),
+        "{placed}"
+    );
+
+    // Root removes the directory: that adapter's spawns fail (nothing of the user's runs
+    // in its place), and an adapter made after the failure sets up afresh.
+    env.api
+        .run(
+            e2b_core::StartProcess::new("/bin/sh")
+                .args(["-c", "rm -rf /run/.exec-world-spawn-*"])
+                .user("root"),
+        )
+        .await
+        .expect("rm");
+    let child = second.spawn(SpawnSpec::new("true")).expect("spawn");
+    let r = subprocess_e2b_support::within("wait", 60, child.wait()).await;
+    assert!(r.as_ref().is_err(), "{r:?}");
+    let fresh = E2bSubprocess::new(env.api.clone(), E2bSubprocessOptions::new("/home/user"))
+        .expect("adapter");
+    let (out, st) = output_of(&fresh, SpawnSpec::new("echo").arg("back")).await;
+    assert_eq!((out.as_str(), st.success()), ("back\n", true));
+
+    // Another sandbox: its own setup.
+    let other = env
+        .client
+        .create(&CreateOptions::new("base"))
+        .await
+        .expect("create");
+    let third = E2bSubprocess::new(other.into_api(), E2bSubprocessOptions::new("/home/user"))
+        .expect("adapter");
+    let before = starts();
+    let (_, st) = output_of(&third, SpawnSpec::new("true")).await;
+    assert!(st.success());
+    assert_eq!(starts() - before, 3, "another sandbox sets up");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
