@@ -49,7 +49,7 @@ struct Args {
     #[arg(long, value_name = "PATH")]
     uplink_netns: Option<PathBuf>,
     /// Build the root filesystem of template NAME's sandboxes (an alias such as `base`, or
-    /// a template id) from DIR, an unpacked image tree (`docker export` | tar -x,
+    /// a template id) from DIR, an unpacked image tree (`docker export IMAGE | tar -x`,
     /// debootstrap), instead of the host's allowlisted system directories. Repeatable, one
     /// per template.
     ///
