@@ -57,7 +57,9 @@ mod ports;
 mod proxy;
 mod server;
 pub mod template;
+pub mod template_root;
 
 pub use counters::{CounterSnapshot, Counters, Plane};
 pub use faults::{FaultAction, FaultId, FaultRule, Faults};
 pub use server::{Emulator, EmulatorConfig, EmulatorError};
+pub use template_root::{TemplateRoot, TemplateRootError};

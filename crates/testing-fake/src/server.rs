@@ -42,6 +42,11 @@ pub struct EmulatorConfig {
     pub max_timeout: Duration,
     /// How often timed-out sandboxes are looked for; default 100 ms.
     pub reap_interval: Duration,
+    /// Templates whose sandboxes' root filesystem is a tree the person names instead of
+    /// the host's allowlisted system directories (`e2b-local --template-root NAME=DIR`);
+    /// default none. Two roots for one template, or any with the boundary switched off,
+    /// refuse the start.
+    pub template_roots: Vec<crate::TemplateRoot>,
 }
 
 impl Default for EmulatorConfig {
@@ -52,6 +57,7 @@ impl Default for EmulatorConfig {
             root: None,
             max_timeout: Duration::from_secs(24 * 3600),
             reap_interval: Duration::from_millis(100),
+            template_roots: Vec::new(),
         }
     }
 }
@@ -64,6 +70,7 @@ impl std::fmt::Debug for EmulatorConfig {
             .field("root", &self.root)
             .field("max_timeout", &self.max_timeout)
             .field("reap_interval", &self.reap_interval)
+            .field("template_roots", &self.template_roots)
             .finish()
     }
 }
@@ -83,6 +90,9 @@ pub enum EmulatorError {
     /// The root directory could not be created.
     #[error("cannot create the emulator root: {0}")]
     Root(std::io::Error),
+    /// A template root cannot be used (see [`crate::TemplateRoot`]).
+    #[error("--template-root: {0}")]
+    TemplateRoot(#[from] crate::TemplateRootError),
 }
 
 /// State shared by every connection.
@@ -300,6 +310,10 @@ impl Emulator {
     /// Bind, and start serving in the background.
     pub async fn start(cfg: EmulatorConfig) -> Result<Emulator, EmulatorError> {
         let api_key = cfg.api_key.clone().unwrap_or_else(random_api_key);
+        let template_roots = crate::template_root::by_template(&cfg.template_roots)?;
+        if !template_roots.is_empty() && crate::envd::isolation_opted_out() {
+            return Err(crate::TemplateRootError::NeedsIsolation.into());
+        }
         let (root, tempdir) = match &cfg.root {
             Some(r) => {
                 std::fs::create_dir_all(r).map_err(EmulatorError::Root)?;
@@ -328,7 +342,7 @@ impl Emulator {
         if addr.ip().is_unspecified() {
             addr.set_ip(IpAddr::V4(Ipv4Addr::LOCALHOST));
         }
-        let store = Arc::new(Store::new(root, cfg.max_timeout));
+        let store = Arc::new(Store::new(root, cfg.max_timeout, template_roots));
         let shared = Arc::new(Shared {
             control: control::router(store.clone(), &api_key),
             api_key,

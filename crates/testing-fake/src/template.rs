@@ -59,6 +59,9 @@ pub struct Template {
     pub memory_mb: u32,
     /// Disk size reported by the control plane.
     pub disk_size_mb: u32,
+    /// The tree the sandbox's root filesystem is built from (`e2b-local --template-root`,
+    /// see [`crate::TemplateRoot`]); `None`: the host's allowlisted system directories.
+    pub root_fs: Option<std::path::PathBuf>,
 }
 
 fn user(name: &str, uid: u32, home: &str) -> TemplateUser {
@@ -100,6 +103,7 @@ impl Template {
             cpu_count: 2,
             memory_mb: 512,
             disk_size_mb: 22_928,
+            root_fs: None,
         }
     }
 
@@ -136,6 +140,7 @@ impl Template {
             cpu_count: 2,
             memory_mb: 1024,
             disk_size_mb: 22_928,
+            root_fs: None,
         }
     }
 

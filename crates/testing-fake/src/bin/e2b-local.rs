@@ -10,6 +10,10 @@
 //! root filesystem, internet access only through pasta; see the crate's README): a sandbox
 //! whose boundary cannot be built is not created. `--no-isolation` (or `E2B_LOCAL_NO_ISOLATION=1`) runs sandboxes as plain host
 //! processes instead, and is announced on stderr at every start.
+//!
+//! `--template-root NAME=DIR` builds the root filesystem of template NAME's sandboxes from
+//! DIR (an unpacked image tree) instead of the host's allowlisted system directories; every
+//! such flag is checked before anything is served, and a bad one refuses the start.
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -17,7 +21,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use testing_fake::{Emulator, EmulatorConfig};
+use testing_fake::{Emulator, EmulatorConfig, TemplateRoot};
 
 /// Serve an offline E2B (control plane + envd) on loopback.
 #[derive(Parser)]
@@ -44,6 +48,23 @@ struct Args {
     /// `E2B_LOCAL_UPLINK_NETNS`). Default: the host's own network.
     #[arg(long, value_name = "PATH")]
     uplink_netns: Option<PathBuf>,
+    /// Build the root filesystem of template NAME's sandboxes (an alias such as `base`, or
+    /// a template id) from DIR, an unpacked image tree (`docker export IMAGE | tar -x`,
+    /// debootstrap), instead of the host's allowlisted system directories. Repeatable, one
+    /// per template.
+    ///
+    /// DIR is a read-only lower layer: each sandbox writes to its own upper layer, DIR is
+    /// never changed. Files of DIR owned by host uid 0 are root's inside (DIR is idmapped
+    /// like the host's root; its filesystem must take idmapped mounts: ext4, xfs, btrfs,
+    /// tmpfs on Linux 6.3+). The template's own paths (/home, /root, /tmp, ...) and its
+    /// /etc/passwd, group, shadow and sudoers.d entry are laid over DIR as for the host's
+    /// root. Mounts below DIR are not part of it. DIR must hold /bin/sh, /usr/bin/nice and
+    /// /bin/sleep (resolved inside DIR); `sudo`, `bash` and the rest work when DIR provides
+    /// them. Checked at start: an unknown NAME, a missing DIR, a DIR that is no directory
+    /// or lacks one of those programs, a flag without `=`, or --no-isolation refuse the
+    /// start.
+    #[arg(long, value_name = "NAME=DIR")]
+    template_root: Vec<TemplateRoot>,
 }
 
 fn main() -> ExitCode {
@@ -58,6 +79,13 @@ fn main() -> ExitCode {
     }
     if testing_fake::envd::isolation_opted_out() {
         eprintln!("{}", testing_fake::envd::NO_ISOLATION_BANNER);
+        if !args.template_root.is_empty() {
+            eprintln!(
+                "e2b-local: --template-root: {}",
+                testing_fake::TemplateRootError::NeedsIsolation
+            );
+            return ExitCode::FAILURE;
+        }
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -84,6 +112,7 @@ async fn serve(args: Args) -> ExitCode {
         bind: SocketAddr::new(args.bind, args.port),
         api_key: args.api_key,
         root: args.root,
+        template_roots: args.template_root,
         ..EmulatorConfig::default()
     };
     let emu = match Emulator::start(cfg).await {

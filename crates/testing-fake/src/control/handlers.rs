@@ -22,7 +22,6 @@ use time::format_description::well_known::Rfc3339;
 use super::error::{ApiErr, parse_body};
 use super::ids::short_id;
 use super::store::{CreateParams, Resumed, SandboxRecord, Store};
-use crate::template::Template;
 
 type ApiResult<T> = Result<T, ApiErr>;
 
@@ -156,7 +155,7 @@ async fn create(store: &Store, body: &[u8], v2: bool) -> ApiResult<(StatusCode, 
             "autoResume cannot be enabled when autoPauseMemory is false",
         ));
     }
-    let (template, seed) = match Template::lookup(&req.template_id) {
+    let (template, seed) = match store.template(&req.template_id) {
         Some(t) => (t, None),
         None => {
             let snap = store.snapshots.resolve(&req.template_id).ok_or_else(|| {

@@ -205,6 +205,8 @@ pub(crate) struct Store {
     pub snapshots: super::snapshot_store::Snapshots,
     /// Team volumes (kept on disk across restarts).
     pub volumes: super::volume_store::Volumes,
+    /// Template id → the tree its sandboxes' root filesystem is built from.
+    template_roots: HashMap<String, PathBuf>,
 }
 
 fn later(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
@@ -212,8 +214,13 @@ fn later(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
 }
 
 impl Store {
-    pub fn new(root: PathBuf, max_timeout: Duration) -> Self {
+    pub fn new(
+        root: PathBuf,
+        max_timeout: Duration,
+        template_roots: HashMap<String, PathBuf>,
+    ) -> Self {
         Store {
+            template_roots,
             secret: ids::new_secret(),
             snapshots: super::snapshot_store::Snapshots::new(&root),
             volumes: super::volume_store::Volumes::load(&root),
@@ -222,6 +229,14 @@ impl Store {
             sandboxes: Mutex::new(HashMap::new()),
             idempotency: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The template `name` (see [`Template::lookup`]) with the root filesystem this
+    /// emulator gives it.
+    pub fn template(&self, name: &str) -> Option<Template> {
+        let mut t = Template::lookup(name)?;
+        t.root_fs = self.template_roots.get(&t.id).cloned();
+        Some(t)
     }
 
     fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<SandboxRecord>>> {

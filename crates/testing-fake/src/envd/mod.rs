@@ -148,7 +148,15 @@ fn chown_path(p: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
 
 /// Lay out the sandbox tree from the template (first boot only); ids are stored on the
 /// host shifted by `ids`.
-fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path, ids: IdMap) -> Result<(), EnvdError> {
+/// `sysroot` is the system the sandbox runs (`/`, or the template's root tree): its
+/// `/etc/skel` fills the homes and its directories' modes are kept.
+fn lay_out(
+    cfg: &EnvdConfig,
+    tree: &Path,
+    private: &Path,
+    ids: IdMap,
+    sysroot: &Path,
+) -> Result<(), EnvdError> {
     use std::os::unix::fs::PermissionsExt;
     let t = &cfg.template;
     let marker = private.join("template");
@@ -196,19 +204,25 @@ fn lay_out(cfg: &EnvdConfig, tree: &Path, private: &Path, ids: IdMap) -> Result<
                 .map_err(io_err(format!("chown {}", p.display())))?;
         }
     }
-    // Homes get the skeleton files `useradd -m` copies (`.bashrc`, `.profile`, …).
+    // Homes get the skeleton files `useradd -m` copies (`.bashrc`, `.profile`, …), from
+    // the system's own `/etc/skel` (a link out of a template's tree is not followed).
+    let skel = std::fs::canonicalize(sysroot.join("etc/skel"))
+        .ok()
+        .filter(|p| p.starts_with(sysroot));
     for u in &t.users {
         let home = tree.join(u.home.trim_start_matches('/'));
-        if home.is_dir() {
+        if let Some(skel) = &skel
+            && home.is_dir()
+        {
             copy_skel(
-                Path::new("/etc/skel"),
+                skel,
                 &home,
                 root.then_some((ids.host_id(u.uid), ids.host_id(u.gid))),
             );
         }
     }
     if root {
-        seed_upper(t, &private.join(UPPER), ids)?;
+        seed_upper(t, &private.join(UPPER), ids, sysroot)?;
     }
     std::fs::write(&marker, format!("{}\n", t.id)).map_err(io_err("writing marker"))?;
     Ok(())
@@ -221,16 +235,16 @@ pub(crate) const UPPER: &str = "upper";
 
 /// The writable root's upper layer of a fresh sandbox: the template's accounts
 /// (`/etc/passwd`, `/etc/group`, `/etc/shadow`, `/etc/gshadow`, never the host's) and its
-/// passwordless sudoers, owned by the sandbox's root. Directories copy the mode of the host
-/// directory they merge with.
-fn seed_upper(t: &Template, upper: &Path, ids: IdMap) -> Result<(), EnvdError> {
+/// passwordless sudoers, owned by the sandbox's root. Directories copy the mode of the
+/// directory of `sysroot` (the host's root or the template's tree) they merge with.
+fn seed_upper(t: &Template, upper: &Path, ids: IdMap, sysroot: &Path) -> Result<(), EnvdError> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let root_id = ids.host_id(0);
     let mkdir = |rel: &str, default_mode: u32| -> Result<PathBuf, EnvdError> {
         let p = upper.join(rel);
         std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
-        let host = Path::new("/").join(rel);
-        let mode = std::fs::metadata(&host).map_or(default_mode, |m| m.mode() & 0o7777);
+        let host = sysroot.join(rel);
+        let mode = std::fs::symlink_metadata(&host).map_or(default_mode, |m| m.mode() & 0o7777);
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
             .map_err(io_err(format!("chmod {}", p.display())))?;
         chown_path(&p, root_id, root_id).map_err(io_err(format!("chown {}", p.display())))?;
@@ -257,19 +271,43 @@ fn seed_upper(t: &Template, upper: &Path, ids: IdMap) -> Result<(), EnvdError> {
     Ok(())
 }
 
-/// The parents of every volume mount point, made in the sandbox's upper layer before the
-/// overlay is mounted (the mount point itself is made when the volume is bound).
-fn volume_mount_points(volumes: &[(PathBuf, PathBuf)], upper: &Path) -> Result<(), EnvdError> {
+/// The parents of every mount point (template paths, volumes) that `sysroot` (the host's
+/// root or the template's tree) lacks, made in the sandbox's upper layer before the overlay
+/// is mounted, owned by the sandbox's root (the mount point itself is made when it is
+/// bound).
+fn mount_point_parents(
+    points: &[(PathBuf, PathBuf)],
+    upper: &Path,
+    sysroot: &Path,
+    root_id: u32,
+) -> Result<(), EnvdError> {
     if !upper.is_dir() {
         return Ok(());
     }
-    for (at, _) in volumes {
+    for (at, _) in points {
         let rel = at.strip_prefix("/").unwrap_or(at);
-        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty())
-            && !Path::new("/").join(parent).is_dir()
-        {
-            let p = upper.join(parent);
-            std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+        let mut missing = Vec::new();
+        let mut parent = rel.parent();
+        while let Some(d) = parent.filter(|p| !p.as_os_str().is_empty()) {
+            if std::fs::symlink_metadata(sysroot.join(d)).is_ok() {
+                break;
+            }
+            missing.push(d);
+            parent = d.parent();
+        }
+        for d in missing.iter().rev() {
+            let p = upper.join(d);
+            match std::fs::create_dir(&p) {
+                Ok(()) => {
+                    // SAFETY: geteuid has no preconditions.
+                    if unsafe { libc::geteuid() } == 0 {
+                        chown_path(&p, root_id, root_id)
+                            .map_err(io_err(format!("chown {}", p.display())))?;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err(format!("creating {}", p.display()))(e)),
+            }
         }
     }
     Ok(())
@@ -330,7 +368,19 @@ impl Envd {
         } else {
             IdMap::SANDBOX
         };
-        lay_out(&cfg, &tree, &private, ids)?;
+        // The system the sandbox runs: the host's (allowlisted) root, or the template's
+        // own tree, checked again (it may have gone since the emulator started).
+        let sysroot = match &cfg.template.root_fs {
+            None => PathBuf::from("/"),
+            Some(_) if opted_out => {
+                return Err(EnvdError::Template(
+                    crate::TemplateRootError::NeedsIsolation.to_string(),
+                ));
+            }
+            Some(dir) => crate::TemplateRoot::check_dir(dir)
+                .map_err(|e| EnvdError::Template(e.to_string()))?,
+        };
+        lay_out(&cfg, &tree, &private, ids, &sysroot)?;
 
         let iso = if opted_out {
             isolation::Isolation::off()
@@ -343,20 +393,29 @@ impl Envd {
                 .map(|m| (PathBuf::from(m), tree.join(m.trim_start_matches('/'))))
                 .collect();
             let upper = private.join(UPPER);
-            volume_mount_points(&cfg.volumes, &upper)?;
             mapped.extend(cfg.volumes.iter().cloned());
+            mount_point_parents(&mapped, &upper, &sysroot, ids.host_id(0))?;
             let work = private.join("work");
             std::fs::create_dir_all(&work)
                 .map_err(io_err(format!("creating {}", work.display())))?;
-            let mask = allowlist::mask(ids)
-                .map_err(|e| isolation::BoundaryError::new(isolation::Step::Allowlist, e))?;
+            // A template's own tree is the whole system: no allowlist over it.
+            let mask = match cfg.template.root_fs {
+                Some(_) => None,
+                None => Some((
+                    private.join("mask"),
+                    allowlist::mask(ids).map_err(|e| {
+                        isolation::BoundaryError::new(isolation::Step::Allowlist, e)
+                    })?,
+                )),
+            };
             let spec = isolation::Spec {
                 layout: rootfs::Layout {
                     newroot: private.join("newroot"),
                     mapped,
                     overlay: upper.is_dir().then_some((upper, work)),
-                    mask: Some((private.join("mask"), mask)),
+                    mask,
                     idmapped_lower: Some(private.join("lower")),
+                    lower_source: sysroot.clone(),
                     boot_id: Some(new_boot_id(&private)?),
                     // The emulator's state (every sandbox's tree) is not for the sandbox.
                     hide: root

@@ -1,9 +1,10 @@
 //! The sandbox's root filesystem: planned in the emulator, built by the holder process in
 //! its `pre_exec` (a fresh mount namespace), then `pivot_root`ed into.
 //!
-//! Writable mode (the default as root): an overlay of the host's root filesystem with the
-//! sandbox's own upper layer, so writes anywhere land in that sandbox only and vanish with
-//! it. The host's other mounts (`/sys`, …) are bound read-only on top, the template's
+//! Writable mode (the default as root): an overlay of the host's root filesystem (under
+//! the allowlist mask) or of the template's own root (`e2b-local --template-root`, no
+//! mask: the tree is the whole system) with the sandbox's own upper layer, so writes
+//! anywhere land in that sandbox only and vanish with it. The host's other mounts (`/sys`, …) are bound read-only on top, the template's
 //! paths (`/home`, `/tmp`, …) come from the sandbox tree, `/dev` is a private tmpfs with
 //! the harmless device nodes only and a devpts instance of its own, `/proc` is a fresh procfs of the sandbox's PID namespace
 //! (`/proc/sys` read-only, the per-boot `boot_id` bound over the host's, the host-wide
@@ -29,9 +30,10 @@ pub(crate) enum Op {
     Opaque(CString),
     /// chown a path.
     Chown(CString, libc::uid_t, libc::gid_t),
-    /// A read-only, idmapped (with the sandbox's user namespace) clone of the host's root
-    /// mount, attached at this path: the system files, owned by root inside.
-    IdmappedRoot(CString),
+    /// A read-only, idmapped (with the sandbox's user namespace) clone of the mount at
+    /// the first path (the host's root, or a template's root tree; not the mounts below
+    /// it), attached at the second: the system files, host uid 0's owned by root inside.
+    IdmappedTree(CString, CString),
     Tmpfs(CString, &'static CStr),
     Proc(CString),
     Devpts(CString),
@@ -60,11 +62,15 @@ pub(crate) struct Layout {
     /// `(upper, work)` of the writable overlay; `None` = read-only tmpfs mode.
     pub overlay: Option<(PathBuf, PathBuf)>,
     /// The overlay's lower layers, top first: the allowlist mask
-    /// ([`super::allowlist`]), then the mount point of the idmapped host root
-    /// ([`Op::IdmappedRoot`]; `/` itself when `None`, without a user namespace).
+    /// ([`super::allowlist`]; `None` for a template's own root), then the mount point of the idmapped host root
+    /// ([`Op::IdmappedTree`] of [`Layout::lower_source`]; that source itself when `None`,
+    /// without a user namespace).
     pub mask: Option<(PathBuf, Vec<MaskEntry>)>,
     /// Mount point of the idmapped host root (see [`Layout::mask`]).
     pub idmapped_lower: Option<PathBuf>,
+    /// What the idmapped lower layer is a clone of: `/` (the host's root) or the
+    /// template's root tree ([`crate::TemplateRoot`]).
+    pub lower_source: PathBuf,
     /// A file bound over `/proc/sys/kernel/random/boot_id`.
     pub boot_id: Option<PathBuf>,
     /// Host directories hidden behind an empty tmpfs (the emulator's state).
@@ -390,10 +396,11 @@ pub(super) fn plan(l: &Layout) -> std::io::Result<Vec<Op>> {
             }
             match &l.idmapped_lower {
                 Some(lower) => {
-                    p.ops.push(Op::IdmappedRoot(cstr(lower)));
+                    p.ops
+                        .push(Op::IdmappedTree(cstr(&l.lower_source), cstr(lower)));
                     lowers.push(lower);
                 }
-                None => lowers.push(Path::new("/")),
+                None => lowers.push(&l.lower_source),
             }
             let opts = overlay_options(&lowers, upper, work)?;
             p.ops.push(Op::Overlay(nr.clone(), opts));
@@ -495,7 +502,7 @@ pub(super) fn execute(
             if rc != 0 {
                 let step = match op {
                     Op::Overlay(..) => Step::Overlay,
-                    Op::IdmappedRoot(..) => Step::IdmappedMount,
+                    Op::IdmappedTree(..) => Step::IdmappedMount,
                     _ => Step::MountNamespace,
                 };
                 return Err((step, errno()));
@@ -550,7 +557,7 @@ unsafe fn run_op(op: &Op, userns: libc::c_int) -> libc::c_int {
                 0,
                 opts.as_ptr().cast(),
             ),
-            Op::IdmappedRoot(p) => idmapped_root(p, userns),
+            Op::IdmappedTree(src, p) => idmapped_tree(src, p, userns),
             Op::Tmpfs(p, opts) => libc::mount(
                 tmpfs.as_ptr(),
                 p.as_ptr(),
@@ -690,12 +697,12 @@ const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 
-/// [`Op::IdmappedRoot`]: clone the root mount (not its submounts), idmap it with the
-/// user namespace `userns`, attach it at `target`. 0 on success (errno set otherwise).
+/// [`Op::IdmappedTree`]: clone the mount at `source` (not its submounts), idmap it with
+/// the user namespace `userns`, attach it at `target`. 0 on success (errno set otherwise).
 ///
 /// # Safety
-/// Raw syscalls on a NUL-terminated string.
-unsafe fn idmapped_root(target: &CStr, userns: libc::c_int) -> libc::c_int {
+/// Raw syscalls on NUL-terminated strings.
+unsafe fn idmapped_tree(source: &CStr, target: &CStr, userns: libc::c_int) -> libc::c_int {
     if userns < 0 {
         // SAFETY: writing the thread's errno.
         unsafe { *libc::__errno_location() = libc::EINVAL };
@@ -706,7 +713,7 @@ unsafe fn idmapped_root(target: &CStr, userns: libc::c_int) -> libc::c_int {
         let fd = libc::syscall(
             libc::SYS_open_tree,
             libc::AT_FDCWD,
-            c"/".as_ptr(),
+            source.as_ptr(),
             OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
         ) as libc::c_int;
         if fd < 0 {

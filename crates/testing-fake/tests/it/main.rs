@@ -14,6 +14,7 @@ mod control_isolation;
 mod control_lifecycle;
 mod control_list;
 mod control_network;
+mod control_template_root;
 mod envd_bench;
 mod envd_files;
 mod envd_filesystem;
