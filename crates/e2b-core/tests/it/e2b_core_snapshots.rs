@@ -267,6 +267,12 @@ async fn a_volume_is_shared_by_running_sandboxes_and_its_content_api() {
         .create(&CreateOptions::new("base").volume_mount("shared-cache", "/srv/deep/vol"))
         .await
         .expect("create two");
+    // `/srv` exists on the system, `/srv/deep` is made for the mount: both are root's,
+    // and `/srv` keeps its mode.
+    assert_eq!(
+        sh(&two, "stat -c '%U %a' /srv /srv/deep").await,
+        "root 755\nroot 755\n"
+    );
     let mounts = c.get(one.id()).await.expect("get").listed.volume_mounts;
     assert_eq!(
         mounts.map(|m| (m[0].name.clone(), m[0].path.clone())),

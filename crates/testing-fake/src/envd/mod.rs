@@ -238,17 +238,10 @@ pub(crate) const UPPER: &str = "upper";
 /// passwordless sudoers, owned by the sandbox's root. Directories copy the mode of the
 /// directory of `sysroot` (the host's root or the template's tree) they merge with.
 fn seed_upper(t: &Template, upper: &Path, ids: IdMap, sysroot: &Path) -> Result<(), EnvdError> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::PermissionsExt;
     let root_id = ids.host_id(0);
-    let mkdir = |rel: &str, default_mode: u32| -> Result<PathBuf, EnvdError> {
-        let p = upper.join(rel);
-        std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
-        let host = sysroot.join(rel);
-        let mode = std::fs::symlink_metadata(&host).map_or(default_mode, |m| m.mode() & 0o7777);
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
-            .map_err(io_err(format!("chmod {}", p.display())))?;
-        chown_path(&p, root_id, root_id).map_err(io_err(format!("chown {}", p.display())))?;
-        Ok(p)
+    let mkdir = |rel: &str, default_mode: u32| {
+        upper_dir(upper, sysroot, Path::new(rel), default_mode, root_id)
     };
     mkdir("", 0o755)?;
     let etc = mkdir("etc", 0o755)?;
@@ -269,6 +262,28 @@ fn seed_upper(t: &Template, upper: &Path, ids: IdMap, sysroot: &Path) -> Result<
         chown_path(&p, root_id, root_id).map_err(io_err(format!("chown {}", p.display())))?;
     }
     Ok(())
+}
+
+/// The directory `rel` of the upper layer (made with its parents), with the mode of the
+/// `sysroot` directory it merges with (`default_mode` where there is none) and owned by
+/// the sandbox's root (`root_id` on the host): an overlay shows a merged directory with
+/// its upper half's owner and mode.
+fn upper_dir(
+    upper: &Path,
+    sysroot: &Path,
+    rel: &Path,
+    default_mode: u32,
+    root_id: u32,
+) -> Result<PathBuf, EnvdError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let p = upper.join(rel);
+    std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+    let host = sysroot.join(rel);
+    let mode = std::fs::symlink_metadata(&host).map_or(default_mode, |m| m.mode() & 0o7777);
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+        .map_err(io_err(format!("chmod {}", p.display())))?;
+    chown_path(&p, root_id, root_id).map_err(io_err(format!("chown {}", p.display())))?;
+    Ok(p)
 }
 
 /// The parents of every mount point (template paths, volumes) that `sysroot` (the host's
@@ -294,6 +309,26 @@ fn mount_point_parents(
             }
             missing.push(d);
             parent = d.parent();
+        }
+        // The nearest parent `sysroot` has must be in the upper layer too before a
+        // missing one is made inside it (`/srv` of `/srv/deep/vol`), merging with it.
+        if let Some(have) = parent.filter(|p| !p.as_os_str().is_empty())
+            && !missing.is_empty()
+            && std::fs::symlink_metadata(upper.join(have)).is_err()
+        {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                let mut at = PathBuf::new();
+                for part in have.components() {
+                    at.push(part);
+                    if std::fs::symlink_metadata(upper.join(&at)).is_err() {
+                        upper_dir(upper, sysroot, &at, 0o755, root_id)?;
+                    }
+                }
+            } else {
+                let p = upper.join(have);
+                std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+            }
         }
         for d in missing.iter().rev() {
             let p = upper.join(d);
