@@ -28,6 +28,8 @@ pub const DEFAULT_MAX_OUTPUT: usize = 1 << 20;
 pub struct ControlOutput {
     /// Exit code (-1 when killed by a signal).
     pub exit_code: i32,
+    /// envd's status text of the end (`exit status 1`, `signal: killed`).
+    pub status: String,
     /// stdout, at most the configured bound.
     pub stdout: Vec<u8>,
     /// stderr, at most the configured bound.
@@ -141,6 +143,7 @@ impl TrustedShell {
         let mut stream = self.api.start_process(self.command(script, args)).await?;
         let (mut stdout, mut stderr) = (Prefix::new(self.max_output), Prefix::new(self.max_output));
         let mut exit_code = None;
+        let mut status = String::new();
         while let Some(ev) = stream.next().await {
             match ev? {
                 ProcessEvent::Data(DataEvent::Stdout(b)) => {
@@ -149,7 +152,10 @@ impl TrustedShell {
                 ProcessEvent::Data(DataEvent::Stderr(b) | DataEvent::Pty(b)) => {
                     stderr.push(&b);
                 }
-                ProcessEvent::End(end) => exit_code = Some(end.exit_code),
+                ProcessEvent::End(end) => {
+                    exit_code = Some(end.exit_code);
+                    status = end.status;
+                }
                 ProcessEvent::Start(_) | ProcessEvent::Keepalive(_) => {}
             }
         }
@@ -161,6 +167,7 @@ impl TrustedShell {
         };
         Ok(ControlOutput {
             exit_code,
+            status,
             truncated: stdout.truncated() || stderr.truncated(),
             stdout: stdout.into_vec(),
             stderr: stderr.into_vec(),

@@ -20,30 +20,33 @@ pub const MARKER_VAR: &str = "EXEC_WORLD_SPAWN";
 /// The script. Arguments: leader pid, marker value, grace in milliseconds, hang-up (0/1),
 /// and optionally the spawn's cgroup v2 directory (empty: none).
 ///
-/// Members: the processes of the cgroup, live (non-zombie) processes in the leader's
+/// Members (never the script itself nor the process that ran it): the processes of the
+/// cgroup, live (non-zombie) processes in the leader's
 /// process group or session, their descendants by parent chain, and processes whose
 /// environment has `EXEC_WORLD_SPAWN=<marker>`. Each KILL round also writes the cgroup's
 /// `cgroup.kill` (every member at once, forks included). Sends SIGSTOP to all of them first (so none can react to
 /// another's death before its own signal: the member list is in `/proc` order, not by
 /// age), then SIGHUP (if asked), SIGTERM and SIGCONT; rescans every 50 ms up to the
 /// grace, then SIGKILL rounds until a scan finds nobody.
-pub const KILL_TREE_SH: &str = r#"leader=$1; marker=$2; grace_ms=$3; hup=$4; cg=${5-}; self=$$
+pub const KILL_TREE_SH: &str = r#"leader=$1; marker=$2; grace_ms=$3; hup=$4; cg=${5-}; self=$$; caller=$PPID
 [ -n "$cg" ] && [ ! -f "$cg/cgroup.procs" ] && cg=
 members() {
   found=" "; others=""
   if [ -n "$cg" ]; then
-    while read -r p; do [ "$p" = "$self" ] || found="$found$p "; done < "$cg/cgroup.procs"
+    while read -r p; do
+      case "$p" in "$self"|"$caller") ;; *) found="$found$p " ;; esac
+    done < "$cg/cgroup.procs"
   fi
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
-    [ "$p" = "$self" ] && continue
+    case "$p" in "$self"|"$caller") continue ;; esac
     case "$found" in *" $p "*) continue ;; esac
     read -r st 2>/dev/null < "$d/stat" || continue
     rest=${st##*) }
     set -- $rest
     case $1 in Z|X) continue ;; esac
     if [ "$3" = "$leader" ] || [ "$4" = "$leader" ]; then found="$found$p "; continue; fi
-    if [ -n "$marker" ] && tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qx "EXEC_WORLD_SPAWN=$marker"; then
+    if [ -n "$marker" ] && { tr '\0' '\n' < "$d/environ"; } 2>/dev/null | grep -qx "EXEC_WORLD_SPAWN=$marker"; then
       found="$found$p "; continue
     fi
     others="$others $p:$2"

@@ -144,9 +144,8 @@ impl E2bSandboxes {
         let group = exec_world::sandbox::sandbox_group(&h.id);
         let mut args: Vec<&str> = vec!["kill", KILL_TREE_SH, &h.id, &group, all];
         args.extend(tags.unwrap_or_default().iter().map(String::as_str));
-        let out = self
-            .leases
-            .run(op, &h.id, io::FILE_OP_NEED, |a: Attached| {
+        let run = || {
+            self.leases.run(op, &h.id, io::FILE_OP_NEED, |a: Attached| {
                 let args = args.clone();
                 async move {
                     TrustedShell::new(a.api.clone())
@@ -157,18 +156,30 @@ impl E2bSandboxes {
                         .map_err(|e| e.into_world(op))
                 }
             })
-            .await
-            .map_err(|e| contract(op, &h.id, e))?;
+        };
+        let mut out = run().await.map_err(|e| contract(op, &h.id, e))?;
+        if out.exit_code == -1 {
+            // The script itself was killed by a signal (not a survivor: that is exit 1);
+            // signalling again is harmless, and it finds whatever the first run left.
+            tracing::warn!(
+                sandbox = %h.id,
+                op,
+                status = %out.status,
+                "sandbox-e2b: the signal script was killed; running it again"
+            );
+            out = run().await.map_err(|e| contract(op, &h.id, e))?;
+        }
         if out.exit_code != 0 {
             let text = String::from_utf8_lossy(&out.stderr);
+            let text = text.trim();
+            let tail: String = {
+                let chars: Vec<char> = text.chars().collect();
+                chars[chars.len().saturating_sub(500)..].iter().collect()
+            };
             return Err(exec_world::sandbox::failed(
                 op,
                 None,
-                format!(
-                    "could not stop every command (exit {}): {}",
-                    out.exit_code,
-                    text.trim().chars().take(500).collect::<String>()
-                ),
+                format!("could not stop every command ({}): {tail}", out.status),
             ));
         }
         Ok(())

@@ -65,7 +65,7 @@ done < /proc/self/mountinfo 2>/dev/null
 for d in /proc/[0-9]*; do
   p=${d#/proc/}
   [ "$p" = "$self" ] && continue
-  env=$(tr '\0' '\n' < "$d/environ" 2>/dev/null) || continue
+  env=$( { tr '\0' '\n' < "$d/environ"; } 2>/dev/null) || continue
   t=$(printf '%s\n' "$env" | sed -n 's/^SANDBOX_EXEC_TAG=//p' | head -n 1)
   [ -n "$t" ] || continue
   if [ -n "$sid" ]; then

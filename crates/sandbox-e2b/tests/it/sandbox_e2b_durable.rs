@@ -43,22 +43,29 @@ async fn an_exec_across_a_cold_boot_is_unknown_and_never_rerun() {
     let id =
         o.p.exec_start(
             &o.h,
-            ExecSpec::new("echo run >> counter; echo before; touch started; sleep 1000")
-                .id("job-1"),
+            ExecSpec::new("echo run >> counter; echo before; sleep 1000").id("job-1"),
         )
         .await
         .expect("exec_start");
-    for _ in 0..600 {
-        if o.p
-            .stat(&o.h, "/workspace/started")
+    // Pause once "before" is in the record (an attach reads the record): bytes still in
+    // the pipe between the command and its watcher are lost by a cold boot.
+    let mut s =
+        o.p.exec_attach(&o.h, &id, OutputOffsets::default())
             .await
-            .expect("stat")
-            .is_some()
-        {
-            break;
+            .expect("attach");
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !seen.ends_with(b"before\n") {
+            match s.next().await {
+                Some(Ok(ExecEvent::Stdout { data, .. })) => seen.extend_from_slice(&data),
+                Some(Ok(_)) => {}
+                other => panic!("attach before the pause: {other:?}"),
+            }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
+    .expect("\"before\" recorded in time");
+    drop(s);
     o.env
         .client
         .pause(&o.h.id, e2b_core::PauseOptions { memory: false })
