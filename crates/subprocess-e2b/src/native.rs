@@ -49,7 +49,26 @@ mod tests {
     /// with exactly `inherited` as its own environment.
     fn run(mode: &str, vars: &[&str], program: &[&str], inherited: &[(&str, &str)]) -> Output {
         let (_dir, mut cmd) = helper_command(&[], mode, vars, program, inherited);
-        cmd.output().expect("helper runs")
+        output(&mut cmd)
+    }
+
+    /// `f` again while the just-written helper is busy (`ETXTBSY`: another test thread
+    /// forked while the file was open for writing, and its child has not exec'd yet).
+    fn unbusy<T>(mut f: impl FnMut() -> std::io::Result<T>) -> T {
+        for _ in 0..200 {
+            match f() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => return r.expect("helper runs"),
+            }
+        }
+        f().expect("helper runs (still busy after 2 s)")
+    }
+
+    /// `cmd.output()`, past a busy helper file.
+    fn output(cmd: &mut Command) -> Output {
+        unbusy(|| cmd.output())
     }
 
     /// The command of [`run`], with `leading` arguments before `--user`, and the
@@ -132,10 +151,8 @@ mod tests {
             &["/bin/sh", "-c", script],
             &[],
         );
-        let child = cmd
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("helper runs");
+        cmd.stdout(std::process::Stdio::piped());
+        let child = unbusy(|| cmd.spawn());
         let helper = child.id();
         let out = child.wait_with_output().expect("helper ends");
         assert_eq!(out.status.signal(), Some(9), "{out:?}");
@@ -168,7 +185,7 @@ mod tests {
         let ended = |leading: &[&str], script: &str| {
             let (_dir, mut cmd) =
                 helper_command(leading, "clean", &[], &["/bin/sh", "-c", script], &[]);
-            cmd.output().expect("helper runs")
+            output(&mut cmd)
         };
         let later = ["--kill-after", "600"];
         assert_eq!(ended(&later, "exit 7").status.code(), Some(7));
@@ -245,7 +262,7 @@ mod tests {
         // Never renewed: the group is killed after 3/4 of the 2 s bound.
         let (_d, mut cmd) = leased("2", "sleep 1000 & echo $!; exec sleep 1001");
         let t = std::time::Instant::now();
-        let out = cmd.output().expect("helper runs");
+        let out = output(&mut cmd);
         assert!(
             t.elapsed() >= std::time::Duration::from_millis(1400),
             "{:?}",
@@ -261,7 +278,7 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let host = renewing(lease.clone(), stop.clone());
         let (_d, mut cmd) = leased("2", "sleep 3; exit 5");
-        let out = cmd.output().expect("helper runs");
+        let out = output(&mut cmd);
         stop.store(true, Ordering::SeqCst);
         host.join().expect("renewer");
         assert_eq!(out.status.code(), Some(5), "{out:?}");
@@ -269,7 +286,7 @@ mod tests {
         // Ends first, its job running, no renewal after the end: mirrored at once, the
         // job ended by the reaper.
         let (_d, mut cmd) = leased("2", "sleep 1000 >/dev/null 2>&1 & echo $!; exit 3");
-        let out = cmd.output().expect("helper runs");
+        let out = output(&mut cmd);
         assert_eq!(out.status.code(), Some(3), "{out:?}");
         let job = first_pid(&out);
         assert!(alive(job), "the job outlives the program for now");
@@ -280,7 +297,7 @@ mod tests {
 
         // The same with a renewal after the end (the host saw it): the job stays.
         let (_d, mut cmd) = leased("4", "sleep 1000 >/dev/null 2>&1 & echo $!; exit 0");
-        let out = cmd.output().expect("helper runs");
+        let out = output(&mut cmd);
         let job = first_pid(&out);
         std::fs::write(&lease, "after the end").expect("renew");
         std::thread::sleep(std::time::Duration::from_secs(5));
@@ -293,7 +310,7 @@ mod tests {
         );
 
         let (_d, mut cmd) = leased("0", "true");
-        let out = cmd.output().expect("helper runs");
+        let out = output(&mut cmd);
         assert_eq!(out.status.code(), Some(125));
         assert_eq!(out.stdout, b"EXEC-WORLD-FAIL usage\n");
     }
