@@ -338,3 +338,48 @@ async fn a_volume_is_shared_by_running_sandboxes_and_its_content_api() {
     ));
     emu.shutdown().await;
 }
+
+/// The upper layer keeps what the sandbox wrote, and the mount points' parents are made
+/// in it at every boot by the emulator's root: a directory the sandbox swapped for a link
+/// to a host path is never followed (the boot fails naming the path; nothing is made on
+/// the host).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_points_parent_swapped_for_a_link_is_not_followed_at_the_next_boot() {
+    let emu = emulator().await;
+    let c = client(&emu);
+    let host = std::env::temp_dir().join(format!("e2b-core-swap-{}", std::process::id()));
+    std::fs::create_dir_all(&host).expect("host dir");
+    c.create_volume("swap-vol").await.expect("create volume");
+    let sb = c
+        .create(&CreateOptions::new("base").volume_mount("swap-vol", "/srv/a/b/vol"))
+        .await
+        .expect("create");
+    let target = host.display().to_string();
+    let out = sb
+        .run(StartProcess::shell(format!(
+            "sudo sh -c 'mv /srv/a /srv/a.gone && ln -s {target} /srv/a' 2>&1; ls -ld /srv/a"
+        )))
+        .await
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("/srv/a -> "), "the swap: {text}");
+    c.pause(sb.id(), e2b_core::PauseOptions { memory: false })
+        .await
+        .expect("pause");
+    let again = c
+        .connect(sb.id(), e2b_core::ConnectOptions::default())
+        .await;
+    let err = match again {
+        Err(e) => e.to_string(),
+        Ok(_) => String::new(),
+    };
+    let made: Vec<_> = std::fs::read_dir(&host)
+        .expect("host dir")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    let _ = std::fs::remove_dir(&host);
+    assert!(made.is_empty(), "made on the host: {made:?} ({err})");
+    assert!(err.contains("srv/a"), "the boot names the path: {err:?}");
+    emu.shutdown().await;
+}

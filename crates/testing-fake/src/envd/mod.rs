@@ -275,73 +275,83 @@ fn upper_dir(
     default_mode: u32,
     root_id: u32,
 ) -> Result<PathBuf, EnvdError> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::PermissionsExt;
     let p = upper.join(rel);
     std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
-    let host = sysroot.join(rel);
-    let mode = std::fs::symlink_metadata(&host).map_or(default_mode, |m| m.mode() & 0o7777);
+    let mode = sysroot_mode(sysroot, rel, default_mode);
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
         .map_err(io_err(format!("chmod {}", p.display())))?;
     chown_path(&p, root_id, root_id).map_err(io_err(format!("chown {}", p.display())))?;
     Ok(p)
 }
 
+/// The mode of `sysroot`'s `rel` (what an upper-layer directory merging with it copies),
+/// `default` where `sysroot` has none.
+fn sysroot_mode(sysroot: &Path, rel: &Path, default: u32) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(sysroot.join(rel)).map_or(default, |m| m.mode() & 0o7777)
+}
+
 /// The parents of every mount point (template paths, volumes) that `sysroot` (the host's
 /// root or the template's tree) lacks, made in the sandbox's upper layer before the overlay
 /// is mounted, owned by the sandbox's root (the mount point itself is made when it is
-/// bound).
+/// bound). The directories above them that `sysroot` has are made in the upper layer too
+/// where they are not yet (`/srv` of `/srv/deep/vol`), with `sysroot`'s mode, so the
+/// missing one has a place to go.
+///
+/// This runs at every boot, and the upper layer holds what the sandbox wrote: the walk
+/// goes one directory handle at a time and never follows a link (a sandbox that swapped
+/// `/srv` for a link to `/` gets an error naming the path, never a directory made on the
+/// host).
 fn mount_point_parents(
     points: &[(PathBuf, PathBuf)],
     upper: &Path,
     sysroot: &Path,
     root_id: u32,
 ) -> Result<(), EnvdError> {
+    use rustix::fs::{Mode, OFlags};
     if !upper.is_dir() {
         return Ok(());
     }
+    let dir_flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY;
+    let os = |context: String| move |e: rustix::io::Errno| io_err(context)(e.into());
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
     for (at, _) in points {
         let rel = at.strip_prefix("/").unwrap_or(at);
-        let mut missing = Vec::new();
-        let mut parent = rel.parent();
-        while let Some(d) = parent.filter(|p| !p.as_os_str().is_empty()) {
-            if std::fs::symlink_metadata(sysroot.join(d)).is_ok() {
-                break;
-            }
-            missing.push(d);
-            parent = d.parent();
+        let Some(parents) = rel.parent().filter(|p| !p.as_os_str().is_empty()) else {
+            continue;
+        };
+        if std::fs::symlink_metadata(sysroot.join(parents)).is_ok() {
+            continue;
         }
-        // The nearest parent `sysroot` has must be in the upper layer too before a
-        // missing one is made inside it (`/srv` of `/srv/deep/vol`), merging with it.
-        if let Some(have) = parent.filter(|p| !p.as_os_str().is_empty())
-            && !missing.is_empty()
-            && std::fs::symlink_metadata(upper.join(have)).is_err()
-        {
-            // SAFETY: geteuid has no preconditions.
-            if unsafe { libc::geteuid() } == 0 {
-                let mut at = PathBuf::new();
-                for part in have.components() {
-                    at.push(part);
-                    if std::fs::symlink_metadata(upper.join(&at)).is_err() {
-                        upper_dir(upper, sysroot, &at, 0o755, root_id)?;
-                    }
+        let mut dir = rustix::fs::open(upper, dir_flags, Mode::empty())
+            .map_err(os(format!("opening {}", upper.display())))?;
+        let mut walked = PathBuf::new();
+        for part in parents.components() {
+            walked.push(part);
+            let p = upper.join(&walked);
+            let made = match rustix::fs::mkdirat(&dir, part.as_os_str(), Mode::from_raw_mode(0o700))
+            {
+                Ok(()) => true,
+                Err(rustix::io::Errno::EXIST) => false,
+                Err(e) => return Err(os(format!("creating {}", p.display()))(e)),
+            };
+            dir = rustix::fs::openat(&dir, part.as_os_str(), dir_flags, Mode::empty()).map_err(
+                os(format!(
+                    "opening {} (a link or not a directory?)",
+                    p.display()
+                )),
+            )?;
+            if made {
+                let mode = sysroot_mode(sysroot, &walked, 0o755);
+                rustix::fs::fchmod(&dir, Mode::from_raw_mode(mode))
+                    .map_err(os(format!("chmod {}", p.display())))?;
+                if root {
+                    let id = Some(rustix::fs::Uid::from_raw(root_id));
+                    rustix::fs::fchown(&dir, id, Some(rustix::fs::Gid::from_raw(root_id)))
+                        .map_err(os(format!("chown {}", p.display())))?;
                 }
-            } else {
-                let p = upper.join(have);
-                std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
-            }
-        }
-        for d in missing.iter().rev() {
-            let p = upper.join(d);
-            match std::fs::create_dir(&p) {
-                Ok(()) => {
-                    // SAFETY: geteuid has no preconditions.
-                    if unsafe { libc::geteuid() } == 0 {
-                        chown_path(&p, root_id, root_id)
-                            .map_err(io_err(format!("chown {}", p.display())))?;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_err(format!("creating {}", p.display()))(e)),
             }
         }
     }
