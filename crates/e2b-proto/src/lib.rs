@@ -7,6 +7,8 @@
 //! * [`signal`]: Go's signal names as envd reports them, one table for the workspace.
 //! * [`snapshot`] and [`volume`]: snapshots, fork and team volumes (control plane and
 //!   volume content API).
+//! * [`wire`] and [`process_wire`]: the binary codec (`application/proto`) of the
+//!   process service's unary calls.
 //! * [`json`]: serde helpers for protobuf-JSON (int64 as string, base64 bytes, omitted defaults).
 //!
 //! Field names follow protobuf-JSON (lowerCamelCase); default values are omitted when
@@ -18,9 +20,11 @@ pub mod envelope;
 pub mod filesystem;
 pub mod json;
 pub mod process;
+pub mod process_wire;
 pub mod signal;
 pub mod snapshot;
 pub mod volume;
+pub mod wire;
 
 /// The port envd listens on inside every sandbox; sent as `E2b-Sandbox-Port`.
 pub const ENVD_PORT: u16 = 49983;

@@ -13,6 +13,7 @@ use crate::config::{Config, Secret};
 use crate::error::{Error, Surface};
 use crate::http;
 use crate::proto::connect::ConnectErrorBody;
+use crate::proto::wire::{self, ProtoMessage};
 use crate::proto::{ENVD_PORT, envelope, headers};
 use crate::retry::{Idempotence, RetryPolicy};
 
@@ -139,8 +140,49 @@ impl EnvdConn {
     ) -> Result<Resp, Error> {
         let body = serde_json::to_vec(req)
             .map_err(|e| Error::Config(format!("cannot encode the request: {e}")))?;
+        let bytes = self
+            .unary_bytes(path, user, CT_JSON, body, repeatable)
+            .await?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Error::protocol(
+                Surface::Envd,
+                format!(
+                    "undecodable {path} response ({e}): {}",
+                    crate::error::snippet(&bytes, &self.secrets())
+                ),
+            )
+        })
+    }
+
+    /// A unary call in the binary codec (`application/proto`), which envd serves beside
+    /// JSON: for a call that carries bytes (`SendInput`), which then cross the wire as
+    /// they are instead of as base64 in JSON. Errors come back as JSON either way.
+    pub(crate) async fn unary_proto<Req: ProtoMessage, Resp: ProtoMessage>(
+        &self,
+        path: &str,
+        req: &Req,
+        user: Option<&str>,
+    ) -> Result<Resp, Error> {
+        let bytes = self
+            .unary_bytes(path, user, wire::CONTENT_TYPE, req.encode_proto(), false)
+            .await?;
+        Resp::decode_proto(&bytes).map_err(|e| {
+            Error::protocol(Surface::Envd, format!("undecodable {path} response ({e})"))
+        })
+    }
+
+    /// Sends one unary request with `body` in `content_type` and returns the body of its
+    /// 200 answer in the same content type (anything else is the typed error).
+    async fn unary_bytes(
+        &self,
+        path: &str,
+        user: Option<&str>,
+        content_type: &str,
+        body: Vec<u8>,
+        repeatable: bool,
+    ) -> Result<bytes::Bytes, Error> {
         let resp = self
-            .rpc_request(path, user, CT_JSON)
+            .rpc_request(path, user, content_type)
             .timeout(self.request_timeout)
             .body(body);
         let resp = if repeatable {
@@ -153,30 +195,17 @@ impl EnvdConn {
             return Err(self.error_of(resp).await);
         }
         let ct = http::media_type(&resp);
-        if ct != CT_JSON {
+        if ct != content_type {
             return Err(Error::protocol(
                 Surface::Envd,
-                format!("unexpected response content type {ct:?} for {path} (want {CT_JSON})"),
+                format!("unexpected response content type {ct:?} for {path} (want {content_type})"),
             ));
         }
-        let bytes = resp
-            .bytes()
+        resp.bytes()
             .await
-            .map_err(|e| self.send_error(e, "envd unary response body"))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            Error::protocol(
-                Surface::Envd,
-                format!(
-                    "undecodable {path} response ({e}): {}",
-                    crate::error::snippet(&bytes, &self.secrets())
-                ),
-            )
-        })
+            .map_err(|e| self.send_error(e, "envd unary response body"))
     }
 
-    /// The request of a server-streaming call: one enveloped message, streaming content
-    /// type, `Keepalive-Ping-Interval` (lowered under the idle timeout) and
-    /// `Connect-Timeout-Ms` when a deadline is given.
     /// [`EnvdConn::unary`] for a call that can be repeated safely (reads, `Remove`):
     /// retried by the connection's [`RetryPolicy`].
     pub(crate) async fn unary_idempotent<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
@@ -192,6 +221,9 @@ impl EnvdConn {
             .await
     }
 
+    /// The request of a server-streaming call: one enveloped message, streaming content
+    /// type, `Keepalive-Ping-Interval` (lowered under the idle timeout) and
+    /// `Connect-Timeout-Ms` when a deadline is given.
     pub(crate) fn stream_request<Req: Serialize + ?Sized>(
         &self,
         path: &str,

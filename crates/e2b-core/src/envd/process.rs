@@ -235,7 +235,8 @@ impl EnvdConn {
             process,
             input: Some(input),
         };
-        let _: Empty = self.unary(paths::SEND_INPUT, &req, None).await?;
+        // Binary: the bytes cross as they are (JSON would carry them as base64).
+        let _: Empty = self.unary_proto(paths::SEND_INPUT, &req, None).await?;
         Ok(())
     }
 

@@ -1,7 +1,8 @@
 //! Connect protocol plumbing for envd's services, as connect-go speaks it.
 //!
 //! * unary: `application/json` request, 200 `application/json` response, errors with the
-//!   connect-go HTTP status and `{"code","message"}`;
+//!   connect-go HTTP status and `{"code","message"}`; the process service's unary calls
+//!   also in the binary codec (`application/proto` both ways, errors still JSON);
 //! * server streaming: one enveloped request, HTTP 200 `application/connect+json`, data
 //!   envelopes, then exactly one end-of-stream envelope (`{}` or `{"error":…}`);
 //! * `Connect-Timeout-Ms` parsing and the keepalive interval header.
@@ -14,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use e2b_proto::connect::{Code, ConnectErrorBody};
 use e2b_proto::envelope::{self, FrameDecoder};
+use e2b_proto::wire::{self, ProtoMessage, WireError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
@@ -138,6 +140,53 @@ fn decode_json<T: DeserializeOwned>(payload: &[u8]) -> Result<T, RpcError> {
     }
     serde_json::from_slice(payload)
         .map_err(|e| RpcError::invalid(format!("unmarshal message: {e}")))
+}
+
+/// The codec of a unary call; connect-go answers in the codec the request came in
+/// (errors are JSON in both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Codec {
+    /// `application/json`.
+    Json,
+    /// `application/proto`.
+    Proto,
+}
+
+/// [`unary_request`] for a procedure served in both codecs: a JSON or a binary body.
+/// A binary message that names no process is `Err(WireError::NoSelector)` in the
+/// inner result, for the caller to answer as envd does.
+pub(crate) fn unary_request_any<T: DeserializeOwned + ProtoMessage>(
+    method: &Method,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(Result<T, WireError>, Codec), Response> {
+    if method == Method::POST && media_type(headers) == wire::CONTENT_TYPE {
+        timeout_header(headers).map_err(RpcError::into_unary)?;
+        return match T::decode_proto(body) {
+            Err(WireError::Malformed(why)) => Err(RpcError::invalid(format!(
+                "unmarshal message: proto: cannot parse invalid wire-format data: {why}"
+            ))
+            .into_unary()),
+            r => Ok((r, Codec::Proto)),
+        };
+    }
+    unary_request(method, headers, body).map(|m| (Ok(m), Codec::Json))
+}
+
+/// A unary result as a response in `codec`.
+pub(crate) fn unary_in<T: Serialize + ProtoMessage>(
+    codec: Codec,
+    r: Result<T, RpcError>,
+) -> Response {
+    match (codec, r) {
+        (Codec::Proto, Ok(m)) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, wire::CONTENT_TYPE)],
+            m.encode_proto(),
+        )
+            .into_response(),
+        (_, r) => unary(r),
+    }
 }
 
 /// Validate a unary request and decode its JSON body; `Err` is the full response to send.

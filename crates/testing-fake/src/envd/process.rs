@@ -333,8 +333,13 @@ pub(crate) async fn dispatch(
 ) -> Response {
     macro_rules! unary {
         ($t:ty, $f:expr) => {
-            match connect::unary_request::<$t>(&http_method, &headers, &body) {
-                Ok(req) => connect::unary($f(req).await),
+            match connect::unary_request_any::<$t>(&http_method, &headers, &body) {
+                Ok((Ok(req), codec)) => connect::unary_in(codec, $f(req).await),
+                // A binary request without a selector: as the JSON one below.
+                Ok((Err(_), codec)) => connect::unary_in(
+                    codec,
+                    Err::<Empty, _>(RpcError::new(Code::Unimplemented, NO_SELECTOR)),
+                ),
                 Err(resp) => resp,
             }
         };
@@ -385,11 +390,17 @@ const SELECTOR_RPCS: [&str; 4] = ["SendInput", "SendSignal", "Update", "CloseStd
 /// True for a JSON request body whose `process` selector names neither a pid nor a tag
 /// (envd answers 501 `unimplemented` before looking at anything else).
 fn lacks_selector(body: &Bytes) -> bool {
-    let Ok(serde_json::Value::Object(msg)) = serde_json::from_slice::<serde_json::Value>(body)
-    else {
+    /// Only the selector: the other fields (a `SendInput`'s megabytes of base64) are
+    /// skipped, not built.
+    #[derive(serde::Deserialize)]
+    struct Selector {
+        #[serde(default)]
+        process: Option<serde_json::Value>,
+    }
+    let Ok(msg) = serde_json::from_slice::<Selector>(body) else {
         return false;
     };
-    match msg.get("process") {
+    match msg.process {
         Some(serde_json::Value::Object(sel)) => {
             !sel.contains_key("pid") && !sel.contains_key("tag")
         }

@@ -410,6 +410,113 @@ async fn connect_protocol_shapes() {
     let _ = Item::End(json!({}));
 }
 
+/// POST a unary call in the binary codec: (status, content type, body).
+async fn proto_call(
+    fake: &envd_support::Fake,
+    path: &str,
+    body: Vec<u8>,
+) -> (u16, String, Vec<u8>) {
+    let r = fake
+        .req(reqwest::Method::POST, path)
+        .header("Content-Type", "application/proto")
+        .header("Connect-Protocol-Version", "1")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    let ct = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (st, ct, r.bytes().await.unwrap().to_vec())
+}
+
+#[tokio::test]
+async fn the_process_services_unary_calls_speak_the_binary_codec() {
+    use e2b_proto::process::{ListResponse, SendInputRequest};
+    use e2b_proto::wire::ProtoMessage as _;
+    let fake = boot("base", None).await;
+    let body = json!({"process":{"cmd":"cat"}});
+    let mut s = fake.stream("/process.Process/Start", &body, &[]).await;
+    let pid = s.msg().await["event"]["start"]["pid"].as_u64().unwrap() as u32;
+
+    // SendInput by hand (field 1: selector {pid}, field 2: input {stdin}) with every byte
+    // value, 256 KiB: 4 pipe buffers, all of them through the one request.
+    let data: Vec<u8> = (0..256 * 1024).map(|i| (i % 251) as u8).collect();
+    fn varint(out: &mut Vec<u8>, mut n: usize) {
+        while n >= 0x80 {
+            out.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+    }
+    let mut sel = vec![0x08];
+    varint(&mut sel, pid as usize);
+    let mut input = vec![0x0a];
+    varint(&mut input, data.len());
+    input.extend_from_slice(&data);
+    let mut req = vec![0x0a];
+    varint(&mut req, sel.len());
+    req.extend_from_slice(&sel);
+    req.push(0x12);
+    varint(&mut req, input.len());
+    req.extend_from_slice(&input);
+    let decoded = SendInputRequest::decode_proto(&req).unwrap();
+    assert_eq!(
+        decoded.process,
+        e2b_proto::process::ProcessSelector::Pid(pid)
+    );
+    let (st, ct, out) = proto_call(&fake, "/process.Process/SendInput", req).await;
+    assert_eq!((st, ct.as_str(), out.len()), (200, "application/proto", 0));
+
+    // List answers in the codec it was asked in.
+    let (st, ct, out) = proto_call(&fake, "/process.Process/List", vec![]).await;
+    assert_eq!((st, ct.as_str()), (200, "application/proto"));
+    let list = ListResponse::decode_proto(&out).unwrap();
+    let cat = list
+        .processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .expect("cat listed");
+    assert_eq!(cat.config.cmd, "cat");
+
+    // No selector: envd's 501 (as JSON, the error codec of both); broken bytes: 400.
+    let (st, ct, out) = proto_call(&fake, "/process.Process/SendInput", vec![0x12, 0x00]).await;
+    let err: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!((st, ct.as_str()), (501, "application/json"), "{err}");
+    assert_eq!(err["code"], "unimplemented");
+    let (st, _, out) = proto_call(&fake, "/process.Process/SendInput", vec![0x0a, 0x09]).await;
+    let err: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        (st, err["code"].as_str()),
+        (400, Some("invalid_argument")),
+        "{err}"
+    );
+
+    // CloseStdin in binary: cat ends, and its output is every byte sent.
+    let (st, _, _) = proto_call(
+        &fake,
+        "/process.Process/CloseStdin",
+        e2b_proto::process::CloseStdinRequest {
+            process: e2b_proto::process::ProcessSelector::Pid(pid),
+        }
+        .encode_proto(),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let (msgs, _) = s.collect().await;
+    let (out, _, _, end) = outputs(&msgs);
+    assert!(
+        out == data,
+        "cat echoed {} bytes, not the {} sent",
+        out.len(),
+        data.len()
+    );
+    assert_eq!(end.unwrap()["status"], "exit status 0");
+}
+
 #[tokio::test]
 async fn dropping_envd_kills_its_processes() {
     let fake = boot("base", None).await;
