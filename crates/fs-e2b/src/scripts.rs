@@ -448,12 +448,15 @@ pub(crate) const WRITE_HOLDER: &str = concat!(holder_start!(), write_body!());
 /// run by [`PERL_AS_USER`] with the data on stdin: its arguments are the data's length
 /// (stdin ending short of it is a failure, never a shorter file), then the write
 /// holder's. It prints `ok PID FD` on stdout before the record, as the holder does.
+/// The worker's fork hands it the bytes as `$INPUT` (a reference) as well, which it
+/// takes instead of reading stdin.
 pub(crate) const WRITE_USER_PL: &str = concat!(
     user_start!(),
     r#"my $want = shift @ARGV;
 my $SRC;
 binmode STDIN;
-my $INLINE = do { local $/; <STDIN> };
+our $INPUT;
+my $INLINE = ref $INPUT ? $$INPUT : do { local $/; <STDIN> };
 $INLINE = '' unless defined $INLINE;
 fail(1, "inline data: " . length($INLINE) . " bytes, not $want") unless length($INLINE) == $want;
 "#,

@@ -10,7 +10,12 @@
 //! the per-call path does (same user, environment, `/` as cwd, stdin `/dev/null` or
 //! those bytes, fed by a second fork), and once the child ended answers on stdout with
 //! a line `ID CODE OUTLEN ERRLEN` followed by that many bytes of its stdout, then of its
-//! stderr.
+//! stderr. A SCRIPT of `+` is the perl wrapper of the holders' work
+//! ([`PERL_AS_USER`](crate::scripts::PERL_AS_USER)) done without its three execs: the
+//! child compiles and runs the program (the first ARG) itself, with the environment and
+//! locale the wrapper gives it and the request's bytes as its stdin (no pipe, no feeder)
+//! and as `$main::INPUT`, a reference to them (a 1 MiB write copies them nowhere: on a
+//! machine where fresh pages are slow to fault in, each copy cost milliseconds).
 //! It makes itself non-dumpable first (and ends when it cannot), so the sandbox user can
 //! neither attach to it nor open its stdin or stdout to inject or forge an answer; the
 //! user can kill it, which only sends the next calls back to the per-call path.
@@ -41,6 +46,11 @@ const WORKER: &str = r#"exec perl -e "$1""#;
 
 /// The worker's perl program.
 const WORKER_PL: &str = r#"
+# A `+` request's program, compiled and run in the forked child where nothing of the
+# worker's is in scope.
+sub run_perl { eval $_[0] }
+use POSIX ();
+use Fcntl ();
 $| = 1;
 binmode STDOUT;
 # prctl(PR_SET_DUMPABLE, 0): the user's other processes can neither ptrace this one nor
@@ -49,23 +59,47 @@ my $nr = {x86_64 => 157, aarch64 => 167}->{(`uname -m` =~ s/\s+//gr)};
 syscall($nr, 4, 0, 0, 0, 0) if $nr;
 exit 71 unless $nr && (stat "/proc/self/fd")[4] == 0;
 binmode STDIN;
+# F_SETPIPE_SZ: a request's bytes (up to 1 MiB) fit in the pipe at once (best effort).
+fcntl(STDIN, 1031, 1 << 20);
+# One buffer for every request's bytes: no fresh pages to fault in per request.
+my $buf = '';
 while (defined(my $l = <STDIN>)) {
   chomp $l;
   my ($idf, @h) = split / /, $l;
   my ($id, $len) = split /:/, $idf;
   my $data;
-  if (defined $len) { read(STDIN, $data, $len) == $len or last }
+  if (defined $len) { read(STDIN, $buf, $len) == $len or last; $data = \$buf }
   next unless @h;
+  my $perl = $h[0] eq '+';
+  shift @h if $perl;
   my @a = map { $_ eq '-' ? '' : pack('H*', $_) } @h;
   pipe(my $or, my $ow) or die; pipe(my $er, my $ew) or die;
   my ($ir, $iw);
-  if (defined $data) { pipe($ir, $iw) or die }
+  if (defined $data && !$perl) { pipe($ir, $iw) or die }
   my $pid = fork;
   if (!defined $pid) { print "$id -1 0 11\nfork failed"; next }
   if (!$pid) {
     close $or; close $er;
     if ($ir) { close $iw; open STDIN, '<&', $ir } else { open STDIN, '<', '/dev/null' }
     open STDOUT, '>&', $ow; open STDERR, '>&', $ew;
+    if ($perl) {
+      # As `env -i LC_ALL=C perl -e PROGRAM -- ARG...` would run it, without the three
+      # execs: the environment, the locale, @ARGV; its stdin the request's bytes (fd 0
+      # stays /dev/null). It stays non-dumpable, as the worker is.
+      # STDIN is a handle of its own, never the worker's (a reopened STDIN still hands
+      # out what the worker's buffer held: the next requests); the bytes are also
+      # $main::INPUT, a reference: a program that takes it copies nothing.
+      open(my $mem, '<', defined $data ? $data : \'') or POSIX::_exit(70);
+      *STDIN = $mem;
+      $main::INPUT = $data;
+      %ENV = (LC_ALL => 'C');
+      POSIX::setlocale(POSIX::LC_ALL(), 'C');
+      my $prog = shift @a;
+      @ARGV = @a;
+      run_perl($prog);
+      if ($@) { print STDERR $@; POSIX::_exit(255) }
+      exit 0;
+    }
     exec '/bin/sh', '-c', $a[0], 'sh', @a[1 .. $#a];
     exit 127;
   }
@@ -79,7 +113,7 @@ while (defined(my $l = <STDIN>)) {
       close $or; close $er;
       $SIG{PIPE} = 'IGNORE';
       my $off = 0;
-      while ($off < $len) { my $w = syswrite($iw, $data, $len - $off, $off); last unless $w; $off += $w }
+      while ($off < $len) { my $w = syswrite($iw, $$data, $len - $off, $off); last unless $w; $off += $w }
       exit 0;
     }
     close $iw;
@@ -262,9 +296,15 @@ impl Worker {
     ) -> Result<ShellOutput, &'static str> {
         let id = self.next_id;
         self.next_id += 1;
+        // The perl wrapper's work is done in the worker's fork (`+`, see `WORKER_PL`).
+        let script = if script == crate::scripts::PERL_AS_USER {
+            "+".to_owned()
+        } else {
+            field(script)
+        };
         let mut line = match stdin {
-            Some(data) => format!("{id}:{} {}", data.len(), field(script)),
-            None => format!("{id} {}", field(script)),
+            Some(data) => format!("{id}:{} {script}", data.len()),
+            None => format!("{id} {script}"),
         };
         for a in args {
             line.push(' ');
@@ -336,5 +376,107 @@ impl Worker {
                 Some(Err(_)) => return Err("the worker's stream failed"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read as _, Write as _};
+    use std::process::{Command, Stdio};
+
+    /// One answer of the worker: exit code, stdout, stderr.
+    type Answer = (i64, Vec<u8>, Vec<u8>);
+
+    /// Runs [`WORKER_PL`] on this host with `requests` (the script field as sent: `+` or
+    /// hex; the arguments; the bytes for stdin) and returns its answers in order.
+    fn worker(requests: &[(&str, Vec<String>, Option<&[u8]>)]) -> Vec<Answer> {
+        let mut child = Command::new("perl")
+            .args(["-e", WORKER_PL])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("perl");
+        let mut input = Vec::new();
+        for (i, (script, args, data)) in requests.iter().enumerate() {
+            let mut line = match data {
+                Some(d) => format!("{}:{} {script}", i + 1, d.len()),
+                None => format!("{} {script}", i + 1),
+            };
+            for a in args {
+                line.push(' ');
+                line.push_str(&field(a));
+            }
+            line.push('\n');
+            input.extend_from_slice(line.as_bytes());
+            input.extend_from_slice(data.unwrap_or_default());
+        }
+        let mut stdin = child.stdin.take().expect("stdin");
+        let feeder = std::thread::spawn(move || stdin.write_all(&input));
+        let mut out = Vec::new();
+        child
+            .stdout
+            .take()
+            .expect("stdout")
+            .read_to_end(&mut out)
+            .expect("read");
+        feeder.join().expect("feeder").expect("feed");
+        child.wait().expect("wait");
+        let mut answers = Vec::new();
+        let mut rest = &out[..];
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            let head = String::from_utf8_lossy(&rest[..nl]).into_owned();
+            let n: Vec<i64> = head.split(' ').map(|x| x.parse().expect(&head)).collect();
+            let (o, e) = (n[2] as usize, n[3] as usize);
+            let body = &rest[nl + 1..];
+            answers.push((n[1], body[..o].to_vec(), body[o..o + e].to_vec()));
+            rest = &body[o + e..];
+        }
+        answers
+    }
+
+    #[test]
+    fn a_perl_request_runs_as_the_wrapper_would_without_its_execs() {
+        let probe = r#"our $INPUT;
+my $in = do { local $/; <STDIN> };
+printf "env=%s argv=%s stdin=%s input=%s fd0=%s dumpable=%d\n",
+  join(',', sort keys %ENV), join('|', @ARGV), $in, (ref $INPUT ? $$INPUT : '-'),
+  readlink('/proc/self/fd/0'), syscall(157, 3, 0, 0, 0, 0);
+exit 7;"#;
+        let args = |more: &[&str]| {
+            std::iter::once(probe.to_owned())
+                .chain(more.iter().map(|s| (*s).to_owned()))
+                .collect::<Vec<_>>()
+        };
+        let answers = worker(&[
+            ("+", args(&["a b", ""]), Some(b"bytes in")),
+            ("+", args(&["x"]), None),
+            ("+", vec!["die qq(boom\\n)".to_owned()], None),
+            // The shell path still feeds stdin through its own pipe.
+            (
+                &field("cat; echo \" $#\""),
+                vec!["1".into(), "2".into()],
+                Some(b"via sh"),
+            ),
+        ]);
+        assert_eq!(answers.len(), 4, "{answers:?}");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        assert_eq!(answers[0].0, 7);
+        let first = text(&answers[0].1);
+        assert!(
+            first.starts_with("env=LC_ALL argv=a b| stdin=bytes in input=bytes in fd0=/dev/null"),
+            "{first}"
+        );
+        // The fork stays non-dumpable (the wrapper's exec made its perl dumpable).
+        if cfg!(target_arch = "x86_64") {
+            assert!(first.ends_with("dumpable=0\n"), "{first}");
+        }
+        let second = text(&answers[1].1);
+        assert!(second.contains("argv=x stdin= input=- "), "{second}");
+        assert_eq!((answers[2].0, text(&answers[2].2)), (255, "boom\n".into()));
+        assert_eq!(
+            (answers[3].0, text(&answers[3].1)),
+            (0, "via sh 2\n".into())
+        );
     }
 }
