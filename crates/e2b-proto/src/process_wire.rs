@@ -62,14 +62,17 @@ impl ProtoMessage for Empty {
 }
 
 impl ProtoMessage for SendInputRequest {
+    /// The input's bytes are copied once, straight into the message (a nested
+    /// [`Writer::message`] would copy them twice more).
     fn encode_proto(&self) -> Vec<u8> {
         let mut w = Writer::new();
         put_selector(&mut w, 1, &self.process);
         if let Some(input) = &self.input {
-            w.message(2, |m| match input {
-                ProcessInput::Stdin(b) => m.bytes(1, b),
-                ProcessInput::Pty(b) => m.bytes(2, b),
-            });
+            let (field, data) = match input {
+                ProcessInput::Stdin(b) => (1, b),
+                ProcessInput::Pty(b) => (2, b),
+            };
+            w.message_with_bytes(2, field, data);
         }
         w.into_bytes()
     }

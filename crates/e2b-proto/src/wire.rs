@@ -102,6 +102,19 @@ impl Writer {
         self.bytes(field, &inner.buf);
     }
 
+    /// A nested message whose only field is the length-delimited `inner_field` holding
+    /// `data`, written without an intermediate buffer.
+    pub fn message_with_bytes(&mut self, field: u32, inner_field: u32, data: &[u8]) {
+        let mut head = Vec::with_capacity(12);
+        put_varint(&mut head, (u64::from(inner_field) << 3) | 2);
+        put_varint(&mut head, data.len() as u64);
+        self.tag(field, 2);
+        put_varint(&mut self.buf, (head.len() + data.len()) as u64);
+        self.buf.reserve(head.len() + data.len());
+        self.buf.extend_from_slice(&head);
+        self.buf.extend_from_slice(data);
+    }
+
     /// The encoded message.
     pub fn into_bytes(self) -> Vec<u8> {
         self.buf
@@ -258,6 +271,18 @@ mod tests {
                 }
             }
             assert!(matches!(last, Err(WireError::Malformed(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_message_with_bytes_is_the_nested_message() {
+        for len in [0, 1, 127, 128, 70_000] {
+            let data = vec![7u8; len];
+            let mut nested = Writer::new();
+            nested.message(2, |m| m.bytes(1, &data));
+            let mut direct = Writer::new();
+            direct.message_with_bytes(2, 1, &data);
+            assert_eq!(direct.into_bytes(), nested.into_bytes(), "{len}");
         }
     }
 

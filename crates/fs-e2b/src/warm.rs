@@ -387,10 +387,12 @@ mod tests {
 
     /// One answer of the worker: exit code, stdout, stderr.
     type Answer = (i64, Vec<u8>, Vec<u8>);
+    /// One request: the script field as sent, the arguments, the bytes for stdin.
+    type Request<'a> = (&'a str, Vec<String>, Option<&'a [u8]>);
 
     /// Runs [`WORKER_PL`] on this host with `requests` (the script field as sent: `+` or
     /// hex; the arguments; the bytes for stdin) and returns its answers in order.
-    fn worker(requests: &[(&str, Vec<String>, Option<&[u8]>)]) -> Vec<Answer> {
+    fn worker(requests: &[Request<'_>]) -> Vec<Answer> {
         let mut child = Command::new("perl")
             .args(["-e", WORKER_PL])
             .stdin(Stdio::piped())
