@@ -64,6 +64,12 @@ pub struct Global {
     /// No notices and no progress bars.
     #[arg(long, short, global = true)]
     pub quiet: bool,
+    /// The embedded emulator (no E2B_API_KEY) and `e2bx serve` only: template NAME's
+    /// sandboxes get DIR, an unpacked image tree, as their root filesystem (read-only;
+    /// writes stay in each sandbox) instead of the host's system directories. DIR must
+    /// hold /bin/sh, /usr/bin/nice and /bin/sleep; repeat for more templates.
+    #[arg(long = "template-root", global = true, value_name = "NAME=DIR")]
+    pub template_root: Vec<String>,
 }
 
 /// The subcommands.

@@ -47,7 +47,12 @@ impl Backend {
                     "E2B_API_KEY is not set but E2B_API_URL/E2B_DOMAIN/E2B_SANDBOX_URL (or --api-url/--domain/--sandbox-url) name a server; set E2B_API_KEY too (for `e2bx serve`, export all three lines it prints), or unset them to use the embedded emulator",
                 ));
             }
-            return Self::open_embedded(cfg, g.quiet).await;
+            return Self::open_embedded(cfg, g).await;
+        }
+        if !g.template_root.is_empty() {
+            return Err(CliError::msg(
+                "--template-root builds sandboxes of the embedded emulator (no E2B_API_KEY) or of `e2bx serve`; a remote E2B builds its templates itself",
+            ));
         }
         if let Some(u) = &g.api_url {
             cfg = cfg.with_api_url(u.clone());
@@ -68,10 +73,14 @@ impl Backend {
 
     /// The embedded emulator, announced with one line on stderr unless `quiet`.
     #[cfg(feature = "embedded")]
-    async fn open_embedded(cfg: Config, quiet: bool) -> CliResult<Backend> {
-        let emu = Emulator::start(EmulatorConfig::default())
-            .await
-            .map_err(|e| CliError::msg(format!("cannot start the embedded E2B emulator: {e}")))?;
+    async fn open_embedded(cfg: Config, g: &Global) -> CliResult<Backend> {
+        let quiet = g.quiet;
+        let emu = Emulator::start(EmulatorConfig {
+            template_roots: template_roots(&g.template_root)?,
+            ..EmulatorConfig::default()
+        })
+        .await
+        .map_err(|e| CliError::msg(format!("cannot start the embedded E2B emulator: {e}")))?;
         // Loud whatever `quiet` says: the sandbox is not a boundary.
         if testing_fake::envd::isolation_opted_out() {
             eprintln!("e2bx: {}", testing_fake::envd::NO_ISOLATION_BANNER);
@@ -93,7 +102,7 @@ impl Backend {
     }
 
     #[cfg(not(feature = "embedded"))]
-    async fn open_embedded(_cfg: Config, _quiet: bool) -> CliResult<Backend> {
+    async fn open_embedded(_cfg: Config, _g: &Global) -> CliResult<Backend> {
         Err(CliError::msg(
             "E2B_API_KEY is not set and this e2bx was built without the embedded emulator (feature `embedded`); set E2B_API_KEY (and E2B_API_URL for a self-hosted E2B)",
         ))
@@ -239,4 +248,17 @@ impl Session {
         drop(_turn);
         let _ = owner.shutdown().await;
     }
+}
+
+/// The `--template-root NAME=DIR` flags, checked (the emulator checks DIR's programs
+/// when it starts).
+#[cfg(feature = "embedded")]
+pub fn template_roots(flags: &[String]) -> CliResult<Vec<testing_fake::TemplateRoot>> {
+    flags
+        .iter()
+        .map(|f| {
+            f.parse::<testing_fake::TemplateRoot>()
+                .map_err(|e| CliError::msg(format!("--template-root: {e}")))
+        })
+        .collect()
 }

@@ -13,6 +13,7 @@
 
 pub mod child;
 pub mod sdk_install;
+pub mod system_tree;
 
 use std::sync::Arc;
 use std::time::Duration;

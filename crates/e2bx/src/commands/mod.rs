@@ -28,7 +28,7 @@ pub async fn dispatch(cli: &Cli, ints: &mut Interrupts) -> CliResult {
     let g = &cli.global;
     if let Command::Serve(a) = &cli.command {
         #[cfg(feature = "embedded")]
-        return serve::serve(a, g.quiet, ints).await;
+        return serve::serve(a, g, ints).await;
         #[cfg(not(feature = "embedded"))]
         {
             let _ = a;

@@ -7,15 +7,17 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use testing_fake::{Emulator, EmulatorConfig};
 
-use crate::cli::ServeArgs;
+use crate::cli::{Global, ServeArgs};
 use crate::error::{CliError, CliResult};
 use crate::signals::Interrupts;
 
 /// Serve until a termination signal; returns 0.
-pub async fn serve(args: &ServeArgs, quiet: bool, interrupts: &mut Interrupts) -> CliResult {
+pub async fn serve(args: &ServeArgs, g: &Global, interrupts: &mut Interrupts) -> CliResult {
+    let quiet = g.quiet;
     let cfg = EmulatorConfig {
         bind: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), args.port),
         root: args.root.clone(),
+        template_roots: crate::target::template_roots(&g.template_root)?,
         ..EmulatorConfig::default()
     };
     let emu = Emulator::start(cfg).await.map_err(|e| {

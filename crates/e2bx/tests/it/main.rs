@@ -10,6 +10,7 @@ mod cli_hostile;
 mod cli_remote;
 mod cli_shell;
 mod cli_snapshots;
+mod cli_template_root;
 mod cli_tree;
 mod mcp_bench;
 mod mcp_clients;

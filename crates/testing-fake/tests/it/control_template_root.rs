@@ -12,14 +12,7 @@ use serde_json::json;
 use testing_fake::{EmulatorConfig, TemplateRoot};
 
 use crate::support::{Env, stdout_of};
-
-/// A directory removed on drop.
-struct Dir(PathBuf);
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use emulator_fixture::system_tree::{copy_tree_in, fresh_dir, template_tree};
 
 /// A file planted on the host, removed on drop.
 struct Planted(PathBuf);
@@ -27,94 +20,6 @@ impl Drop for Planted {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
-}
-
-/// The programs of the test's tree (`sh` and `nice` are what the emulator needs, `sleep`
-/// its init, `bash` the template's shell, the rest what the commands below use).
-const PROGRAMS: [&str; 10] = [
-    "sh", "bash", "nice", "sleep", "cat", "ls", "stat", "id", "touch", "echo",
-];
-
-fn fresh_dir(name: &str) -> Dir {
-    let d = std::env::temp_dir().join(format!(
-        "template-root-{name}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    Dir(d)
-}
-
-/// Copy host file `host` (links followed) to `tree` + `at`, keeping its mode.
-fn copy_in(tree: &Path, host: &Path, at: &Path) {
-    let dst = tree.join(at.strip_prefix("/").unwrap_or(at));
-    if dst.exists() {
-        return;
-    }
-    std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
-    std::fs::copy(host, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", host.display()));
-}
-
-/// The host path of program `name`.
-fn host_program(name: &str) -> PathBuf {
-    ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("the host has no {name}"))
-}
-
-/// The shared libraries `ldd` names for `bin`, as the paths the loader asks for.
-fn libraries(bin: &Path) -> Vec<PathBuf> {
-    let out = Command::new("ldd").arg(bin).output().expect("ldd runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim();
-            let path = match l.split_once("=>") {
-                Some((_, rest)) => rest.split_whitespace().next()?,
-                None => l.split_whitespace().next()?,
-            };
-            path.starts_with('/').then(|| PathBuf::from(path))
-        })
-        .collect()
-}
-
-/// A small system tree: the host's top-level links (`bin -> /usr/bin` on a merged-/usr
-/// host, made absolute so they must resolve inside the tree), [`PROGRAMS`] in `/usr/bin`
-/// with their libraries, an `/etc` with a marker, a file owned by uid 1000 and a skeleton.
-fn template_tree(extra: &[&str]) -> Dir {
-    let d = fresh_dir("tree");
-    let tree = &d.0;
-    for top in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
-        if let Ok(target) = std::fs::read_link(Path::new("/").join(top)) {
-            std::os::unix::fs::symlink(Path::new("/").join(target), tree.join(top)).unwrap();
-        }
-    }
-    for name in PROGRAMS.iter().chain(extra) {
-        let host = host_program(name);
-        let real = std::fs::canonicalize(&host).unwrap();
-        copy_in(tree, &real, &Path::new("/usr/bin").join(name));
-        for lib in libraries(&real) {
-            // Through the host's directory links, as the tree has them too.
-            let dir = std::fs::canonicalize(lib.parent().unwrap()).unwrap();
-            let real_lib = std::fs::canonicalize(&lib).unwrap();
-            copy_in(tree, &real_lib, &dir.join(lib.file_name().unwrap()));
-        }
-    }
-    for dir in ["etc/skel", "home", "tmp", "root", "usr/share"] {
-        std::fs::create_dir_all(tree.join(dir)).unwrap();
-    }
-    std::fs::write(tree.join("etc/template-marker"), "from the template\n").unwrap();
-    std::fs::write(tree.join("etc/skel/.template-profile"), "# skel\n").unwrap();
-    let theirs = tree.join("etc/owned-by-1000");
-    std::fs::write(&theirs, "x\n").unwrap();
-    std::os::unix::fs::chown(&theirs, Some(1000), Some(1000)).unwrap();
-    std::fs::set_permissions(tree.join("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    d
 }
 
 async fn env_with_root(tree: &Path) -> Env {
@@ -328,39 +233,6 @@ fn e2b_local_help_describes_the_flag() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("--template-root <NAME=DIR>"), "{text}");
     assert!(text.contains("/usr/bin/nice"), "{text}");
-}
-
-/// Copy host paths (files or whole directories, modes kept) into `tree`, plus the
-/// libraries of every shared object among them.
-fn copy_tree_in(tree: &Path, paths: &[&str]) {
-    for p in paths {
-        let host = Path::new(p);
-        if !host.exists() {
-            continue;
-        }
-        let dst = tree.join(p.trim_start_matches('/'));
-        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
-        let ok = Command::new("cp")
-            .arg("-aLT")
-            .arg(host)
-            .arg(&dst)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "cp {p}");
-        let mut objects = vec![dst.clone()];
-        while let Some(o) = objects.pop() {
-            if o.is_dir() {
-                objects.extend(std::fs::read_dir(&o).unwrap().map(|e| e.unwrap().path()));
-            } else if o.to_string_lossy().contains(".so") {
-                for lib in libraries(&o) {
-                    let dir = std::fs::canonicalize(lib.parent().unwrap()).unwrap();
-                    let real = std::fs::canonicalize(&lib).unwrap();
-                    copy_in(tree, &real, &dir.join(lib.file_name().unwrap()));
-                }
-            }
-        }
-    }
 }
 
 /// `sudo` works in a tree that provides it: the template's sudoers entry is laid over the
