@@ -57,13 +57,15 @@ pub enum Step {
     Overlay,
     /// The network namespace.
     NetworkNamespace,
+    /// The UTS namespace (the sandbox's own host name, `e2b.local`).
+    UtsNamespace,
     /// The user-mode network stack (pasta) of a sandbox with internet access.
     UserModeNetwork,
 }
 
 impl Step {
     /// Every step, in the order a sandbox is built.
-    pub const ALL: [Step; 9] = [
+    pub const ALL: [Step; 10] = [
         Step::Root,
         Step::UserNamespace,
         Step::PidNamespace,
@@ -72,6 +74,7 @@ impl Step {
         Step::IdmappedMount,
         Step::Overlay,
         Step::NetworkNamespace,
+        Step::UtsNamespace,
         Step::UserModeNetwork,
     ];
 
@@ -86,6 +89,7 @@ impl Step {
             Step::IdmappedMount => "idmapped-mount",
             Step::Overlay => "overlay",
             Step::NetworkNamespace => "network-namespace",
+            Step::UtsNamespace => "uts-namespace",
             Step::UserModeNetwork => "user-mode-network",
         }
     }
@@ -100,6 +104,7 @@ impl Step {
             Step::IdmappedMount => "no idmapped mount of the host's system files",
             Step::Overlay => "no overlay for the sandbox's writable root",
             Step::NetworkNamespace => "no network namespace for the sandbox",
+            Step::UtsNamespace => "no UTS namespace for the sandbox (its own host name)",
             Step::UserModeNetwork => {
                 "no user-mode network stack (pasta) for a sandbox with internet access"
             }
@@ -114,7 +119,10 @@ impl Step {
             Step::UserNamespace => {
                 "user namespaces must be enabled (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone is not needed as root); in a container, allow unshare(CLONE_NEWUSER) in its seccomp profile"
             }
-            Step::PidNamespace | Step::MountNamespace | Step::NetworkNamespace => {
+            Step::PidNamespace
+            | Step::MountNamespace
+            | Step::NetworkNamespace
+            | Step::UtsNamespace => {
                 "run e2b-local as root on the host or in a container allowed to create namespaces (CAP_SYS_ADMIN, unshare not blocked by seccomp)"
             }
             Step::Allowlist => {
@@ -186,6 +194,10 @@ fn check_denied(step: Step) -> Result<(), BoundaryError> {
     Ok(())
 }
 
+/// The host name of every sandbox, as on E2B (`uname -n`, `hostname`); `/etc/hosts`
+/// and `/etc/hostname` of a fresh sandbox name it.
+pub const HOSTNAME: &str = "e2b.local";
+
 /// What one sandbox's isolation is made of (see [`Layout`]), plus its network.
 pub(crate) struct Spec {
     /// The root filesystem.
@@ -207,6 +219,8 @@ pub(crate) struct NsFds {
     pid: Option<OwnedFd>,
     /// The sandbox's own network namespace ([`net`](super::net)).
     net: OwnedFd,
+    /// The sandbox's UTS namespace: its host name is [`HOSTNAME`].
+    uts: OwnedFd,
     /// `None` when the kernel has no time namespaces.
     time: Option<OwnedFd>,
     /// The sandbox's cgroup subtree and its cgroup namespace: a process joins the subtree,
@@ -416,6 +430,7 @@ impl Isolation {
         check_denied(Step::MountNamespace)?;
         check_denied(Step::IdmappedMount)?;
         check_denied(Step::NetworkNamespace)?;
+        check_denied(Step::UtsNamespace)?;
         let netns = NetNs::create().map_err(|e| BoundaryError::new(Step::NetworkNamespace, e))?;
         let uplink = if offline {
             None
@@ -512,6 +527,13 @@ impl Isolation {
                         if libc::setns(net_raw, libc::CLONE_NEWNET) != 0 {
                             return Err(report(fail_w_raw, Step::NetworkNamespace, errno()));
                         }
+                        // Its own host name, E2B's; owned by the host's user namespace
+                        // like the others, so the sandbox's root cannot rename the host.
+                        if libc::unshare(libc::CLONE_NEWUTS) != 0
+                            || libc::sethostname(HOSTNAME.as_ptr().cast(), HOSTNAME.len()) != 0
+                        {
+                            return Err(report(fail_w_raw, Step::UtsNamespace, errno()));
+                        }
                         // The sandbox's cgroup subtree, then a cgroup namespace rooted there.
                         let cgroup_ns = pre_cg.as_ref().is_some_and(|cg| {
                             cg.join_self().is_ok() && libc::unshare(libc::CLONE_NEWCGROUP) == 0
@@ -603,6 +625,11 @@ impl Isolation {
             ));
         }
         let net = netns.net;
+        let (uts, _) = open("uts")
+            .map_err(step(Step::UtsNamespace))?
+            .ok_or_else(|| {
+                BoundaryError::new(Step::UtsNamespace, std::io::Error::other("not entered"))
+            })?;
         let time = open("time").ok().flatten().map(|(fd, _)| fd);
         // Only when the holder really entered a cgroup namespace of its own (the subtree).
         let cgroup = match (cg, open("cgroup").ok().flatten()) {
@@ -631,6 +658,7 @@ impl Isolation {
             mnt,
             pid: pid_ns,
             net,
+            uts,
             time,
             cgroup,
             user,
@@ -745,7 +773,7 @@ const DROPPED_CAPS: [libc::c_int; 13] = [
     39, // CAP_BPF
 ];
 
-/// Join the sandbox's cgroup subtree and its cgroup, time, network and mount namespaces in
+/// Join the sandbox's cgroup subtree and its cgroup, time, network, UTS and mount namespaces in
 /// a child's `pre_exec`, then drop [`DROPPED_CAPS`] from its bounding set (raw syscalls
 /// only; the PID namespace comes from the forking [`FsWorker`] thread).
 pub(crate) fn join_in_child(ns: &NsFds) -> std::io::Result<()> {
@@ -760,6 +788,7 @@ pub(crate) fn join_in_child(ns: &NsFds) -> std::io::Result<()> {
     let joins = [
         (ns.time.as_ref(), libc::CLONE_NEWTIME),
         (Some(&ns.net), libc::CLONE_NEWNET),
+        (Some(&ns.uts), libc::CLONE_NEWUTS),
         (Some(&ns.mnt), libc::CLONE_NEWNS),
     ];
     for (fd, kind) in joins {

@@ -234,8 +234,9 @@ fn lay_out(
 pub(crate) const UPPER: &str = "upper";
 
 /// The writable root's upper layer of a fresh sandbox: the template's accounts
-/// (`/etc/passwd`, `/etc/group`, `/etc/shadow`, `/etc/gshadow`, never the host's) and its
-/// passwordless sudoers, owned by the sandbox's root. Directories copy the mode of the
+/// (`/etc/passwd`, `/etc/group`, `/etc/shadow`, `/etc/gshadow`, never the host's), its
+/// passwordless sudoers and its `/etc/hostname` and `/etc/hosts`, owned by the sandbox's
+/// root. Directories copy the mode of the
 /// directory of `sysroot` (the host's root or the template's tree) they merge with.
 fn seed_upper(t: &Template, upper: &Path, ids: IdMap, sysroot: &Path) -> Result<(), EnvdError> {
     use std::os::unix::fs::PermissionsExt;
@@ -245,7 +246,18 @@ fn seed_upper(t: &Template, upper: &Path, ids: IdMap, sysroot: &Path) -> Result<
     };
     mkdir("", 0o755)?;
     let etc = mkdir("etc", 0o755)?;
+    let host = isolation::HOSTNAME;
     let mut files = vec![
+        // Its own host name and hosts file: never the host's (whose names they would
+        // show), and `sudo` resolves the name.
+        (etc.join("hostname"), format!("{host}\n"), 0o644),
+        (
+            etc.join("hosts"),
+            format!(
+                "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{host}\n"
+            ),
+            0o644,
+        ),
         (etc.join("passwd"), t.passwd(), 0o644),
         (etc.join("group"), t.group(), 0o644),
         (etc.join("shadow"), t.shadow(), 0o640),

@@ -79,6 +79,7 @@ async fn a_denied_namespace_fails_the_create_and_names_it() {
         ("overlay", "overlayfs"),
         ("idmapped-mount", "idmapped mounts"),
         ("network-namespace", "allowed to create namespaces"),
+        ("uts-namespace", "allowed to create namespaces"),
         ("user-mode-network", "apt-get install passt"),
     ] {
         let root = tempfile::tempdir().unwrap();

@@ -245,6 +245,38 @@ async fn root_writes_anywhere_and_only_in_its_own_sandbox() {
 }
 
 #[tokio::test]
+async fn the_sandbox_has_its_own_host_name_and_hosts_file() {
+    let a = boot("base", None).await;
+    require_isolation(&a);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let host = host.trim();
+    let (o, e, end) = run(
+        &a,
+        "hostname; uname -n; cat /etc/hostname; cat /etc/hosts; sudo -n true",
+        Some("user"),
+    )
+    .await;
+    let (out, err) = (String::from_utf8_lossy(&o), String::from_utf8_lossy(&e));
+    assert_eq!(exit_code(&end), 0, "{err}");
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("e2b.local"));
+    assert_eq!(lines.next(), Some("e2b.local"));
+    assert_eq!(lines.next(), Some("e2b.local"));
+    assert!(out.contains("127.0.1.1\te2b.local"), "{out}");
+    assert!(
+        !out.contains(host) || host == "e2b.local",
+        "the host's name shows: {out}"
+    );
+    // sudo resolves the name (it warned with the host's /etc/hosts).
+    assert!(!err.contains("unable to resolve host"), "{err}");
+    // The sandbox's root cannot rename it (the namespace is the host root's), nor the host.
+    let (_, err, code) = root_sh(&a, "hostname renamed-by-the-sandbox").await;
+    assert_ne!(code, 0, "root renamed the sandbox: {err}");
+    let after = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(after.trim(), host, "the host's name changed");
+}
+
+#[tokio::test]
 async fn each_boot_has_its_own_boot_id_and_uptime() {
     let before = Instant::now();
     let fake = boot("base", None).await;
