@@ -21,7 +21,7 @@ use time::format_description::well_known::Rfc3339;
 
 use super::error::{ApiErr, parse_body};
 use super::ids::short_id;
-use super::store::{CreateParams, Resumed, SandboxRecord, Store};
+use super::store::{CreateParams, Resumed, Sample, SandboxRecord, Store};
 
 type ApiResult<T> = Result<T, ApiErr>;
 
@@ -389,17 +389,19 @@ pub(crate) async fn resume(
     }
 }
 
-fn metric(rec: &SandboxRecord, at: OffsetDateTime) -> serde_json::Value {
+/// One sample as E2B reports it: memory measured (see [`Sample`]), CPU use and disk
+/// use not measured (0 and a sixteenth of the template's disk).
+fn metric(rec: &SandboxRecord, s: &Sample) -> serde_json::Value {
     let mem_total = u64::from(rec.template.memory_mb) * 1024 * 1024;
     let disk_total = u64::from(rec.template.disk_size_mb) * 1024 * 1024;
     serde_json::json!({
-        "timestamp": rfc3339(at),
-        "timestampUnix": at.unix_timestamp(),
+        "timestamp": rfc3339(s.at),
+        "timestampUnix": s.at.unix_timestamp(),
         "cpuCount": rec.template.cpu_count,
         "cpuUsedPct": 0.0,
-        "memUsed": mem_total / 8,
+        "memUsed": s.mem_used.min(mem_total),
         "memTotal": mem_total,
-        "memCache": 0,
+        "memCache": s.mem_cache,
         "diskUsed": disk_total / 16,
         "diskTotal": disk_total,
     })
@@ -407,7 +409,7 @@ fn metric(rec: &SandboxRecord, at: OffsetDateTime) -> serde_json::Value {
 
 /// `GET /sandboxes/{id}/metrics?start=&end=` (unix seconds): the sandbox's samples (one at
 /// boot, then one every 5 s while it runs) within the range; `start` defaults to the
-/// sandbox's start, `end` to now. Values are synthetic, the timestamps real.
+/// sandbox's start, `end` to now. Timestamps and memory are measured (see [`metric`]).
 pub(crate) async fn metrics(
     State(store): State<Arc<Store>>,
     Path(id): Path<String>,
@@ -431,8 +433,8 @@ pub(crate) async fn metrics(
     }
     let samples: Vec<serde_json::Value> = rec
         .samples_between(start, end)
-        .into_iter()
-        .map(|at| metric(&rec, at))
+        .iter()
+        .map(|s| metric(&rec, s))
         .collect();
     Ok(Json(serde_json::Value::Array(samples)))
 }
@@ -457,12 +459,12 @@ pub(crate) async fn metrics_many(
             "parameter \"sandbox_ids\" in query has an error: expected 1 to 100 ids",
         ));
     }
-    let now = OffsetDateTime::now_utc();
     let mut out = BTreeMap::new();
     for id in ids {
         if let Some(rec) = store.get(&id) {
-            if rec.life().state == SandboxState::Running {
-                out.insert(id, metric(&rec, now));
+            let running = rec.life().state == SandboxState::Running;
+            if let (true, Some(s)) = (running, rec.last_sample()) {
+                out.insert(id, metric(&rec, &s));
             }
         }
     }

@@ -60,9 +60,9 @@ pub(crate) struct SandboxRecord {
     /// response body still streaming from it, as E2B's proxy loses its connections to a VM
     /// that is destroyed or snapshotted.
     cut: Mutex<tokio_util::sync::CancellationToken>,
-    /// When metrics were sampled (one at boot, then every [`METRICS_INTERVAL`] while
-    /// running), oldest first; `GET /sandboxes/{id}/metrics` filters them by range.
-    samples: Mutex<Vec<OffsetDateTime>>,
+    /// Metrics samples (one at boot, then every [`METRICS_INTERVAL`] while running),
+    /// oldest first; `GET /sandboxes/{id}/metrics` filters them by range.
+    samples: Mutex<Vec<Sample>>,
 }
 
 impl SandboxRecord {
@@ -99,19 +99,19 @@ impl SandboxRecord {
         old.cancel();
     }
 
-    /// The metric sample times within `[start, end]` (unix seconds, both inclusive).
-    pub fn samples_between(&self, start: i64, end: i64) -> Vec<OffsetDateTime> {
+    /// The metrics samples taken within `[start, end]` (unix seconds, both inclusive).
+    pub fn samples_between(&self, start: i64, end: i64) -> Vec<Sample> {
         self.samples
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .filter(|t| (start..=end).contains(&t.unix_timestamp()))
+            .filter(|t| (start..=end).contains(&t.at.unix_timestamp()))
             .copied()
             .collect()
     }
 
-    /// The newest metric sample time.
-    pub fn last_sample(&self) -> Option<OffsetDateTime> {
+    /// The newest metrics sample.
+    pub fn last_sample(&self) -> Option<Sample> {
         self.samples
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -119,10 +119,10 @@ impl SandboxRecord {
             .copied()
     }
 
-    /// Record a sample taken at `at` (the series keeps the newest [`METRICS_KEPT`]).
-    fn push_sample(&self, at: OffsetDateTime) {
+    /// Record a sample (the series keeps the newest [`METRICS_KEPT`]).
+    fn push_sample(&self, sample: Sample) {
         let mut s = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
-        s.push(at);
+        s.push(sample);
         if s.len() > METRICS_KEPT {
             let extra = s.len() - METRICS_KEPT;
             s.drain(..extra);
@@ -145,6 +145,27 @@ impl SandboxRecord {
 
 /// How often a running sandbox's metrics are sampled (E2B's orchestrator: every 5 s).
 pub(crate) const METRICS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// One metrics sample of a sandbox: when, and its memory then (see
+/// [`Envd::memory_sample`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sample {
+    pub at: OffsetDateTime,
+    pub mem_used: u64,
+    pub mem_cache: u64,
+}
+
+impl Sample {
+    /// A sample of `envd`'s sandbox taken now.
+    fn of(envd: &Envd) -> Sample {
+        let (mem_used, mem_cache) = envd.memory_sample();
+        Sample {
+            at: OffsetDateTime::now_utc(),
+            mem_used,
+            mem_cache,
+        }
+    }
+}
 /// Most samples kept per sandbox (a day at [`METRICS_INTERVAL`]).
 const METRICS_KEPT: usize = 24 * 3600 / 5;
 
@@ -315,6 +336,10 @@ impl Store {
             .await
             .map_err(|e| ApiErr::internal(format!("Failed to create sandbox: {e}")))?;
         let router = envd.router();
+        let first = Sample {
+            at: now,
+            ..Sample::of(&envd)
+        };
         let rec = Arc::new(SandboxRecord {
             id: id.clone(),
             template: p.template,
@@ -340,7 +365,7 @@ impl Store {
             }),
             op: tokio::sync::Mutex::new(()),
             cut: Mutex::new(tokio_util::sync::CancellationToken::new()),
-            samples: Mutex::new(vec![now]),
+            samples: Mutex::new(vec![first]),
         });
         self.map().insert(id, rec.clone());
         tracing::info!(sandbox = %rec.id, template = %rec.template.alias, "sandbox created");
@@ -507,14 +532,17 @@ impl Store {
         for rec in self.all() {
             let running = {
                 let life = rec.life();
-                !life.gone && life.state == SandboxState::Running
+                (!life.gone && life.state == SandboxState::Running).then(|| life.envd.clone())
             };
             let due = rec.last_sample().is_none_or(|t| {
-                now - t
+                now - t.at
                     >= time::Duration::try_from(METRICS_INTERVAL).unwrap_or(time::Duration::ZERO)
             });
-            if running && due {
-                rec.push_sample(now);
+            if let (Some(envd), true) = (running, due) {
+                rec.push_sample(Sample {
+                    at: now,
+                    ..Sample::of(&envd)
+                });
             }
         }
     }

@@ -674,6 +674,12 @@ impl Isolation {
         self.ns.is_some()
     }
 
+    /// The sandbox's memory group's use (see [`Limits::memory_use`]); `None` without
+    /// isolation or a memory group.
+    pub(crate) fn memory_use(&self) -> Option<super::limits::MemoryUse> {
+        self.ns.as_ref()?.limits.memory_use()
+    }
+
     /// The template limits the host could not apply (`cpu`, `memory`, `pids`).
     pub(crate) fn missing_limits(&self) -> Vec<&'static str> {
         self.ns

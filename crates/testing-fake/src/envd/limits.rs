@@ -21,11 +21,22 @@ pub(crate) const PIDS_MAX: u32 = 1024;
 
 const PREFIX: &str = "e2b-local-";
 
+/// What a sandbox's memory group reports (see [`Limits::memory_use`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct MemoryUse {
+    /// The most bytes held since the previous reading (page cache included).
+    pub(crate) peak: u64,
+    /// Bytes of page cache now.
+    pub(crate) cache: u64,
+}
+
 /// One sandbox's groups.
 #[derive(Debug, Default)]
 pub(crate) struct Limits {
     dirs: Vec<PathBuf>,
     procs: Vec<OwnedFd>,
+    /// The memory group, where there is one (its use is the sandbox's metrics).
+    memory: Option<PathBuf>,
     /// Controllers that could not be applied.
     pub(crate) missing: Vec<&'static str>,
 }
@@ -113,6 +124,9 @@ impl Limits {
         for (ctrl, settings) in wanted {
             match make(ctrl, n, &settings) {
                 Ok((dir, fd)) => {
+                    if ctrl == "memory" {
+                        out.memory = Some(dir.clone());
+                    }
                     out.dirs.push(dir);
                     out.procs.push(fd);
                 }
@@ -142,6 +156,23 @@ impl Limits {
             }
         }
         Ok(())
+    }
+
+    /// The memory the sandbox's group held at most since the last call (its high-water
+    /// mark, reset here: an out-of-memory kill between two samples shows as a peak at
+    /// the limit) and its page cache now; `None` without a memory group.
+    pub(crate) fn memory_use(&self) -> Option<MemoryUse> {
+        let dir = self.memory.as_ref()?;
+        let mark = dir.join("memory.max_usage_in_bytes");
+        let peak = std::fs::read_to_string(&mark).ok()?.trim().parse().ok()?;
+        let _ = std::fs::write(&mark, "0");
+        let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
+        let cache = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("total_cache "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        Some(MemoryUse { peak, cache })
     }
 
     /// Remove the groups once their processes are gone (retries while they exit).

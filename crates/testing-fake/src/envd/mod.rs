@@ -627,6 +627,17 @@ impl Envd {
         self.iso.missing_limits()
     }
 
+    /// Memory for a metrics sample, `(used, cache)` in bytes: from the sandbox's memory
+    /// group, the most it held since the previous sample minus its page cache (so a
+    /// process killed for out-of-memory in between shows as use at the limit); without
+    /// one, the resident memory of the sandbox's processes now.
+    pub(crate) fn memory_sample(&self) -> (u64, u64) {
+        match self.iso.memory_use() {
+            Some(m) => (m.peak.saturating_sub(m.cache), m.cache),
+            None => (rss(&self.all_pids()), 0),
+        }
+    }
+
     /// True when processes and file operations run in a private mount namespace.
     pub fn is_isolated(&self) -> bool {
         self.iso.enabled()

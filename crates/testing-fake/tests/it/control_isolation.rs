@@ -215,3 +215,70 @@ async fn no_internet_access_means_no_host_loopback() {
     }
     env.emu.shutdown().await;
 }
+
+/// An out-of-memory kill shows in the sandbox's metrics: the first sample after a hog of
+/// twice the template's memory was killed reports the memory at the template's size
+/// (the most the sandbox held since the sample before); another sandbox's stays low.
+/// Needs the host's cgroup v1 memory controller (the sandbox's limit); without it, says
+/// so and checks nothing.
+#[tokio::test]
+async fn an_out_of_memory_kill_shows_in_the_metrics() {
+    if !std::path::Path::new("/sys/fs/cgroup/memory/cgroup.procs").exists() {
+        eprintln!("SKIPPED: no cgroup v1 memory controller on this host");
+        return;
+    }
+    let env = Env::start().await;
+    let a = env.create(json!({})).await;
+    let b = env.create(json!({})).await;
+    let samples = |id: Value| {
+        let env = &env;
+        async move {
+            let a = env
+                .get(&format!("/sandboxes/{}/metrics", id.as_str().unwrap()))
+                .await;
+            assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+            a.json.as_array().unwrap().clone()
+        }
+    };
+    let before = samples(a["sandboxID"].clone()).await.len();
+    let (frames, _) = env
+        .run_frames(
+            &a,
+            "python3 -c \"b = b'a' * (1 << 30); print('survived', len(b))\"",
+        )
+        .await;
+    assert!(!stdout_of(&frames).contains("survived"), "{frames:?}");
+    // Samples come every 5 s: of the (at most) two first ones after `before`, one was
+    // taken after the kill (one may fall between the count and the hog's start).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut total = 0;
+    loop {
+        let new: Vec<Value> = samples(a["sandboxID"].clone())
+            .await
+            .into_iter()
+            .skip(before)
+            .take(2)
+            .collect();
+        let shown = new.iter().find(|m| {
+            total = m["memTotal"].as_u64().unwrap();
+            m["memUsed"].as_u64().unwrap() * 10 >= total * 9
+        });
+        if let Some(m) = shown {
+            assert!(m["memUsed"].as_u64().unwrap() <= total, "{m}");
+            break;
+        }
+        assert!(new.len() < 2, "the kill does not show: {new:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no sample after the kill"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let other = samples(b["sandboxID"].clone()).await;
+    let last = other.last().unwrap();
+    assert!(
+        last["memUsed"].as_u64().unwrap() * 2 < total,
+        "the other sandbox: {last}"
+    );
+    env.emu.shutdown().await;
+}
