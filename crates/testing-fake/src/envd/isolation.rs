@@ -431,13 +431,23 @@ impl Isolation {
         check_denied(Step::IdmappedMount)?;
         check_denied(Step::NetworkNamespace)?;
         check_denied(Step::UtsNamespace)?;
-        let netns = NetNs::create().map_err(|e| BoundaryError::new(Step::NetworkNamespace, e))?;
-        let uplink = if offline {
-            None
+        let new_netns =
+            || NetNs::create().map_err(|e| BoundaryError::new(Step::NetworkNamespace, e));
+        let (netns, uplink) = if offline {
+            (new_netns()?, None)
         } else {
             check_denied(Step::UserModeNetwork)?;
-            // Configures the namespace while the rest is built; awaited at the end.
-            Some(Pasta::spawn(&netns).map_err(|e| BoundaryError::new(Step::UserModeNetwork, e))?)
+            match super::uplink_pool::take() {
+                // Made ahead, configured: nothing to wait for.
+                Some(u) => (u.netns, Some(u.pasta)),
+                None => {
+                    let netns = new_netns()?;
+                    // Configures the namespace while the rest is built; awaited at the end.
+                    let pasta = Pasta::spawn(&netns)
+                        .map_err(|e| BoundaryError::new(Step::UserModeNetwork, e))?;
+                    (netns, Some(pasta))
+                }
+            }
         };
         let net_raw = netns.net.as_raw_fd();
         // The holder's pre_exec reports the step that failed here (one byte).

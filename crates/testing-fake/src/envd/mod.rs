@@ -28,6 +28,7 @@ mod paths;
 mod process;
 mod pty;
 mod rootfs;
+mod uplink_pool;
 mod userns;
 mod watch;
 

@@ -144,6 +144,18 @@ fn default_route_in(table: &str) -> Option<String> {
     })
 }
 
+/// True when pasta can be found (tests that need it).
+#[cfg(test)]
+pub(crate) fn pasta_available() -> std::io::Result<PathBuf> {
+    pasta_binary()
+}
+
+/// True when the namespace has a default route (pasta configured it).
+#[cfg(test)]
+pub(crate) fn has_default_route(ns: &NetNs) -> std::io::Result<bool> {
+    in_netns(&ns.net, || Ok(default_route_if().is_some()))
+}
+
 /// The pasta binary: `E2B_LOCAL_PASTA`, else `pasta` on `PATH`.
 fn pasta_binary() -> std::io::Result<PathBuf> {
     if let Some(p) = std::env::var_os("E2B_LOCAL_PASTA").filter(|p| !p.is_empty()) {
@@ -293,6 +305,19 @@ impl Pasta {
                 std::thread::sleep(Duration::from_millis(2));
             }
         })
+    }
+
+    /// True while pasta runs (its pidfd is not readable: a process that ended, reaped
+    /// or not, makes it so).
+    pub(crate) fn running(&self) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one pollfd we own, no waiting.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n == 0
     }
 
     /// Kill pasta (the namespace loses its uplink).

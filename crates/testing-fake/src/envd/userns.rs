@@ -109,6 +109,8 @@ pub(crate) fn in_new_namespaces<T>(
         )
     };
     use std::os::fd::AsRawFd;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: the child only calls async-signal-safe syscalls, then _exit.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -117,6 +119,15 @@ pub(crate) fn in_new_namespaces<T>(
     if pid == 0 {
         // SAFETY: in the forked child: raw syscalls on inherited fds, then _exit.
         unsafe {
+            // It dies with the thread that forked it (which waits for it below), and
+            // holds no copy of the parent's ends: a parent that dies mid-way (the
+            // emulator interrupted during a create) leaves no child blocked forever.
+            libc::close(up_r.as_raw_fd());
+            libc::close(down_w.as_raw_fd());
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != parent
+            {
+                libc::_exit(1);
+            }
             let status: u8 = if libc::unshare(flags) != 0 {
                 *libc::__errno_location() as u8
             } else {
