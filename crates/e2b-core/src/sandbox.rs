@@ -51,6 +51,18 @@ pub trait EnvdApi: Send + Sync + fmt::Debug {
     /// `Process.SendInput`: bytes to stdin (started with `stdin`) or to the PTY.
     async fn send_input(&self, process: ProcessSelector, input: ProcessInput) -> Result<(), Error>;
 
+    /// `Process.SendInput` of the concatenation of `parts` to stdin, for a caller that
+    /// holds its bytes in pieces (a header and a payload): the request is built with one
+    /// copy of each. The default joins them and calls [`EnvdApi::send_input`].
+    async fn send_stdin_parts(
+        &self,
+        process: ProcessSelector,
+        parts: &[&[u8]],
+    ) -> Result<(), Error> {
+        self.send_input(process, ProcessInput::Stdin(parts.concat()))
+            .await
+    }
+
     /// `Process.SendSignal`: SIGTERM or SIGKILL to the process (not its group). Unknown pid
     /// → `not_found`.
     async fn send_signal(&self, process: ProcessSelector, signal: Signal) -> Result<(), Error>;
@@ -424,6 +436,15 @@ impl EnvdApi for Sandbox {
 
     async fn send_input(&self, process: ProcessSelector, input: ProcessInput) -> Result<(), Error> {
         self.explain(self.inner.conn.send_input(process, input).await)
+            .await
+    }
+
+    async fn send_stdin_parts(
+        &self,
+        process: ProcessSelector,
+        parts: &[&[u8]],
+    ) -> Result<(), Error> {
+        self.explain(self.inner.conn.send_stdin_parts(process, parts).await)
             .await
     }
 

@@ -24,6 +24,28 @@ fn malformed(why: impl Into<String>) -> WireError {
     WireError::Malformed(why.into())
 }
 
+/// A `SendInput` of the concatenation of `parts` to stdin, encoded with one copy of
+/// each part (what [`SendInputRequest::encode_proto`] gives for their joined bytes).
+///
+/// ```
+/// use e2b_proto::process::{ProcessInput, ProcessSelector, SendInputRequest};
+/// use e2b_proto::process_wire::encode_stdin_parts;
+/// use e2b_proto::wire::ProtoMessage;
+///
+/// let sel = ProcessSelector::Pid(3);
+/// let joined = SendInputRequest {
+///     process: sel.clone(),
+///     input: Some(ProcessInput::Stdin(b"line\ndata".to_vec())),
+/// };
+/// assert_eq!(encode_stdin_parts(&sel, &[b"line\n", b"data"]), joined.encode_proto());
+/// ```
+pub fn encode_stdin_parts(process: &ProcessSelector, parts: &[&[u8]]) -> Vec<u8> {
+    let mut w = Writer::new();
+    put_selector(&mut w, 1, process);
+    w.message_with_bytes(2, 1, parts);
+    w.into_bytes()
+}
+
 fn put_selector(w: &mut Writer, field: u32, sel: &ProcessSelector) {
     w.message(field, |m| match sel {
         ProcessSelector::Pid(pid) => m.varint(1, u64::from(*pid)),
@@ -72,7 +94,7 @@ impl ProtoMessage for SendInputRequest {
                 ProcessInput::Stdin(b) => (1, b),
                 ProcessInput::Pty(b) => (2, b),
             };
-            w.message_with_bytes(2, field, data);
+            w.message_with_bytes(2, field, &[data]);
         }
         w.into_bytes()
     }

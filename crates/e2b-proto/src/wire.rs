@@ -103,16 +103,19 @@ impl Writer {
     }
 
     /// A nested message whose only field is the length-delimited `inner_field` holding
-    /// `data`, written without an intermediate buffer.
-    pub fn message_with_bytes(&mut self, field: u32, inner_field: u32, data: &[u8]) {
+    /// the concatenation of `parts`, written without an intermediate buffer.
+    pub fn message_with_bytes(&mut self, field: u32, inner_field: u32, parts: &[&[u8]]) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut head = Vec::with_capacity(12);
         put_varint(&mut head, (u64::from(inner_field) << 3) | 2);
-        put_varint(&mut head, data.len() as u64);
+        put_varint(&mut head, len as u64);
         self.tag(field, 2);
-        put_varint(&mut self.buf, (head.len() + data.len()) as u64);
-        self.buf.reserve(head.len() + data.len());
+        put_varint(&mut self.buf, (head.len() + len) as u64);
+        self.buf.reserve(head.len() + len);
         self.buf.extend_from_slice(&head);
-        self.buf.extend_from_slice(data);
+        for part in parts {
+            self.buf.extend_from_slice(part);
+        }
     }
 
     /// The encoded message.
@@ -281,7 +284,8 @@ mod tests {
             let mut nested = Writer::new();
             nested.message(2, |m| m.bytes(1, &data));
             let mut direct = Writer::new();
-            direct.message_with_bytes(2, 1, &data);
+            let (a, b) = data.split_at(len / 3);
+            direct.message_with_bytes(2, 1, &[a, b]);
             assert_eq!(direct.into_bytes(), nested.into_bytes(), "{len}");
         }
     }

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use e2b_core::EnvdApi;
 use e2b_core::envd::ProcessStream;
-use e2b_core::proto::process::{DataEvent, ProcessEvent, ProcessInput, ProcessSelector, Signal};
+use e2b_core::proto::process::{DataEvent, ProcessEvent, ProcessSelector, Signal};
 use e2b_core::trusted_shell::TrustedShell;
 use futures::StreamExt as _;
 
@@ -311,11 +311,13 @@ impl Worker {
             line.push_str(&field(a));
         }
         line.push('\n');
-        let mut request = line.into_bytes();
-        request.extend_from_slice(stdin.unwrap_or_default());
         *sent = true;
+        // The line and the bytes go into the request as they are (one copy each).
         self.api
-            .send_input(ProcessSelector::Pid(self.pid), ProcessInput::Stdin(request))
+            .send_stdin_parts(
+                ProcessSelector::Pid(self.pid),
+                &[line.as_bytes(), stdin.unwrap_or_default()],
+            )
             .await
             .map_err(|e| {
                 // Refused before envd took it (429, 503): it never reached the worker.

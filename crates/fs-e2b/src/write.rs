@@ -245,16 +245,24 @@ async fn run(
 
 /// All of `data` when it has at most [`holder::INLINE_WRITE_MAX`] bytes, else a stream
 /// of the same bytes (those read so far first); an error item is returned as itself.
-async fn small(mut data: ByteStream) -> Result<Result<Vec<u8>, ByteStream>, Error> {
-    let mut buf = Vec::new();
+/// A stream of one chunk gives that chunk itself (no copy); more are joined once.
+async fn small(mut data: ByteStream) -> Result<Result<Bytes, ByteStream>, Error> {
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut len = 0;
     while let Some(item) = data.next().await {
-        buf.extend_from_slice(&item?);
-        if buf.len() > holder::INLINE_WRITE_MAX {
-            let head = futures::stream::iter([Ok(Bytes::from(buf))]);
+        let item = item?;
+        len += item.len();
+        chunks.push(item);
+        if len > holder::INLINE_WRITE_MAX {
+            let head = futures::stream::iter(chunks.into_iter().map(Ok));
             return Ok(Err(Box::pin(head.chain(data))));
         }
     }
-    Ok(Ok(buf))
+    Ok(Ok(match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.swap_remove(0),
+        _ => Bytes::from(chunks.concat()),
+    }))
 }
 
 /// The write of a small file on the warm worker (one `SendInput` carrying the bytes, see

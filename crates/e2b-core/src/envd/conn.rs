@@ -163,8 +163,18 @@ impl EnvdConn {
         req: &Req,
         user: Option<&str>,
     ) -> Result<Resp, Error> {
+        self.unary_proto_body(path, req.encode_proto(), user).await
+    }
+
+    /// [`EnvdConn::unary_proto`] of a request already encoded.
+    pub(crate) async fn unary_proto_body<Resp: ProtoMessage>(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        user: Option<&str>,
+    ) -> Result<Resp, Error> {
         let bytes = self
-            .unary_bytes(path, user, wire::CONTENT_TYPE, req.encode_proto(), false)
+            .unary_bytes(path, user, wire::CONTENT_TYPE, body, false)
             .await?;
         Resp::decode_proto(&bytes).map_err(|e| {
             Error::protocol(Surface::Envd, format!("undecodable {path} response ({e})"))

@@ -240,6 +240,16 @@ impl EnvdConn {
         Ok(())
     }
 
+    pub(crate) async fn send_stdin_parts(
+        &self,
+        process: ProcessSelector,
+        parts: &[&[u8]],
+    ) -> Result<(), Error> {
+        let body = crate::proto::process_wire::encode_stdin_parts(&process, parts);
+        let _: Empty = self.unary_proto_body(paths::SEND_INPUT, body, None).await?;
+        Ok(())
+    }
+
     pub(crate) async fn send_signal(
         &self,
         process: ProcessSelector,

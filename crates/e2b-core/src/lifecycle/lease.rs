@@ -107,6 +107,15 @@ impl EnvdApi for LeasedApi {
         reconnecting!(self, self.inner.send_input(process.clone(), input.clone()))
     }
 
+    async fn send_stdin_parts(
+        &self,
+        process: ProcessSelector,
+        parts: &[&[u8]],
+    ) -> Result<(), Error> {
+        self.keepalive.touch("send_input");
+        reconnecting!(self, self.inner.send_stdin_parts(process.clone(), parts))
+    }
+
     async fn send_signal(&self, process: ProcessSelector, signal: Signal) -> Result<(), Error> {
         self.keepalive.touch("send_signal");
         reconnecting!(self, self.inner.send_signal(process.clone(), signal))

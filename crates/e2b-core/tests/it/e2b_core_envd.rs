@@ -157,11 +157,18 @@ async fn stdin_list_connect_signal() {
     )
     .await
     .expect("send input");
+    // In pieces (binary, one copy each), every byte value, past a pipe buffer.
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i % 256) as u8).collect();
+    sb.send_stdin_parts(ProcessSelector::Pid(pid), &[b"de", b"", &big])
+        .await
+        .expect("send parts");
     sb.close_stdin(ProcessSelector::Pid(pid))
         .await
         .expect("close stdin");
     let out = within("cat", cat.wait_output()).await.expect("cat output");
-    assert_eq!(out.stdout, b"abc\n");
+    let mut want = b"abc\nde".to_vec();
+    want.extend_from_slice(&big);
+    assert!(out.stdout == want, "cat echoed {} bytes", out.stdout.len());
     assert_eq!(out.end.exit_code, 0);
 
     // a tagged long runner: list, connect, signal
