@@ -17,30 +17,29 @@ const SPAWN_TOOLS: [&str; 16] = [
 async fn run_on_a_template_root_sees_the_tree_and_not_the_host() {
     let tree = template_tree(&SPAWN_TOOLS);
     let flag = format!("base={}", tree.0.display());
-    let o = Out::of(embedded().args([
-        "-q",
-        "--template-root",
-        &flag,
-        "run",
-        "--",
-        "sh",
-        "-c",
+    let run = |script: &'static str| {
+        let flag = flag.clone();
+        async move {
+            Out::of(embedded().args([
+                "-q",
+                "--template-root",
+                &flag,
+                "run",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ]))
+            .await
+        }
+    };
+    let o = run(
         "cat /etc/template-marker; test -e /usr/bin/perl && echo host perl || echo no perl; id -un",
-    ]))
+    )
     .await;
     assert_eq!(o.ok(), "from the template\nno perl\nuser\n");
     // The tree is never written: the sandbox's writes stay in the sandbox.
-    let o = Out::of(embedded().args([
-        "-q",
-        "--template-root",
-        &flag,
-        "run",
-        "--",
-        "sh",
-        "-c",
-        "echo changed > /tmp/x && cat /tmp/x",
-    ]))
-    .await;
+    let o = run("echo changed > /tmp/x && cat /tmp/x").await;
     assert_eq!(o.ok(), "changed\n");
     assert!(!tree.0.join("tmp/x").exists(), "the tree was written");
 }
