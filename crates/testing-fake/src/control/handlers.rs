@@ -190,12 +190,14 @@ async fn create(store: &Store, body: &[u8], v2: bool) -> ApiResult<(StatusCode, 
     Ok((StatusCode::CREATED, Json(sandbox_answer(&rec))))
 }
 
-/// `GET /sandboxes/{id}`.
+/// `GET /sandboxes/{id}`; with `missingLimits` (the emulator's own field, absent when
+/// every limit of the template applies) naming the limits this host could not apply.
 pub(crate) async fn info(
     State(store): State<Arc<Store>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<SandboxDetail>> {
+) -> ApiResult<Json<serde_json::Value>> {
     let rec = lookup(&store, &id)?;
+    let missing = rec.life().envd.missing_limits();
     let pause_mode = {
         let life = rec.life();
         (life.state == SandboxState::Paused).then(|| {
@@ -208,7 +210,7 @@ pub(crate) async fn info(
         })
     };
     let (allow_internet_access, network) = rec.net();
-    Ok(Json(SandboxDetail {
+    let detail = SandboxDetail {
         listed: listed(&rec),
         pause_mode,
         envd_access_token: rec.access_token.clone(),
@@ -224,7 +226,13 @@ pub(crate) async fn info(
             auto_resume: rec.auto_resume,
             on_timeout: if rec.auto_pause { "pause" } else { "kill" }.into(),
         }),
-    }))
+    };
+    let mut body = serde_json::to_value(detail)
+        .map_err(|e| ApiErr::internal(format!("encoding the sandbox: {e}")))?;
+    if let (false, Some(obj)) = (missing.is_empty(), body.as_object_mut()) {
+        obj.insert("missingLimits".into(), serde_json::json!(missing));
+    }
+    Ok(Json(body))
 }
 
 /// `DELETE /sandboxes/{id}`.

@@ -121,7 +121,15 @@ impl Limits {
         ];
         let mut out = Limits::default();
         let mut why = Vec::new();
+        // Tests simulate a host without a controller (`E2B_LOCAL_DENY_LIMIT=memory,…`), as
+        // `E2B_LOCAL_DENY_STEP` does for the boundary's steps.
+        let denied = std::env::var("E2B_LOCAL_DENY_LIMIT").unwrap_or_default();
         for (ctrl, settings) in wanted {
+            if denied.split(',').any(|d| d.trim() == ctrl) {
+                out.missing.push(ctrl);
+                why.push(format!("{ctrl}: denied by E2B_LOCAL_DENY_LIMIT"));
+                continue;
+            }
             match make(ctrl, n, &settings) {
                 Ok((dir, fd)) => {
                     if ctrl == "memory" {

@@ -23,6 +23,7 @@ pub(crate) fn start_local(
         .args(args)
         .env_remove("E2B_LOCAL_NO_ISOLATION")
         .env_remove("E2B_LOCAL_DENY_STEP")
+        .env_remove("E2B_LOCAL_DENY_LIMIT")
         .env_remove("E2B_LOCAL_PASTA")
         .env_remove("E2B_LOCAL_UPLINK_NETNS")
         .stdin(Stdio::null())
@@ -116,4 +117,57 @@ async fn the_opt_out_is_announced_at_start() {
     let (child, _, _) = start(root.path(), &[], &[("E2B_LOCAL_NO_ISOLATION", "1")]);
     let err = stop(child);
     assert!(err.contains("sandbox isolation is OFF"), "{err}");
+}
+
+/// `GET /sandboxes/{id}` as JSON.
+async fn info(api: &str, key: &str, id: &str) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(format!("{api}/sandboxes/{id}"))
+        .header("X-API-KEY", key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_limit_the_host_cannot_apply_is_named_once_and_in_the_sandbox_info() {
+    let root = tempfile::tempdir().unwrap();
+    let (child, api, key) = start(root.path(), &[], &[("E2B_LOCAL_DENY_LIMIT", "memory")]);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (status, body) = create(&api, &key).await;
+        assert_eq!(status, 201, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        ids.push(v["sandboxID"].as_str().unwrap().to_owned());
+    }
+    for id in &ids {
+        let v = info(&api, &key, id).await;
+        assert_eq!(v["missingLimits"], serde_json::json!(["memory"]), "{v}");
+    }
+    let err = stop(child);
+    assert_eq!(
+        err.matches("sandboxes run without these limits").count(),
+        1,
+        "said once: {err}"
+    );
+    assert!(
+        err.contains("memory: denied by E2B_LOCAL_DENY_LIMIT"),
+        "{err}"
+    );
+    // Where every limit applies, the field is absent (the SDKs' shape is E2B's).
+    let root = tempfile::tempdir().unwrap();
+    let (child, api, key) = start(root.path(), &[], &[]);
+    let (status, body) = create(&api, &key).await;
+    assert_eq!(status, 201, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let v = info(&api, &key, v["sandboxID"].as_str().unwrap()).await;
+    let err = stop(child);
+    if err.contains("sandboxes run without these limits") {
+        eprintln!("SKIPPED: this host applies no limits itself: {err}");
+        return;
+    }
+    assert!(v.get("missingLimits").is_none(), "{v}");
 }
