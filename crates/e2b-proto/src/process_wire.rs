@@ -18,7 +18,7 @@ use super::process::{
     CloseStdinRequest, Empty, ListResponse, ProcessConfig, ProcessInfo, ProcessInput,
     ProcessSelector, Pty, PtySize, SendInputRequest, SendSignalRequest, Signal, UpdateRequest,
 };
-use super::wire::{ProtoMessage, Reader, WireError, Writer};
+use super::wire::{ProtoMessage, Value, WireError, Writer, each_field};
 
 fn malformed(why: impl Into<String>) -> WireError {
     WireError::Malformed(why.into())
@@ -40,9 +40,17 @@ fn malformed(why: impl Into<String>) -> WireError {
 /// assert_eq!(encode_stdin_parts(&sel, &[b"line\n", b"data"]), joined.encode_proto());
 /// ```
 pub fn encode_stdin_parts(process: &ProcessSelector, parts: &[&[u8]]) -> Vec<u8> {
+    encode_input(process, Some((1, parts)))
+}
+
+/// A `SendInput`: the selector, then the input (`ProcessInput`'s member number and the
+/// parts of its bytes), whose bytes are copied once, straight into the message.
+fn encode_input(process: &ProcessSelector, input: Option<(u32, &[&[u8]])>) -> Vec<u8> {
     let mut w = Writer::new();
     put_selector(&mut w, 1, process);
-    w.message_with_bytes(2, 1, parts);
+    if let Some((member, parts)) = input {
+        w.message_with_bytes(2, member, parts);
+    }
     w.into_bytes()
 }
 
@@ -53,21 +61,26 @@ fn put_selector(w: &mut Writer, field: u32, sel: &ProcessSelector) {
     });
 }
 
-/// A `ProcessSelector`; `None` when neither member is set.
-fn selector(buf: &[u8], into: &mut Option<ProcessSelector>) -> Result<(), WireError> {
-    let mut r = Reader::new(buf);
-    while let Some((field, v)) = r.next_field()? {
-        match field {
-            1 => *into = Some(ProcessSelector::Pid(v.as_u32("selector.pid")?)),
-            2 => *into = Some(ProcessSelector::Tag(v.as_string("selector.tag")?)),
-            _ => {}
+/// The selector (field 1) of a request `buf`, or [`WireError::NoSelector`] when it is
+/// absent or names neither member; `other` gets every other field.
+fn with_selector<'a>(
+    buf: &'a [u8],
+    mut other: impl FnMut(u32, Value<'a>) -> Result<(), WireError>,
+) -> Result<ProcessSelector, WireError> {
+    let mut sel = None;
+    each_field(buf, |field, v| {
+        if field != 1 {
+            return other(field, v);
         }
-    }
-    Ok(())
-}
-
-/// The selector of a request, or [`WireError::NoSelector`].
-fn required(sel: Option<ProcessSelector>) -> Result<ProcessSelector, WireError> {
+        each_field(v.as_bytes("process")?, |f, v| {
+            match f {
+                1 => sel = Some(ProcessSelector::Pid(v.as_u32("selector.pid")?)),
+                2 => sel = Some(ProcessSelector::Tag(v.as_string("selector.tag")?)),
+                _ => {}
+            }
+            Ok(())
+        })
+    })?;
     sel.ok_or(WireError::NoSelector)
 }
 
@@ -77,8 +90,7 @@ impl ProtoMessage for Empty {
     }
 
     fn decode_proto(buf: &[u8]) -> Result<Self, WireError> {
-        let mut r = Reader::new(buf);
-        while r.next_field()?.is_some() {}
+        each_field(buf, |_, _| Ok(()))?;
         Ok(Empty {})
     }
 }
@@ -87,41 +99,32 @@ impl ProtoMessage for SendInputRequest {
     /// The input's bytes are copied once, straight into the message (a nested
     /// [`Writer::message`] would copy them twice more).
     fn encode_proto(&self) -> Vec<u8> {
-        let mut w = Writer::new();
-        put_selector(&mut w, 1, &self.process);
-        if let Some(input) = &self.input {
-            let (field, data) = match input {
-                ProcessInput::Stdin(b) => (1, b),
-                ProcessInput::Pty(b) => (2, b),
-            };
-            w.message_with_bytes(2, field, &[data]);
+        let input = self.input.as_ref().map(|input| match input {
+            ProcessInput::Stdin(b) => (1, b.as_slice()),
+            ProcessInput::Pty(b) => (2, b.as_slice()),
+        });
+        match input {
+            Some((member, data)) => encode_input(&self.process, Some((member, &[data]))),
+            None => encode_input(&self.process, None),
         }
-        w.into_bytes()
     }
 
     fn decode_proto(buf: &[u8]) -> Result<Self, WireError> {
-        let (mut sel, mut input) = (None, None);
-        let mut r = Reader::new(buf);
-        while let Some((field, v)) = r.next_field()? {
-            match field {
-                1 => selector(v.as_bytes("process")?, &mut sel)?,
-                2 => {
-                    let mut m = Reader::new(v.as_bytes("input")?);
-                    while let Some((f, v)) = m.next_field()? {
-                        match f {
-                            1 => input = Some(ProcessInput::Stdin(v.as_bytes("stdin")?.to_vec())),
-                            2 => input = Some(ProcessInput::Pty(v.as_bytes("pty")?.to_vec())),
-                            _ => {}
-                        }
-                    }
-                }
-                _ => {}
+        let mut input = None;
+        let process = with_selector(buf, |field, v| {
+            if field != 2 {
+                return Ok(());
             }
-        }
-        Ok(SendInputRequest {
-            process: required(sel)?,
-            input,
-        })
+            each_field(v.as_bytes("input")?, |f, v| {
+                match f {
+                    1 => input = Some(ProcessInput::Stdin(v.as_bytes("stdin")?.to_vec())),
+                    2 => input = Some(ProcessInput::Pty(v.as_bytes("pty")?.to_vec())),
+                    _ => {}
+                }
+                Ok(())
+            })
+        })?;
+        Ok(SendInputRequest { process, input })
     }
 }
 
@@ -136,24 +139,17 @@ impl ProtoMessage for SendSignalRequest {
     }
 
     fn decode_proto(buf: &[u8]) -> Result<Self, WireError> {
-        let (mut sel, mut signal) = (None, Signal::Unspecified);
-        let mut r = Reader::new(buf);
-        while let Some((field, v)) = r.next_field()? {
-            match field {
-                1 => selector(v.as_bytes("process")?, &mut sel)?,
-                2 => {
-                    // An enum is an int32: a negative one is sign-extended to 64 bits.
-                    let n = i64::from(v.as_varint("signal")? as i32);
-                    signal = Signal::from_number(n)
-                        .ok_or_else(|| malformed(format!("invalid Signal: {n}")))?;
-                }
-                _ => {}
+        let mut signal = Signal::Unspecified;
+        let process = with_selector(buf, |field, v| {
+            if field == 2 {
+                // An enum is an int32: a negative one is sign-extended to 64 bits.
+                let n = i64::from(v.as_varint("signal")? as i32);
+                signal = Signal::from_number(n)
+                    .ok_or_else(|| malformed(format!("invalid Signal: {n}")))?;
             }
-        }
-        Ok(SendSignalRequest {
-            process: required(sel)?,
-            signal,
-        })
+            Ok(())
+        })?;
+        Ok(SendSignalRequest { process, signal })
     }
 }
 
@@ -179,38 +175,32 @@ impl ProtoMessage for UpdateRequest {
     }
 
     fn decode_proto(buf: &[u8]) -> Result<Self, WireError> {
-        let (mut sel, mut pty) = (None, None);
-        let mut r = Reader::new(buf);
-        while let Some((field, v)) = r.next_field()? {
-            match field {
-                1 => selector(v.as_bytes("process")?, &mut sel)?,
-                2 => {
-                    let mut p: Pty = pty.unwrap_or_default();
-                    let mut m = Reader::new(v.as_bytes("pty")?);
-                    while let Some((f, v)) = m.next_field()? {
-                        if f != 1 {
-                            continue;
-                        }
-                        let mut size: PtySize = p.size.unwrap_or_default();
-                        let mut s = Reader::new(v.as_bytes("pty.size")?);
-                        while let Some((f, v)) = s.next_field()? {
-                            match f {
-                                1 => size.cols = v.as_u32("pty.size.cols")?,
-                                2 => size.rows = v.as_u32("pty.size.rows")?,
-                                _ => {}
-                            }
-                        }
-                        p.size = Some(size);
-                    }
-                    pty = Some(p);
-                }
-                _ => {}
+        let mut pty = None;
+        let process = with_selector(buf, |field, v| {
+            if field != 2 {
+                return Ok(());
             }
-        }
-        Ok(UpdateRequest {
-            process: required(sel)?,
-            pty,
-        })
+            let mut p: Pty = pty.unwrap_or_default();
+            each_field(v.as_bytes("pty")?, |f, v| {
+                if f != 1 {
+                    return Ok(());
+                }
+                let mut size: PtySize = p.size.unwrap_or_default();
+                each_field(v.as_bytes("pty.size")?, |f, v| {
+                    match f {
+                        1 => size.cols = v.as_u32("pty.size.cols")?,
+                        2 => size.rows = v.as_u32("pty.size.rows")?,
+                        _ => {}
+                    }
+                    Ok(())
+                })?;
+                p.size = Some(size);
+                Ok(())
+            })?;
+            pty = Some(p);
+            Ok(())
+        })?;
+        Ok(UpdateRequest { process, pty })
     }
 }
 
@@ -222,16 +212,8 @@ impl ProtoMessage for CloseStdinRequest {
     }
 
     fn decode_proto(buf: &[u8]) -> Result<Self, WireError> {
-        let mut sel = None;
-        let mut r = Reader::new(buf);
-        while let Some((field, v)) = r.next_field()? {
-            if field == 1 {
-                selector(v.as_bytes("process")?, &mut sel)?;
-            }
-        }
-        Ok(CloseStdinRequest {
-            process: required(sel)?,
-        })
+        let process = with_selector(buf, |_, _| Ok(()))?;
+        Ok(CloseStdinRequest { process })
     }
 }
 
@@ -255,27 +237,27 @@ fn put_config(w: &mut Writer, c: &ProcessConfig) {
 
 fn config(buf: &[u8]) -> Result<ProcessConfig, WireError> {
     let mut c = ProcessConfig::default();
-    let mut r = Reader::new(buf);
-    while let Some((field, v)) = r.next_field()? {
+    each_field(buf, |field, v| {
         match field {
             1 => c.cmd = v.as_string("config.cmd")?,
             2 => c.args.push(v.as_string("config.args")?),
             3 => {
                 let (mut key, mut value) = (String::new(), String::new());
-                let mut e = Reader::new(v.as_bytes("config.envs")?);
-                while let Some((f, v)) = e.next_field()? {
+                each_field(v.as_bytes("config.envs")?, |f, v| {
                     match f {
                         1 => key = v.as_string("config.envs.key")?,
                         2 => value = v.as_string("config.envs.value")?,
                         _ => {}
                     }
-                }
+                    Ok(())
+                })?;
                 c.envs.insert(key, value);
             }
             4 => c.cwd = Some(v.as_string("config.cwd")?),
             _ => {}
         }
-    }
+        Ok(())
+    })?;
     Ok(c)
 }
 
@@ -298,23 +280,23 @@ impl ProtoMessage for ListResponse {
 
     fn decode_proto(buf: &[u8]) -> Result<Self, WireError> {
         let mut out = ListResponse::default();
-        let mut r = Reader::new(buf);
-        while let Some((field, v)) = r.next_field()? {
+        each_field(buf, |field, v| {
             if field != 1 {
-                continue;
+                return Ok(());
             }
             let mut info = ProcessInfo::default();
-            let mut m = Reader::new(v.as_bytes("processes")?);
-            while let Some((f, v)) = m.next_field()? {
+            each_field(v.as_bytes("processes")?, |f, v| {
                 match f {
                     1 => info.config = config(v.as_bytes("config")?)?,
                     2 => info.pid = v.as_u32("pid")?,
                     3 => info.tag = Some(v.as_string("tag")?),
                     _ => {}
                 }
-            }
+                Ok(())
+            })?;
             out.processes.push(info);
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 }

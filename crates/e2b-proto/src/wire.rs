@@ -166,6 +166,19 @@ impl<'a> Value<'a> {
     }
 }
 
+/// Calls `each` with every field of the message `buf`, in order (the loop every decoder
+/// needs; fields it does not know the callee skips).
+pub fn each_field<'a>(
+    buf: &'a [u8],
+    mut each: impl FnMut(u32, Value<'a>) -> Result<(), WireError>,
+) -> Result<(), WireError> {
+    let mut r = Reader::new(buf);
+    while let Some((field, v)) = r.next_field()? {
+        each(field, v)?;
+    }
+    Ok(())
+}
+
 /// Reads the fields of one message in order.
 #[derive(Debug, Clone)]
 pub struct Reader<'a> {
