@@ -112,6 +112,11 @@ impl HostLease {
         })
     }
 
+    /// The bound in whole seconds (the helper's `--lease FILE SECS`).
+    pub(crate) fn secs(&self) -> u64 {
+        self.secs
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -190,6 +190,7 @@
 //! `wait` on a frozen envd errors within 90 s); if that kill cannot finish, dropping the
 //! child runs it again, and the host lease ends the spawn in the sandbox.
 
+mod boot;
 mod child;
 pub mod durable;
 mod frames;

@@ -228,6 +228,16 @@ impl Session {
         }
     }
 
+    /// The spawn's group label.
+    pub(crate) fn group(&self) -> Option<&str> {
+        self.group.as_deref()
+    }
+
+    /// Records the cgroup name this spawn was given.
+    pub(crate) fn set_cgroup_name(&self, name: String) {
+        let _ = self.cgroup_name.set(name);
+    }
+
     /// The verified pid, once known.
     pub(crate) fn pid(&self) -> Option<u32> {
         match &*self.started.borrow() {
@@ -400,6 +410,17 @@ impl Session {
 /// this one, which the helper's 10-digit numbers and `timeout` both take.
 pub(crate) const MAX_KILL_AFTER_SECS: u64 = 100 * 365 * 24 * 3600;
 
+/// A backstop in whole seconds (rounded up, at most [`MAX_KILL_AFTER_SECS`]): the
+/// native helper's `--kill-after`, or `timeout -s KILL`'s.
+pub(crate) fn kill_after_secs(after: Option<Duration>) -> Option<String> {
+    after.map(|d| {
+        d.as_secs()
+            .saturating_add(u64::from(d.subsec_nanos() > 0))
+            .min(MAX_KILL_AFTER_SECS)
+            .to_string()
+    })
+}
+
 /// The envd `Start` of the spawn helper (after the user lookup and the helper's
 /// placement; terminals upload their spec file first). Contained mode starts it as root
 /// with the spawn's cgroup name; plain mode as the acting user.
@@ -408,6 +429,9 @@ async fn start(
     session: &Session,
     mut launch: Launch,
 ) -> Result<(ProcessStream, Option<LeaseHold>), Error> {
+    if let Some(booted) = crate::boot::first_spawn(world, session, &launch).await? {
+        return Ok(booted);
+    }
     let (info, setup) = world.ready().await?;
     launch.wrap.home = info.home.clone();
     launch.wrap.shell = info.shell.clone();
@@ -442,12 +466,7 @@ async fn start(
     }
     // The backstop, in whole seconds: the native helper's `--kill-after`, else `timeout
     // -s KILL` in front of the program (it kills its process group).
-    let kill_after = launch.kill_after.map(|d| {
-        d.as_secs()
-            .saturating_add(u64::from(d.subsec_nanos() > 0))
-            .min(MAX_KILL_AFTER_SECS)
-            .to_string()
-    });
+    let kill_after = kill_after_secs(launch.kill_after);
     if let (Some(secs), None) = (&kill_after, native) {
         let program = std::mem::replace(&mut launch.wrap.program, "timeout".to_owned());
         launch.wrap.args.splice(

@@ -40,24 +40,24 @@ exit 0"#;
 /// Creates `$1` empty with mode 0600, refusing anything already there (noclobber).
 const PRIVATE_FILE_SH: &str = r#"umask 077; set -C; : > "$1""#;
 
-/// Places the spawn helpers and probes for a cgroup per spawn. `$1` the helper
+/// The placement step as an `sh` function, `place NAME HELPER USER PROBE NATIVE`, shared
+/// by [`SETUP_SH`] and the first spawn's boot (`boot.rs`). `NAME` is the helper
 /// directory's name (made, root-owned and 0755, in `/run` when that is a real directory
-/// of root's that no one else may write, else in `/tmp`; it must not exist), `$2` the
-/// `sh` helper's text, `$3` the acting user (empty: not known yet, no ids printed), `$4`
-/// a probe cgroup name, `$5` the native helper as base64 (may be empty), `$6` = `1`:
-/// first the user database, for the user lookup in the same round trip (`path PATH`,
-/// then `pw ENTRY` per `getent passwd` entry and `gr ENTRY` per `getent group` entry).
+/// of root's that no one else may write, else in `/tmp`; it must not exist), `HELPER` the
+/// `sh` helper's text, `USER` the acting user (empty: not known yet, no ids printed),
+/// `PROBE` a probe cgroup name, `NATIVE` the native helper as base64 (may be empty).
 /// Prints `dir PATH`, then `native` when the native helper was placed and runs here,
 /// then `cgroup MOUNT SETPRIV UID GID GROUPS` when root can create a cgroup below its own
 /// in the cgroup2 mount, move a process into it and `cgroup.kill` it, and `setpriv` is
 /// there to drop to a user (`UID GID GROUPS`: the acting user's ids and groups, empty for
-/// root); nothing more otherwise.
-const SETUP_SH: &str = r#"umask 022
-if [ "$6" = 1 ]; then
-  printf 'path %s\n' "$PATH"
-  getent passwd | while IFS= read -r l; do printf 'pw %s\n' "$l"; done
-  getent group | while IFS= read -r l; do printf 'gr %s\n' "$l"; done
-fi
+/// root); nothing more otherwise. Leaves `d` (the directory), `native_ok` and `cg_ok`
+/// (`1` or empty), `mnt`, `uid`, `gid` and `groups` set; returns 3 when the directory
+/// could not be made.
+macro_rules! place_fn {
+    () => {
+        r#"place() {
+umask 022
+native_ok=; cg_ok=; mnt=; uid=; gid=; groups=
 d=/tmp/$1
 if [ -d /run ] && [ ! -L /run ]; then
   st=$(stat -c '%u %a' /run 2>/dev/null) || st=
@@ -66,28 +66,27 @@ if [ -d /run ] && [ ! -L /run ]; then
     "0 "*) case $m in *[2367]?|*[2367]) ;; *) d=/run/$1 ;; esac ;;
   esac
 fi
-mkdir -m 0755 -- "$d" || exit 3
+mkdir -m 0755 -- "$d" || return 3
 printf 'dir %s\n' "$d"
-printf '%s' "$2" > "$d/spawn.sh" || exit 3
+printf '%s' "$2" > "$d/spawn.sh" || return 3
 if [ -n "$5" ]; then
   if printf '%s' "$5" | base64 -d > "$d/spawn" 2>/dev/null && chmod 0755 "$d/spawn" &&
     [ "$("$d/spawn" --probe 2>/dev/null)" = "exec-world-spawn 1" ]; then
     echo native
+    native_ok=1
   else
     rm -f -- "$d/spawn"
   fi
 fi
-mnt=
 while read -r _ _ _ root point rest; do
   case " $rest " in *" - cgroup2 "*) [ "$root" = / ] && { mnt=$point; break; } ;; esac
 done < /proc/self/mountinfo
-case $mnt in ''|*\\*) exit 0 ;; esac
+case $mnt in ''|*\\*) mnt=; return 0 ;; esac
 base=
 while read -r l; do case $l in 0::*) base=${l#0::} ;; esac; done < /proc/self/cgroup
-uid=; gid=; groups=
-sp=$(command -v setpriv) || exit 0
+sp=$(command -v setpriv) || return 0
 if [ -n "$3" ] && [ "$3" != root ]; then
-  e=$(getent passwd "$3") || exit 0
+  e=$(getent passwd "$3") || return 0
   IFS=: read -r _ _ uid gid _ <<PASSWD
 $e
 PASSWD
@@ -95,15 +94,37 @@ PASSWD
   [ -n "$groups" ] || groups=$gid
 fi
 t=$mnt${base%/}/$4
-mkdir -- "$t" 2>/dev/null || exit 0
+mkdir -- "$t" 2>/dev/null || return 0
 ok=0
 # Move this shell in and back: the move a spawn makes, allowed here.
 if [ -e "$t/cgroup.kill" ] && { echo $$ > "$t/cgroup.procs"; } 2>/dev/null; then
   { echo $$ > "$mnt${base%/}/cgroup.procs"; } 2>/dev/null && ok=1
 fi
 rmdir -- "$t" 2>/dev/null
-[ "$ok" = 1 ] && printf 'cgroup %s %s %s %s %s\n' "$mnt" "$sp" "$uid" "$gid" "$groups"
-exit 0"#;
+if [ "$ok" = 1 ]; then
+  printf 'cgroup %s %s %s %s %s\n' "$mnt" "$sp" "$uid" "$gid" "$groups"
+  cg_ok=1
+fi
+return 0
+}
+"#
+    };
+}
+pub(crate) use place_fn;
+
+/// Places the spawn helpers and probes for a cgroup per spawn: `place "$1" … "$5"` (see
+/// [`place_fn`]), after the user database when `$6` = `1`, for the user lookup in the
+/// same round trip (`path PATH`, then `pw ENTRY` per `getent passwd` entry and
+/// `gr ENTRY` per `getent group` entry).
+const SETUP_SH: &str = concat!(
+    place_fn!(),
+    r#"if [ "$6" = 1 ]; then
+  printf 'path %s\n' "$PATH"
+  getent passwd | while IFS= read -r l; do printf 'pw %s\n' "$l"; done
+  getent group | while IFS= read -r l; do printf 'gr %s\n' "$l"; done
+fi
+place "$1" "$2" "$3" "$4" "$5""#
+);
 
 /// Most bytes the setup may print (with the user database).
 const SETUP_OUTPUT: usize = 4 << 20;
@@ -155,7 +176,7 @@ pub(crate) struct Placed {
 }
 
 /// Reads [`SETUP_SH`]'s output (`None` without its `dir` line).
-fn parse_setup(text: &str) -> Option<Placed> {
+pub(crate) fn parse_setup(text: &str) -> Option<Placed> {
     let dir = text
         .lines()
         .find_map(|l| l.strip_prefix("dir "))?
@@ -188,7 +209,7 @@ fn parse_setup(text: &str) -> Option<Placed> {
 
 /// The user `name` from its passwd `entry`, envd's `PATH` and its groups (`id -G`,
 /// comma-separated; `None`: the primary group only).
-fn user_from(
+pub(crate) fn user_from(
     name: &str,
     entry: &str,
     path: &str,

@@ -21,7 +21,7 @@ use e2b_core::EnvdApi;
 use exec_world::Error;
 use tokio::sync::OnceCell;
 
-use crate::shell::{CgroupSetup, DropIds, Shell, UserInfo};
+use crate::shell::{CgroupSetup, DropIds, Placed, Shell, UserInfo};
 
 /// How long a placement outlives its last adapter (for the next connection to the same
 /// sandbox from this process).
@@ -43,6 +43,36 @@ pub(crate) struct SpawnSetup {
     /// The directory's parent is root's alone (`/run`): a directory that went cannot be
     /// made again there by the sandbox user, so the placement may outlive its adapters.
     pub(crate) sealed: bool,
+}
+
+/// What the first spawn's boot is given (`WorldShared::boot`).
+pub(crate) struct BootAsk {
+    /// The helper directory's name (not yet made).
+    pub(crate) dir: String,
+    /// The probe cgroup's name.
+    pub(crate) probe: String,
+    /// The native helper as base64.
+    pub(crate) native: &'static str,
+    /// The acting user's name, when known (else envd's default user).
+    pub(crate) user: Option<String>,
+}
+
+/// What a boot that placed the helper reports.
+pub(crate) struct Booted<T> {
+    /// What the setup placed and found.
+    pub(crate) placed: Placed,
+    /// The acting user, when the boot looked it up.
+    pub(crate) user: Option<(UserInfo, DropIds)>,
+    /// The boot's own result (`None`: it placed the helper but did not spawn).
+    pub(crate) value: Option<T>,
+}
+
+/// Why a boot placed nothing.
+pub(crate) enum BootFail {
+    /// Nothing ran that matters: the usual path may follow.
+    Declined,
+    /// The spawn may have started: report this, do not start again.
+    Failed(Error),
 }
 
 /// The cached lookups of one user.
@@ -331,6 +361,64 @@ impl WorldShared {
             .await?
             .clone();
         Ok((setup, text))
+    }
+
+    /// The first spawn's boot (`boot.rs`): when neither the placement nor (for an adapter
+    /// not told its user) the user lookup is known or under way, runs `boot` as the
+    /// placement's setup with what it needs, and caches the setup and the user it
+    /// reports. `None` when there is nothing to boot (the setup is known, or another
+    /// spawn set it up meanwhile) or the boot declined; the caller then takes the usual
+    /// path, which finds what the boot placed.
+    pub(crate) async fn boot<T, F, Fut>(&self, boot: F) -> Result<Option<T>, Error>
+    where
+        F: FnOnce(BootAsk) -> Fut,
+        Fut: std::future::Future<Output = Result<Booted<T>, BootFail>>,
+    {
+        let placement = &self.adapter.placement;
+        if placement.setup.initialized() || !placement.native_helper {
+            return Ok(None);
+        }
+        let user = self
+            .user
+            .clone()
+            .or_else(|| self.cache.info.get().map(|i| i.name.clone()));
+        let mut out = None;
+        let got = placement
+            .setup
+            .get_or_try_init(|| async {
+                let ask = BootAsk {
+                    dir: format!(
+                        ".exec-world-spawn-{}",
+                        e2b_core::trusted_shell::random_suffix()
+                    ),
+                    probe: format!("{}probe", self.adapter.cgroup_prefix),
+                    native: crate::native::helper_base64(),
+                    user,
+                };
+                let booted = boot(ask).await?;
+                let placed = booted.placed;
+                if let Some((info, ids)) = booted.user {
+                    let _ = self.cache.ids.set(ids);
+                    let _ = self.cache.info.set(info);
+                }
+                out = booted.value;
+                let dir = placed.dir;
+                Ok::<_, BootFail>(SpawnSetup {
+                    sealed: dir.starts_with("/run/"),
+                    helper: format!("{dir}/{}", crate::wrapper::HELPER_FILE),
+                    native: placed
+                        .native
+                        .then(|| format!("{dir}/{}", crate::native::NATIVE_FILE)),
+                    dir,
+                    cgroup: placed.cgroup,
+                })
+            })
+            .await;
+        match got {
+            Ok(_) => Ok(out),
+            Err(BootFail::Declined) => Ok(None),
+            Err(BootFail::Failed(e)) => Err(e),
+        }
     }
 
     /// A spawn's `Start` failed: adapters made later do not take this placement (its

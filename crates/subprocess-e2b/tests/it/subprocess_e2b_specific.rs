@@ -382,14 +382,15 @@ async fn a_first_spawn_looks_the_user_up_with_the_setup() {
             .counters()
             .get_on(Plane::Envd, "POST /process.Process/Start")
     };
-    // A named user: the setup prints the user database, nothing else is asked.
+    // A named user: one root `Start` places the helper, looks the user up and becomes
+    // the spawn (the boot).
     let mut opts = E2bSubprocessOptions::new("/home/user");
     opts.user = Some("user".into());
     let p = E2bSubprocess::new(env.api.clone(), opts).expect("adapter");
     let before = starts();
     let (out, st) = output_of(&p, SpawnSpec::new("id").arg("-un")).await;
     assert_eq!((out.as_str(), st.success()), ("user\n", true));
-    assert_eq!(starts() - before, 2, "the setup and the spawn");
+    assert_eq!(starts() - before, 1, "the boot alone");
     let info = p.user_info().await.expect("user info");
     assert_eq!(
         (info.name.as_str(), info.home.as_str()),
@@ -445,7 +446,11 @@ async fn a_new_connection_reuses_the_sandboxes_placement() {
     let before = starts();
     let (out, st) = output_of(&first, SpawnSpec::new("id").arg("-un")).await;
     assert_eq!((out.as_str(), st.success()), ("user\n", true));
-    assert_eq!(starts() - before, 3, "the name, the setup and the spawn");
+    assert_eq!(
+        starts() - before,
+        2,
+        "the boot and, beside it, the default user's probe"
+    );
     drop(first);
 
     let again = env
@@ -504,7 +509,7 @@ async fn a_new_connection_reuses_the_sandboxes_placement() {
     let before = starts();
     let (_, st) = output_of(&third, SpawnSpec::new("true")).await;
     assert!(st.success());
-    assert_eq!(starts() - before, 3, "another sandbox sets up");
+    assert_eq!(starts() - before, 2, "another sandbox boots (and probes)");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -656,4 +661,69 @@ true";
     within("terminate", child.terminate(Duration::from_secs(2)))
         .await
         .expect("terminate");
+}
+
+/// An adapter not told its user finds envd's default user on its first spawn through a
+/// probe that carries a random nonce (`boot.rs`). A hostile process, started by envd as
+/// root like the probe, that copies every nonce it sees into its own environment and
+/// stays, does not make the spawn root's: the boot sees two candidates and declines (the
+/// usual lookup follows), or took the probe before the copy existed. No probe outlives
+/// the spawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn copies_of_the_default_user_probes_nonce_do_not_change_whose_the_spawn_is() {
+    let env = env().await;
+    let copier = env
+        .api
+        .start_process(
+            e2b_core::StartProcess::new("/bin/sh")
+                .args([
+                    "-c",
+                    "while :; do n=$(grep -ahozm1 'EXEC_WORLD_WHO=[a-z0-9]*' /proc/[0-9]*/environ \
+                     2>/dev/null | tr '\\0' '\\n' | head -n1); \
+                     [ -z \"$n\" ] || exec env \"$n\" sleep 60; done",
+                ])
+                .user("root")
+                .timeout(Duration::from_secs(90)),
+        )
+        .await
+        .expect("copier");
+    let copier_pid = copier.pid();
+    let p = E2bSubprocess::new(env.api.clone(), E2bSubprocessOptions::new("/home/user"))
+        .expect("adapter");
+    let (out, st) = output_of(&p, SpawnSpec::new("id").arg("-un")).await;
+    assert_eq!((out.as_str(), st.success()), ("user\n", true));
+    let info = p.user_info().await.expect("user info");
+    assert_eq!(info.name, "user");
+    // The probe (the user's process carrying a nonce) is gone soon after.
+    let mut left = String::new();
+    for _ in 0..100 {
+        let r = env
+            .api
+            .run(
+                e2b_core::StartProcess::new("/bin/sh")
+                    .args([
+                        "-c",
+                        "for f in $(grep -lz '^EXEC_WORLD_WHO=' /proc/[0-9]*/environ 2>/dev/null); do \
+                         p=${f#/proc/}; p=${p%/environ}; \
+                         [ \"$(stat -c %u /proc/$p)\" = 1000 ] && echo $p; done; true",
+                    ])
+                    .user("root"),
+            )
+            .await
+            .expect("look for probes");
+        left = String::from_utf8_lossy(&r.stdout).trim().to_owned();
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left, "", "a probe outlived the spawn");
+    let _ = env
+        .api
+        .send_signal(
+            e2b_core::proto::process::ProcessSelector::Pid(copier_pid),
+            e2b_core::proto::process::Signal::Sigkill,
+        )
+        .await;
+    drop(copier);
 }
