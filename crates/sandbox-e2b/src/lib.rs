@@ -186,6 +186,54 @@ impl E2bSandboxes {
     }
 }
 
+impl E2bSandboxes {
+    /// The ids of the running or paused sandboxes named `name` (the name metadata).
+    async fn named(&self, op: &'static str, name: &str) -> Result<Vec<String>, SandboxError> {
+        let listed = self
+            .leases
+            .client()
+            .list_all(
+                ListQuery::new()
+                    .metadata(NAME_METADATA_KEY, name)
+                    .states([SandboxState::Running, SandboxState::Paused])
+                    .limit(100),
+            )
+            .await
+            .map_err(|e| op_failed(op, None, e))?;
+        let mut ids = Vec::new();
+        for s in listed {
+            let named = s
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get(NAME_METADATA_KEY))
+                .is_some_and(|n| n == name);
+            if named {
+                check_id(op, &s.sandbox_id)?;
+                ids.push(s.sandbox_id);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Kills the sandboxes `ids` (but `keep`), forgetting their leases.
+    async fn kill_named(
+        &self,
+        op: &'static str,
+        ids: &[String],
+        keep: Option<&str>,
+    ) -> Result<(), SandboxError> {
+        for id in ids.iter().filter(|id| Some(id.as_str()) != keep) {
+            self.leases.forget(id);
+            self.leases
+                .client()
+                .kill(id)
+                .await
+                .map_err(|e| map_core(op, id, None, e))?;
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl SandboxProvider for E2bSandboxes {
     async fn create(&self, spec: CreateSpec) -> Result<SandboxHandle, SandboxError> {
@@ -209,7 +257,6 @@ impl SandboxProvider for E2bSandboxes {
             );
             egress = Egress::None;
         }
-        self.destroy_by_name(&spec.name).await?;
         let mut opts = CreateOptions::new(cfg.template.clone())
             .timeout(cfg.timeout())
             .metadata(NAME_METADATA_KEY, spec.name.clone())
@@ -223,24 +270,33 @@ impl SandboxProvider for E2bSandboxes {
             Egress::Open => opts.allow_internet_access(true),
             _ => opts.allow_internet_access(false),
         };
+        // The sandboxes of the old name are looked up beside the create (one round trip
+        // for both) and killed once the new one exists: a failed create keeps the old
+        // one; a failed lookup kills the new one.
         let since = Instant::now();
-        let sb = self
-            .leases
-            .client()
-            .create(&opts)
-            .await
-            .map_err(|e| op_failed(OP, None, e))?;
+        let (named, made) = tokio::join!(
+            self.named("destroy_by_name", &spec.name),
+            self.leases.client().create(&opts)
+        );
+        let sb = made.map_err(|e| op_failed(OP, None, e))?;
         let id = sb.id().to_owned();
+        let named = match named {
+            Ok(ids) => ids,
+            Err(e) => {
+                if let Err(k) = self.leases.client().kill(&id).await {
+                    tracing::warn!(sandbox = %id, error = %k, "killing a sandbox whose name could not be checked");
+                }
+                return Err(e);
+            }
+        };
         check_id(OP, &id)?;
-        let attached = self
-            .leases
+        self.kill_named("destroy_by_name", &named, Some(&id))
+            .await?;
+        // No request to envd here: the first exec places the spawn helper with its own
+        // start (subprocess-e2b's boot), one request in all.
+        self.leases
             .remember(OP, sb, since, cfg.timeout())
             .map_err(|e| contract(OP, &id, e))?;
-        // The spawn helper's placement and cgroup probe (one envd request) now, so the
-        // first exec is one request; if it fails here the first exec retries it.
-        if let Err(e) = attached.proc.prepare().await {
-            tracing::debug!(sandbox = %id, error = %e, "placing the spawn helper at create");
-        }
         Ok(SandboxHandle::new(id))
     }
 
@@ -289,34 +345,8 @@ impl SandboxProvider for E2bSandboxes {
     async fn destroy_by_name(&self, name: &str) -> Result<(), SandboxError> {
         const OP: &str = "destroy_by_name";
         validate::name(OP, name)?;
-        let listed = self
-            .leases
-            .client()
-            .list_all(
-                ListQuery::new()
-                    .metadata(NAME_METADATA_KEY, name)
-                    .states([SandboxState::Running, SandboxState::Paused])
-                    .limit(100),
-            )
-            .await
-            .map_err(|e| op_failed(OP, None, e))?;
-        for s in listed {
-            let named = s
-                .metadata
-                .as_ref()
-                .and_then(|m| m.get(NAME_METADATA_KEY))
-                .is_some_and(|n| n == name);
-            if named {
-                check_id(OP, &s.sandbox_id)?;
-                self.leases.forget(&s.sandbox_id);
-                self.leases
-                    .client()
-                    .kill(&s.sandbox_id)
-                    .await
-                    .map_err(|e| map_core(OP, &s.sandbox_id, None, e))?;
-            }
-        }
-        Ok(())
+        let named = self.named(OP, name).await?;
+        self.kill_named(OP, &named, None).await
     }
 
     async fn kill_all(&self, h: &SandboxHandle) -> Result<(), SandboxError> {

@@ -10,7 +10,7 @@ use crate::sandbox_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use e2b_core::{CreateOptions, PauseOptions};
+use e2b_core::{CreateOptions, ListQuery, PauseOptions};
 use exec_world::sandbox::{
     CreateSpec, Egress, ExecSpec, ResumeOutcome, SandboxLimits, SandboxProvider as _,
 };
@@ -247,6 +247,61 @@ async fn create_replaces_running_and_paused_sandboxes_of_the_name() {
         p.resume(&other).await.expect("other kept"),
         ResumeOutcome::Resumed
     );
+}
+
+/// create looks the old name up beside its own create (one round trip for both): a
+/// create the control plane refuses keeps the old sandbox, and a lookup that fails ends
+/// the new sandbox (nothing of the name is left half-replaced) and is the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_create_keeps_the_old_sandbox_and_a_failed_lookup_keeps_no_new_one() {
+    let env = env().await;
+    let p = provider(&env.emu);
+    let old = p.create(CreateSpec::new("keep")).await.expect("old");
+    let busy = || FaultAction::json(503, json!({"code": 503, "message": "busy"}));
+    let refuse = env.emu.faults().add(
+        FaultRule::new(FaultAction::json(
+            400,
+            json!({"code": 400, "message": "template not found"}),
+        ))
+        .surface(Plane::Control)
+        .method("POST")
+        .path_prefix("/v2/sandboxes")
+        .times(1),
+    );
+    let e = p
+        .create(CreateSpec::new("keep"))
+        .await
+        .expect_err("refused create");
+    env.emu.faults().remove(refuse);
+    assert!(e.to_string().contains("create"), "{e}");
+    assert!(env.client.get(&old.id).await.is_ok(), "the old one is kept");
+
+    let ids = || async {
+        let mut ids: Vec<String> = env
+            .client
+            .list_all(ListQuery::new())
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|s| s.sandbox_id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    let before = ids().await;
+    let lookup = env.emu.faults().add(
+        FaultRule::new(busy())
+            .surface(Plane::Control)
+            .method("GET")
+            .path_prefix("/v2/sandboxes"),
+    );
+    let e = p
+        .create(CreateSpec::new("keep"))
+        .await
+        .expect_err("failed lookup");
+    env.emu.faults().remove(lookup);
+    assert!(e.to_string().contains("destroy_by_name"), "{e}");
+    assert_eq!(ids().await, before, "no new sandbox is left running");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
