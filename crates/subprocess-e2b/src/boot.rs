@@ -8,8 +8,9 @@
 //! runs it as its default user), is a `sleep` carrying a random nonce in its environment;
 //! the boot script, as root, finds the one process with that nonce whose parent is envd
 //! (its own parent) and whose ids are all one uid, takes that uid and kills it. Two such
-//! processes, or none within [`WHO_WAIT`], and the boot declines; the client also checks
-//! that the pid the script found is the one envd reported for that `Start`.
+//! processes, or none after 800 looks 5 ms apart, and the boot declines; the client also
+//! checks that the pid the script found is the one envd reported for that `Start`. The
+//! boot places the helper first, so the probe has usually started by its first look.
 //!
 //! The boot prints a frame on stdout before it becomes the spawn: what it placed and
 //! found (`dir`, `native`, `cgroup` lines as the setup prints them; `pw`, `path`,
@@ -44,10 +45,11 @@ const BOOT_SH: &str = concat!(
     r#"um=$(umask)
 exec 3>&2 2>/dev/null
 decline() { printf 'EXEC-WORLD-BOOT decline\n'; exit 0; }
+place "$1" "$2" "" "$4" "$5" || decline
+[ -n "$native_ok" ] && [ -n "$cg_ok" ] || decline
 name=$3
 if [ -z "$name" ]; then
   [ -n "$6" ] || decline
-  [ "$(printf 'a\0' | grep -zxF a | tr -d '\0')" = a ] || decline
   who=; wuid=; i=0
   while [ -z "$who" ]; do
     for f in $(timeout -s KILL 2 grep -lzxF -- "EXEC_WORLD_WHO=$6" /proc/[0-9]*/environ); do
@@ -63,8 +65,12 @@ if [ -z "$name" ]; then
       who=$p; wuid=$ua
     done
     if [ -z "$who" ]; then
-      i=$((i + 1)); [ "$i" -lt 500 ] || decline
-      sleep 0.01
+      if [ "$i" = 0 ]; then
+        # Nothing yet: a grep without -z (not GNU) would never find it.
+        [ "$(printf 'a\0' | grep -zxF a | tr -d '\0')" = a ] || decline
+      fi
+      i=$((i + 1)); [ "$i" -lt 800 ] || decline
+      sleep 0.005
     fi
   done
   kill -KILL "$who"
@@ -81,12 +87,11 @@ case $pu in ''|*[!0-9]*) decline ;; esac
 case $pg in ''|*[!0-9]*) decline ;; esac
 [ -n "$ph" ] || decline
 [ -n "$psh" ] || psh=/bin/sh
-gs=$(id -G -- "$name" | tr ' ' ,)
+gs=
+for g in $(id -G -- "$name"); do gs=${gs:+$gs,}$g; done
 case $gs in ''|*[!0-9,]*) gs=$pg ;; esac
 path=${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}
 printf 'pw %s\npath %s\ngroups %s\n' "$e" "$path" "$gs"
-place "$1" "$2" "$name" "$4" "$5" || decline
-[ -n "$native_ok" ] && [ -n "$cg_ok" ] || decline
 if [ "$pu" = 0 ]; then uid=; gid=; groups=; else uid=$pu; gid=$pg; groups=$gs; fi
 cg=$7; ka=$8; ls=$9
 shift 9
@@ -110,8 +115,9 @@ const DECLINE: &[u8] = b"EXEC-WORLD-BOOT decline\n";
 const FRAME_MAX: usize = 64 << 10;
 /// The variable that carries the nonce of the default user's `sleep`.
 const WHO_VAR: &str = "EXEC_WORLD_WHO";
-/// How long the default user's `sleep` lives at most (the boot waits 5 s for it and
-/// kills it once found; envd ends it at this process timeout otherwise).
+/// How long the default user's `sleep` lives at most (the boot looks for it for 4 s or
+/// more and kills it once found; the client kills it when the boot did not; envd ends
+/// it at this process timeout otherwise).
 const WHO_WAIT: Duration = Duration::from_secs(15);
 
 /// The spawn's stream when the boot became it; `None` when the spawn does not qualify
