@@ -77,8 +77,9 @@ if [ -z "$name" ]; then
   printf 'who %s\n' "$who"
   e=$(getent passwd "$wuid") || decline
   name=${e%%:*}
+else
+  e=$(getent passwd "$name") || decline
 fi
-e=$(getent passwd "$name") || decline
 case $e in *:*:*:*:*:*:*) ;; *) decline ;; esac
 IFS=: read -r _ _ pu pg _ ph psh <<PASSWD
 $e
