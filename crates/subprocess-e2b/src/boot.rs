@@ -45,6 +45,17 @@ const BOOT_SH: &str = concat!(
     r#"um=$(umask)
 exec 3>&2 2>/dev/null
 decline() { printf 'EXEC-WORLD-BOOT decline\n'; exit 0; }
+# The passwd entry whose field $1 (1 name, 3 uid) is $2, from /etc/passwd without a
+# process (then the groups come from /etc/group too); else getent (other databases).
+files=
+pw_of() {
+  [ -r /etc/passwd ] || return 1
+  while IFS=: read -r n x u g c h sh; do
+    case $1 in 1) [ "$n" = "$2" ] ;; *) [ "$u" = "$2" ] ;; esac || continue
+    e=$n:$x:$u:$g:$c:$h:$sh; files=1; return 0
+  done < /etc/passwd
+  return 1
+}
 place "$1" "$2" "" "$4" "$5" || decline
 [ -n "$native_ok" ] && [ -n "$cg_ok" ] || decline
 name=$3
@@ -75,10 +86,10 @@ if [ -z "$name" ]; then
   done
   kill -KILL "$who"
   printf 'who %s\n' "$who"
-  e=$(getent passwd "$wuid") || decline
+  pw_of 3 "$wuid" || e=$(getent passwd "$wuid") || decline
   name=${e%%:*}
 else
-  e=$(getent passwd "$name") || decline
+  pw_of 1 "$name" || e=$(getent passwd "$name") || decline
 fi
 case $e in *:*:*:*:*:*:*) ;; *) decline ;; esac
 IFS=: read -r _ _ pu pg _ ph psh <<PASSWD
@@ -89,7 +100,14 @@ case $pg in ''|*[!0-9]*) decline ;; esac
 [ -n "$ph" ] || decline
 [ -n "$psh" ] || psh=/bin/sh
 gs=
-for g in $(id -G -- "$name"); do gs=${gs:+$gs,}$g; done
+if [ -n "$files" ]; then
+  gs=$pg
+  while IFS=: read -r gn _ gi gm; do
+    case ",$gm," in *",$name,"*) [ "$gi" = "$pg" ] || gs=$gs,$gi ;; esac
+  done < /etc/group
+else
+  for g in $(id -G -- "$name"); do gs=${gs:+$gs,}$g; done
+fi
 case $gs in ''|*[!0-9,]*) gs=$pg ;; esac
 path=${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}
 printf 'pw %s\npath %s\ngroups %s\n' "$e" "$path" "$gs"

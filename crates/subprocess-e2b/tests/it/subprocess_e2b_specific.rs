@@ -387,10 +387,36 @@ async fn a_first_spawn_looks_the_user_up_with_the_setup() {
     let mut opts = E2bSubprocessOptions::new("/home/user");
     opts.user = Some("user".into());
     let p = E2bSubprocess::new(env.api.clone(), opts).expect("adapter");
+    // A supplementary group the boot must find (it reads /etc/group itself).
+    let root_sh = |cmd: &str| {
+        env.api.run(
+            e2b_core::StartProcess::new("/bin/sh")
+                .args(["-c", cmd])
+                .user("root"),
+        )
+    };
+    root_sh("echo 'bootgrp:x:4242:nobody,user' >> /etc/group")
+        .await
+        .expect("add a group");
     let before = starts();
-    let (out, st) = output_of(&p, SpawnSpec::new("id").arg("-un")).await;
-    assert_eq!((out.as_str(), st.success()), ("user\n", true));
+    let (out, st) = output_of(&p, SpawnSpec::new("sh").args(["-c", "id -un; id -G"])).await;
     assert_eq!(starts() - before, 1, "the boot alone");
+    assert!(st.success());
+    let want = root_sh("id -un user; id -G user")
+        .await
+        .expect("id as root");
+    let sorted = |t: &str| {
+        t.lines()
+            .map(|l| {
+                let mut w: Vec<&str> = l.split_whitespace().collect();
+                w.sort_unstable();
+                w.join(" ")
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = String::from_utf8_lossy(&want.stdout).replace('\r', "");
+    assert_eq!(sorted(&out), sorted(&want), "name and groups");
+    assert!(out.contains("4242"), "{out}");
     let info = p.user_info().await.expect("user info");
     assert_eq!(
         (info.name.as_str(), info.home.as_str()),
