@@ -35,11 +35,11 @@ use crate::world::{BootAsk, BootFail, Booted, WorldShared};
 
 /// The boot script, run as root: `$1` the helper directory's name, `$2` the `sh`
 /// helper, `$3` the acting user (empty: envd's default user, found by the nonce `$6`),
-/// `$4` the probe cgroup, `$5` the native helper as base64, `$7` the spawn's cgroup
-/// name, `$8` the backstop in seconds, `$9` the host lease's bound in seconds (both may
-/// be empty), then the helper's `MODE TERM`
-/// and the rest of its positional arguments after `HOME SHELL USER PATH` (which the
-/// boot fills in from the lookup).
+/// `$4` the spawn's cgroup name (the placement's cgroup probe, kept for the spawn to
+/// reuse), `$5` the native helper as base64, `$7` the backstop in seconds, `$8` the host
+/// lease's bound in seconds (both may be empty), then the helper's `MODE TERM` and the
+/// rest of its positional arguments after `HOME SHELL USER PATH` (which the boot fills
+/// in from the lookup).
 const BOOT_SH: &str = concat!(
     crate::shell::place_fn!(),
     r#"um=$(umask)
@@ -56,7 +56,7 @@ pw_of() {
   done < /etc/passwd
   return 1
 }
-place "$1" "$2" "" "$4" "$5" || decline
+place "$1" "$2" "" "$4" "$5" keep || decline
 [ -n "$native_ok" ] && [ -n "$cg_ok" ] || decline
 name=$3
 if [ -z "$name" ]; then
@@ -112,8 +112,8 @@ case $gs in ''|*[!0-9,]*) gs=$pg ;; esac
 path=${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}
 printf 'pw %s\npath %s\ngroups %s\n' "$e" "$path" "$gs"
 if [ "$pu" = 0 ]; then uid=; gid=; groups=; else uid=$pu; gid=$pg; groups=$gs; fi
-cg=$7; ka=$8; ls=$9
-shift 9
+cg=$4; ka=$7; ls=$8
+shift 8
 mode=$1; term=$2
 shift 2
 set -- "$mode" "$term" "$ph" "$psh" "$name" "$path" "$@"
@@ -182,10 +182,9 @@ async fn run(
         ask.dir,
         crate::wrapper::helper_sh().to_owned(),
         ask.user.clone().unwrap_or_default(),
-        ask.probe,
+        cgroup.to_owned(),
         ask.native.to_owned(),
         nonce.clone(),
-        cgroup.to_owned(),
         crate::session::kill_after_secs(launch.kill_after).unwrap_or_default(),
         launch
             .lease
@@ -207,8 +206,8 @@ async fn run(
         if nonce.is_empty() {
             return None;
         }
-        let spec = StartProcess::new("/bin/sh")
-            .args(["-c", "exec sleep 10"])
+        let spec = StartProcess::new("/bin/sleep")
+            .args(["10"])
             .env(WHO_VAR, nonce.clone())
             .cwd("/")
             .timeout(WHO_WAIT);

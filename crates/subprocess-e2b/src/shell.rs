@@ -40,12 +40,14 @@ exit 0"#;
 /// Creates `$1` empty with mode 0600, refusing anything already there (noclobber).
 const PRIVATE_FILE_SH: &str = r#"umask 077; set -C; : > "$1""#;
 
-/// The placement step as an `sh` function, `place NAME HELPER USER PROBE NATIVE`, shared
+/// The placement step as an `sh` function, `place NAME HELPER USER PROBE NATIVE [KEEP]`, shared
 /// by [`SETUP_SH`] and the first spawn's boot (`boot.rs`). `NAME` is the helper
 /// directory's name (made, root-owned and 0755, in `/run` when that is a real directory
 /// of root's that no one else may write, else in `/tmp`; it must not exist), `HELPER` the
 /// `sh` helper's text, `USER` the acting user (empty: not known yet, no ids printed),
-/// `PROBE` a probe cgroup name, `NATIVE` the native helper as base64 (may be empty).
+/// `PROBE` a probe cgroup name, `NATIVE` the native helper as base64 (may be empty),
+/// `KEEP` non-empty to leave a probe cgroup that worked in place (empty: for a spawn to
+/// reuse).
 /// Prints `dir PATH`, then `native` when the native helper was placed and runs here,
 /// then `cgroup MOUNT SETPRIV UID GID GROUPS` when root can create a cgroup below its own
 /// in the cgroup2 mount, move a process into it and `cgroup.kill` it, and `setpriv` is
@@ -100,7 +102,7 @@ ok=0
 if [ -e "$t/cgroup.kill" ] && { echo $$ > "$t/cgroup.procs"; } 2>/dev/null; then
   { echo $$ > "$mnt${base%/}/cgroup.procs"; } 2>/dev/null && ok=1
 fi
-rmdir -- "$t" 2>/dev/null
+[ "$ok" = 1 ] && [ -n "$6" ] || rmdir -- "$t" 2>/dev/null
 if [ "$ok" = 1 ]; then
   printf 'cgroup %s %s %s %s %s\n' "$mnt" "$sp" "$uid" "$gid" "$groups"
   cg_ok=1

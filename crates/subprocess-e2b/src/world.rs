@@ -49,8 +49,6 @@ pub(crate) struct SpawnSetup {
 pub(crate) struct BootAsk {
     /// The helper directory's name (not yet made).
     pub(crate) dir: String,
-    /// The probe cgroup's name.
-    pub(crate) probe: String,
     /// The native helper as base64.
     pub(crate) native: &'static str,
     /// The acting user's name, when known (else envd's default user).
@@ -391,7 +389,6 @@ impl WorldShared {
                         ".exec-world-spawn-{}",
                         e2b_core::trusted_shell::random_suffix()
                     ),
-                    probe: format!("{}probe", self.adapter.cgroup_prefix),
                     native: crate::native::helper_base64(),
                     user,
                 };
