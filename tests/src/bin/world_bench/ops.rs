@@ -264,24 +264,11 @@ async fn ours_op(c: &Ctx<'_>, figure: &str) -> Result<Outcome, AnyError> {
         "op_create" => {
             let made = Made::default();
             let out = timed(var("WB_CREATE_N"), |_| async {
-                let t0 = std::time::Instant::now();
                 let sb = c.client.create(&CreateOptions::new("base")).await?;
-                let t1 = t0.elapsed();
                 if let Ok(mut m) = made.lock() {
                     m.push(sb.id().to_owned());
                 }
-                let r = ours::spawn_true(&new_proc(sb.into_api())?).await;
-                {
-                    use std::io::Write;
-                    if let Ok(mut f) = std::fs::OpenOptions::new()
-                        .append(true)
-                        .create(true)
-                        .open("/tmp/boott.log")
-                    {
-                        let _ = writeln!(f, "OURS create {t1:?} total {:?}", t0.elapsed());
-                    }
-                }
-                r
+                ours::spawn_true(&new_proc(sb.into_api())?).await
             })
             .await;
             kill_made(c.client, &made).await;
