@@ -762,3 +762,45 @@ async fn copies_of_the_default_user_probes_nonce_do_not_change_whose_the_spawn_i
         .await;
     drop(copier);
 }
+
+/// The boot hands the native helper the same backstop and host lease as the usual path:
+/// the first spawn's helper (envd's process, root, outside the spawn's cgroup) runs with
+/// `--kill-after` and `--lease <helper dir>/lease SECS`, and the backstop ends the
+/// command in the sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_boot_passes_the_backstop_and_the_host_lease_to_the_helper() {
+    let env = env().await;
+    let opts = E2bSubprocessOptions::new("/home/user")
+        .user("user")
+        .host_lease(Some(Duration::from_secs(7)))
+        .kill_after(Some(Duration::from_secs(3)));
+    let p = E2bSubprocess::new(env.api.clone(), opts).expect("adapter");
+    let starts = || {
+        env.emu
+            .counters()
+            .get_on(Plane::Envd, "POST /process.Process/Start")
+    };
+    let before = starts();
+    let child = p.spawn(SpawnSpec::new("sleep").arg("60")).expect("spawn");
+    within("started", child.started()).await.expect("started");
+    assert_eq!(starts() - before, 1, "the boot alone");
+    let r = env
+        .api
+        .run(
+            e2b_core::StartProcess::new("/bin/sh")
+                .args([
+                    "-c",
+                    "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null | grep -- '--leas[e] ' && break; done; true",
+                ])
+                .user("root"),
+        )
+        .await
+        .expect("helper cmdline");
+    let line = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert!(line.contains("--kill-after 3 "), "{line}");
+    assert!(line.contains("/.exec-world-spawn-"), "{line}");
+    assert!(line.contains("/lease 7 --root "), "{line}");
+    // The backstop: 3 s, then the command's tree is killed in the sandbox.
+    let st = within("backstop", child.wait()).await.expect("wait");
+    assert!(!st.success(), "{st:?}");
+}
