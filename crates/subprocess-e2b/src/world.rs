@@ -45,6 +45,22 @@ pub(crate) struct SpawnSetup {
     pub(crate) sealed: bool,
 }
 
+impl SpawnSetup {
+    /// The setup a placement reported (the setup command's or the boot's).
+    fn from_placed(placed: Placed) -> SpawnSetup {
+        let dir = placed.dir;
+        SpawnSetup {
+            sealed: dir.starts_with("/run/"),
+            helper: format!("{dir}/{}", crate::wrapper::HELPER_FILE),
+            native: placed
+                .native
+                .then(|| format!("{dir}/{}", crate::native::NATIVE_FILE)),
+            dir,
+            cgroup: placed.cgroup,
+        }
+    }
+}
+
 /// What the first spawn's boot is given (`WorldShared::boot`).
 pub(crate) struct BootAsk {
     /// The helper directory's name (not yet made).
@@ -339,22 +355,12 @@ impl WorldShared {
                 if db {
                     text = Some(out);
                 }
-                let cgroup = placed.cgroup;
-                if let Some(cg) = &cgroup
+                if let Some(cg) = &placed.cgroup
                     && !user.is_empty()
                 {
                     let _ = self.cache.ids.set(cg.ids.clone());
                 }
-                let dir = placed.dir;
-                Ok::<_, Error>(SpawnSetup {
-                    sealed: dir.starts_with("/run/"),
-                    helper: format!("{dir}/{}", crate::wrapper::HELPER_FILE),
-                    native: placed
-                        .native
-                        .then(|| format!("{dir}/{}", crate::native::NATIVE_FILE)),
-                    dir,
-                    cgroup,
-                })
+                Ok::<_, Error>(SpawnSetup::from_placed(placed))
             })
             .await?
             .clone();
@@ -399,16 +405,7 @@ impl WorldShared {
                     let _ = self.cache.info.set(info);
                 }
                 out = booted.value;
-                let dir = placed.dir;
-                Ok::<_, BootFail>(SpawnSetup {
-                    sealed: dir.starts_with("/run/"),
-                    helper: format!("{dir}/{}", crate::wrapper::HELPER_FILE),
-                    native: placed
-                        .native
-                        .then(|| format!("{dir}/{}", crate::native::NATIVE_FILE)),
-                    dir,
-                    cgroup: placed.cgroup,
-                })
+                Ok::<_, BootFail>(SpawnSetup::from_placed(placed))
             })
             .await;
         match got {

@@ -14,7 +14,7 @@ use fs_e2b::{E2bFs, E2bFsOptions};
 use futures::StreamExt;
 use subprocess_e2b::spill::{SpillTarget, tee};
 use subprocess_e2b::{E2bSubprocess, E2bSubprocessOptions};
-use subprocess_e2b_support::{env, output_of, proc_of};
+use subprocess_e2b_support::{env, output_of, proc_of, root_sh};
 use testing_fake::{FaultAction, FaultRule, Plane};
 
 async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
@@ -388,23 +388,12 @@ async fn a_first_spawn_looks_the_user_up_with_the_setup() {
     opts.user = Some("user".into());
     let p = E2bSubprocess::new(env.api.clone(), opts).expect("adapter");
     // A supplementary group the boot must find (it reads /etc/group itself).
-    let root_sh = |cmd: &str| {
-        env.api.run(
-            e2b_core::StartProcess::new("/bin/sh")
-                .args(["-c", cmd])
-                .user("root"),
-        )
-    };
-    root_sh("echo 'bootgrp:x:4242:nobody,user' >> /etc/group")
-        .await
-        .expect("add a group");
+    root_sh(&env.api, "echo 'bootgrp:x:4242:nobody,user' >> /etc/group").await;
     let before = starts();
     let (out, st) = output_of(&p, SpawnSpec::new("sh").args(["-c", "id -un; id -G"])).await;
     assert_eq!(starts() - before, 1, "the boot alone");
     assert!(st.success());
-    let want = root_sh("id -un user; id -G user")
-        .await
-        .expect("id as root");
+    let want = root_sh(&env.api, "id -un user; id -G user").await;
     let sorted = |t: &str| {
         t.lines()
             .map(|l| {
@@ -414,7 +403,6 @@ async fn a_first_spawn_looks_the_user_up_with_the_setup() {
             })
             .collect::<Vec<_>>()
     };
-    let want = String::from_utf8_lossy(&want.stdout).replace('\r', "");
     assert_eq!(sorted(&out), sorted(&want), "name and groups");
     assert!(out.contains("4242"), "{out}");
     let info = p.user_info().await.expect("user info");
@@ -432,18 +420,8 @@ async fn a_first_spawn_looks_the_user_up_with_the_setup() {
     assert!(st.success());
     assert_eq!(starts() - before, 3, "the name, the lookup and the spawn");
     // The groups the spawn runs with are the user's, as `id -G` as root finds them.
-    let mut want = env
-        .api
-        .run(
-            e2b_core::StartProcess::new("/bin/sh")
-                .args(["-c", "id -G user"])
-                .user("root"),
-        )
-        .await
-        .expect("id -G");
-    want.stdout.retain(|&b| b != b'\r');
+    let want = root_sh(&env.api, "id -G user").await;
     let mut got: Vec<&str> = out.split_whitespace().collect();
-    let want = String::from_utf8_lossy(&want.stdout).into_owned();
     let mut want: Vec<&str> = want.split_whitespace().collect();
     got.sort_unstable();
     want.sort_unstable();
@@ -517,14 +495,7 @@ async fn a_new_connection_reuses_the_sandboxes_placement() {
 
     // Root removes the directory: that adapter's spawns fail (nothing of the user's runs
     // in its place), and an adapter made after the failure sets up afresh.
-    env.api
-        .run(
-            e2b_core::StartProcess::new("/bin/sh")
-                .args(["-c", "rm -rf /run/.exec-world-spawn-*"])
-                .user("root"),
-        )
-        .await
-        .expect("rm");
+    root_sh(&env.api, "rm -rf /run/.exec-world-spawn-*").await;
     let child = second.spawn(SpawnSpec::new("true")).expect("spawn");
     let r = subprocess_e2b_support::within("wait", 60, child.wait()).await;
     assert!(r.as_ref().is_err(), "{r:?}");
@@ -732,21 +703,15 @@ async fn copies_of_the_default_user_probes_nonce_do_not_change_whose_the_spawn_i
     // The probe (the user's process carrying a nonce) is gone soon after.
     let mut left = String::new();
     for _ in 0..100 {
-        let r = env
-            .api
-            .run(
-                e2b_core::StartProcess::new("/bin/sh")
-                    .args([
-                        "-c",
-                        "for f in $(grep -lz '^EXEC_WORLD_WHO=' /proc/[0-9]*/environ 2>/dev/null); do \
-                         p=${f#/proc/}; p=${p%/environ}; \
-                         [ \"$(stat -c %u /proc/$p)\" = 1000 ] && echo $p; done; true",
-                    ])
-                    .user("root"),
-            )
-            .await
-            .expect("look for probes");
-        left = String::from_utf8_lossy(&r.stdout).trim().to_owned();
+        left = root_sh(
+            &env.api,
+            "for f in $(grep -lz '^EXEC_WORLD_WHO=' /proc/[0-9]*/environ 2>/dev/null); do \
+             p=${f#/proc/}; p=${p%/environ}; \
+             [ \"$(stat -c %u /proc/$p)\" = 1000 ] && echo $p; done; true",
+        )
+        .await
+        .trim()
+        .to_owned();
         if left.is_empty() {
             break;
         }
@@ -784,19 +749,11 @@ async fn the_boot_passes_the_backstop_and_the_host_lease_to_the_helper() {
     let child = p.spawn(SpawnSpec::new("sleep").arg("60")).expect("spawn");
     within("started", child.started()).await.expect("started");
     assert_eq!(starts() - before, 1, "the boot alone");
-    let r = env
-        .api
-        .run(
-            e2b_core::StartProcess::new("/bin/sh")
-                .args([
-                    "-c",
-                    "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null | grep -- '--leas[e] ' && break; done; true",
-                ])
-                .user("root"),
-        )
-        .await
-        .expect("helper cmdline");
-    let line = String::from_utf8_lossy(&r.stdout).into_owned();
+    let line = root_sh(
+        &env.api,
+        "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null | grep -- '--leas[e] ' && break; done; true",
+    )
+    .await;
     assert!(line.contains("--kill-after 3 "), "{line}");
     assert!(line.contains("/.exec-world-spawn-"), "{line}");
     assert!(line.contains("/lease 7 --root "), "{line}");

@@ -125,6 +125,20 @@ pub async fn within<T>(what: &str, secs: u64, fut: impl std::future::Future<Outp
         .unwrap_or_else(|_| panic!("{what} did not finish (hang)"))
 }
 
+/// stdout (lossy UTF-8, `\r` dropped) of `/bin/sh -c script` run by envd as root, beside
+/// any adapter (what the sandbox holds, as root sees it).
+pub async fn root_sh(api: &Arc<dyn EnvdApi>, script: &str) -> String {
+    let out = api
+        .run(
+            e2b_core::StartProcess::new("/bin/sh")
+                .args(["-c", script])
+                .user("root"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("root sh {script:?}: {e}"));
+    String::from_utf8_lossy(&out.stdout).replace('\r', "")
+}
+
 /// stdout of `sh -c script sh args…` through `p`.
 pub async fn stdout_of(p: &E2bSubprocess, script: &str, args: &[&str]) -> String {
     let mut spec = SpawnSpec::new("sh").arg("-c").arg(script).arg("sh");
