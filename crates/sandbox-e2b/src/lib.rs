@@ -280,6 +280,7 @@ impl SandboxProvider for E2bSandboxes {
         );
         let sb = made.map_err(|e| op_failed(OP, None, e))?;
         let id = sb.id().to_owned();
+        check_id(OP, &id)?;
         let named = match named {
             Ok(ids) => ids,
             Err(e) => {
@@ -289,7 +290,6 @@ impl SandboxProvider for E2bSandboxes {
                 return Err(e);
             }
         };
-        check_id(OP, &id)?;
         self.kill_named("destroy_by_name", &named, Some(&id))
             .await?;
         // No request to envd here: the first exec places the spawn helper with its own

@@ -183,7 +183,7 @@ async fn run(
         crate::wrapper::helper_sh().to_owned(),
         ask.user.clone().unwrap_or_default(),
         cgroup.to_owned(),
-        ask.native.to_owned(),
+        crate::native::helper_base64().to_owned(),
         nonce.clone(),
         crate::session::kill_after_secs(launch.kill_after).unwrap_or_default(),
         launch

@@ -46,8 +46,8 @@ const PRIVATE_FILE_SH: &str = r#"umask 077; set -C; : > "$1""#;
 /// of root's that no one else may write, else in `/tmp`; it must not exist), `HELPER` the
 /// `sh` helper's text, `USER` the acting user (empty: not known yet, no ids printed),
 /// `PROBE` a probe cgroup name, `NATIVE` the native helper as base64 (may be empty),
-/// `KEEP` non-empty to leave a probe cgroup that worked in place (empty: for a spawn to
-/// reuse).
+/// `KEEP` non-empty to leave a probe cgroup that worked in place, for a spawn to reuse
+/// (empty: it is removed).
 /// Prints `dir PATH`, then `native` when the native helper was placed and runs here,
 /// then `cgroup MOUNT SETPRIV UID GID GROUPS` when root can create a cgroup below its own
 /// in the cgroup2 mount, move a process into it and `cgroup.kill` it, and `setpriv` is

@@ -61,12 +61,18 @@ impl SpawnSetup {
     }
 }
 
+/// A fresh name for a helper directory (`.exec-world-spawn-<random>`).
+fn helper_dir_name() -> String {
+    format!(
+        ".exec-world-spawn-{}",
+        e2b_core::trusted_shell::random_suffix()
+    )
+}
+
 /// What the first spawn's boot is given (`WorldShared::boot`).
 pub(crate) struct BootAsk {
     /// The helper directory's name (not yet made).
     pub(crate) dir: String,
-    /// The native helper as base64.
-    pub(crate) native: &'static str,
     /// The acting user's name, when known (else envd's default user).
     pub(crate) user: Option<String>,
 }
@@ -338,10 +344,7 @@ impl WorldShared {
             .placement
             .setup
             .get_or_try_init(|| async {
-                let name = format!(
-                    ".exec-world-spawn-{}",
-                    e2b_core::trusted_shell::random_suffix()
-                );
+                let name = helper_dir_name();
                 let probe = format!("{}probe", self.adapter.cgroup_prefix);
                 let native = if self.adapter.placement.native_helper {
                     crate::native::helper_base64()
@@ -367,10 +370,9 @@ impl WorldShared {
         Ok((setup, text))
     }
 
-    /// The first spawn's boot (`boot.rs`): when neither the placement nor (for an adapter
-    /// not told its user) the user lookup is known or under way, runs `boot` as the
-    /// placement's setup with what it needs, and caches the setup and the user it
-    /// reports. `None` when there is nothing to boot (the setup is known, or another
+    /// The first spawn's boot (`boot.rs`): when the placement is neither known nor under
+    /// way and the native helper is wanted, runs `boot` as the placement's setup with
+    /// what it needs, and caches the setup and the user it reports. `None` when there is nothing to boot (the setup is known, or another
     /// spawn set it up meanwhile) or the boot declined; the caller then takes the usual
     /// path, which finds what the boot placed.
     pub(crate) async fn boot<T, F, Fut>(&self, boot: F) -> Result<Option<T>, Error>
@@ -391,11 +393,7 @@ impl WorldShared {
             .setup
             .get_or_try_init(|| async {
                 let ask = BootAsk {
-                    dir: format!(
-                        ".exec-world-spawn-{}",
-                        e2b_core::trusted_shell::random_suffix()
-                    ),
-                    native: crate::native::helper_base64(),
+                    dir: helper_dir_name(),
                     user,
                 };
                 let booted = boot(ask).await?;
