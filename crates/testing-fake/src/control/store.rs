@@ -228,6 +228,8 @@ pub(crate) struct Store {
     pub volumes: super::volume_store::Volumes,
     /// Template id → the tree its sandboxes' root filesystem is built from.
     template_roots: HashMap<String, PathBuf>,
+    /// Sandboxes prepared ahead of the next create.
+    spares: Arc<crate::envd::spare::Spares>,
 }
 
 fn later(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
@@ -244,6 +246,7 @@ impl Store {
             template_roots,
             secret: ids::new_secret(),
             snapshots: super::snapshot_store::Snapshots::new(&root),
+            spares: crate::envd::spare::Spares::new(root.join("sandboxes")),
             volumes: super::volume_store::Volumes::load(&root),
             root,
             max_timeout,
@@ -332,9 +335,18 @@ impl Store {
             volumes: p.volumes.clone(),
             hidden: hidden.clone(),
         };
-        let envd = Envd::boot(cfg)
+        // A sandbox laid out from a snapshot is its own: no spare.
+        let spare = match p.seed {
+            None => self.spares.take(&cfg),
+            Some(_) => None,
+        };
+        let spare_cfg = p.seed.is_none().then(|| cfg.clone());
+        let envd = Envd::boot_from(cfg, spare)
             .await
             .map_err(|e| ApiErr::internal(format!("Failed to create sandbox: {e}")))?;
+        if let Some(cfg) = &spare_cfg {
+            self.spares.refill(cfg);
+        }
         let router = envd.router();
         let first = Sample {
             at: now,
@@ -581,6 +593,7 @@ impl Store {
 
     /// Kill every sandbox (shutdown).
     pub async fn kill_all(&self) {
+        self.spares.close().await;
         let ids: Vec<String> = self.map().keys().cloned().collect();
         for id in ids {
             self.kill(&id).await;

@@ -9,6 +9,7 @@
 //! without permission) there is no subtree and sandboxes keep the host's read-only `/sys`.
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -29,6 +30,8 @@ pub(crate) struct SandboxCgroup {
     pub(crate) dir: PathBuf,
     /// Its `cgroup.procs`, open for writing: a forked child writes `0` to join.
     procs: OwnedFd,
+    /// The directory itself, open: a sandbox process is born in it (`CLONE_INTO_CGROUP`).
+    dirfd: OwnedFd,
 }
 
 /// The emulator's cgroup2 directory as it was at the first sandbox: the parent of every
@@ -191,10 +194,18 @@ impl SandboxCgroup {
                 .write(true)
                 .open(dir.join("cgroup.procs"))
         });
+        let made = made.and_then(|procs| {
+            let dirfd = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY)
+                .open(&dir)?;
+            Ok((procs, dirfd))
+        });
         match made {
-            Ok(procs) => Some(SandboxCgroup {
+            Ok((procs, dirfd)) => Some(SandboxCgroup {
                 dir,
                 procs: procs.into(),
+                dirfd: dirfd.into(),
             }),
             Err(e) => {
                 static WARNED: std::sync::Once = std::sync::Once::new();
@@ -218,6 +229,39 @@ impl SandboxCgroup {
             return Err(std::io::Error::last_os_error());
         }
         Ok(())
+    }
+}
+
+impl SandboxCgroup {
+    /// The subtree's directory, open (for `CLONE_INTO_CGROUP`).
+    pub(crate) fn dir_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.dirfd.as_fd()
+    }
+
+    /// A cgroup namespace rooted at the subtree, made by a short-lived child that joins it
+    /// and unshares: the holder enters it with `setns`, so no sandbox-wide process ever
+    /// migrates into the subtree at the create (a migration waits for an RCU grace period,
+    /// several milliseconds on a quiet host, once the previous one is that long past).
+    pub(crate) fn namespace(&self) -> std::io::Result<OwnedFd> {
+        let procs = self.procs.as_raw_fd();
+        super::userns::in_new_namespaces(
+            libc::CLONE_NEWCGROUP,
+            // SAFETY: one byte from a static buffer to a descriptor opened before fork.
+            &move || unsafe {
+                if libc::write(procs, b"0".as_ptr().cast(), 1) == 1 {
+                    0
+                } else {
+                    *libc::__errno_location()
+                }
+            },
+            &|| 0,
+            |pid| {
+                Ok(OwnedFd::from(std::fs::File::open(format!(
+                    "/proc/{pid}/ns/cgroup"
+                ))?))
+            },
+        )
     }
 }
 

@@ -212,6 +212,115 @@ pub(crate) struct Spec {
     pub limits: (u32, u32),
 }
 
+/// The parts of a sandbox's boundary that carry nothing of one sandbox (no path, no
+/// clock, no process): its user namespace, its network namespace (with pasta's uplink for
+/// a sandbox with internet access), its limit groups and its cgroup subtree. Built by
+/// [`Isolation::start`], or ahead of the create for a spare sandbox
+/// ([`super::spare`]) and handed to [`Isolation::start_on`]. Dropped unused, they
+/// leave nothing behind (pasta is stopped, the groups removed).
+pub(crate) struct Parts {
+    user: Option<OwnedFd>,
+    netns: Option<NetNs>,
+    uplink: Option<Pasta>,
+    limits: Option<Limits>,
+    cg: Option<Arc<SandboxCgroup>>,
+    /// A cgroup namespace rooted at the subtree ([`SandboxCgroup::namespace`]).
+    cgroup_ns: Option<OwnedFd>,
+    /// Limits cgroup v2 set on the subtree (what cgroup v1 could not).
+    v2_applied: Vec<&'static str>,
+}
+
+impl Parts {
+    /// The parts of a sandbox with `ids`, the template's `(cpus, memory_mb)` and
+    /// internet access unless `offline`; an error names the step that failed.
+    pub(crate) fn build(
+        offline: bool,
+        ids: IdMap,
+        (cpus, memory_mb): (u32, u32),
+    ) -> Result<Parts, BoundaryError> {
+        static SWEPT: Once = Once::new();
+        SWEPT.call_once(super::limits::sweep_stale);
+        // Dropped on an error below: what was made so far is undone.
+        let mut parts = Parts {
+            user: None,
+            netns: None,
+            uplink: None,
+            limits: Some(Limits::create(cpus, memory_mb)),
+            cg: None,
+            cgroup_ns: None,
+            v2_applied: Vec::new(),
+        };
+        if ids != IdMap::IDENTITY {
+            check_denied(Step::UserNamespace)?;
+            parts.user =
+                Some(userns::create(ids).map_err(|e| BoundaryError::new(Step::UserNamespace, e))?);
+        }
+        check_denied(Step::NetworkNamespace)?;
+        let new_netns =
+            || NetNs::create().map_err(|e| BoundaryError::new(Step::NetworkNamespace, e));
+        if offline {
+            parts.netns = Some(new_netns()?);
+        } else {
+            check_denied(Step::UserModeNetwork)?;
+            match super::uplink_pool::take() {
+                // Made ahead, configured: nothing to wait for.
+                Some(u) => {
+                    parts.netns = Some(u.netns);
+                    parts.uplink = Some(u.pasta);
+                }
+                None => {
+                    let netns = new_netns()?;
+                    // Configures the namespace while the rest is built; awaited at the end
+                    // of the holder's start.
+                    let pasta = Pasta::spawn(&netns)
+                        .map_err(|e| BoundaryError::new(Step::UserModeNetwork, e))?;
+                    parts.netns = Some(netns);
+                    parts.uplink = Some(pasta);
+                }
+            }
+        }
+        parts.cg = SandboxCgroup::create(ids.host_id(0)).map(Arc::new);
+        parts.cgroup_ns = parts.cg.as_ref().and_then(|cg| cg.namespace().ok());
+        // What cgroup v1 could not limit, cgroup v2 may (a host with its controllers there).
+        if let (Some(cg), Some(limits)) = (&parts.cg, &mut parts.limits)
+            && !limits.missing.is_empty()
+        {
+            parts.v2_applied = cg.apply_limits(cpus, memory_mb, &limits.missing);
+            limits.missing.retain(|c| !parts.v2_applied.contains(c));
+        }
+        Ok(parts)
+    }
+
+    /// False once a part died while waiting (the uplink's pasta ended): not to be used.
+    pub(crate) fn whole(&self) -> bool {
+        self.uplink.as_ref().is_none_or(Pasta::running)
+    }
+}
+
+impl Drop for Parts {
+    fn drop(&mut self) {
+        // Only what no holder took: the holder's thread removes the groups it was given.
+        if let Some(cg) = self.cg.take() {
+            cgroup::remove(&cg.dir);
+        }
+        if let Some(limits) = self.limits.take() {
+            limits.remove();
+        }
+    }
+}
+
+/// The overlay step: denied, or a layout without an upper layer.
+fn check_overlay(layout: &Layout) -> Result<(), BoundaryError> {
+    check_denied(Step::Overlay)?;
+    if layout.overlay.is_none() {
+        return Err(BoundaryError::new(
+            Step::Overlay,
+            std::io::Error::other("the sandbox has no upper layer"),
+        ));
+    }
+    Ok(())
+}
+
 /// The namespaces of a sandbox, opened from the holder's `/proc/<pid>/ns`.
 pub(crate) struct NsFds {
     mnt: OwnedFd,
@@ -235,6 +344,11 @@ pub(crate) struct NsFds {
 }
 
 impl NsFds {
+    /// The sandbox's cgroup subtree, for a child to be born in (`None` without one).
+    pub(crate) fn cgroup_dir(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.cgroup.as_ref().map(|(cg, _)| cg.dir_fd())
+    }
+
     /// A TCP connection to `port` on the sandbox's loopback (the port proxy's way in).
     pub(crate) fn connect_tcp(&self, port: u16) -> std::io::Result<std::net::TcpStream> {
         super::net::connect_tcp(&self.net, port)
@@ -396,79 +510,51 @@ impl Isolation {
             ids,
             limits,
         } = spec;
-        check_denied(Step::Overlay)?;
-        if layout.overlay.is_none() {
-            return Err(BoundaryError::new(
-                Step::Overlay,
-                std::io::Error::other("the sandbox has no upper layer"),
-            ));
-        }
-        Isolation::start_with(&layout, offline, ids, limits)
+        check_overlay(&layout)?;
+        let parts = Parts::build(offline, ids, limits)?;
+        Isolation::start_with(&layout, parts)
     }
 
-    fn start_with(
-        layout: &Layout,
-        offline: bool,
-        ids: IdMap,
-        (cpus, memory_mb): (u32, u32),
-    ) -> Result<Isolation, BoundaryError> {
-        static SWEPT: Once = Once::new();
-        SWEPT.call_once(super::limits::sweep_stale);
-        let mut limits = Limits::create(cpus, memory_mb);
+    /// [`Isolation::start`] on parts built ahead ([`Parts::build`], a spare sandbox's).
+    pub(crate) fn start_on(layout: &Layout, parts: Parts) -> Result<Isolation, BoundaryError> {
+        check_overlay(layout)?;
+        Isolation::start_with(layout, parts)
+    }
+
+    fn start_with(layout: &Layout, mut parts: Parts) -> Result<Isolation, BoundaryError> {
         let mount_err = |e| BoundaryError::new(Step::MountNamespace, e);
         std::fs::create_dir_all(&layout.newroot).map_err(mount_err)?;
         if let Some(lower) = &layout.idmapped_lower {
             std::fs::create_dir_all(lower).map_err(mount_err)?;
         }
-        let user = if ids == IdMap::IDENTITY {
-            None
-        } else {
-            check_denied(Step::UserNamespace)?;
-            Some(userns::create(ids).map_err(|e| BoundaryError::new(Step::UserNamespace, e))?)
-        };
         check_denied(Step::PidNamespace)?;
         check_denied(Step::MountNamespace)?;
         check_denied(Step::IdmappedMount)?;
-        check_denied(Step::NetworkNamespace)?;
         check_denied(Step::UtsNamespace)?;
-        let new_netns =
-            || NetNs::create().map_err(|e| BoundaryError::new(Step::NetworkNamespace, e));
-        let (netns, uplink) = if offline {
-            (new_netns()?, None)
-        } else {
-            check_denied(Step::UserModeNetwork)?;
-            match super::uplink_pool::take() {
-                // Made ahead, configured: nothing to wait for.
-                Some(u) => (u.netns, Some(u.pasta)),
-                None => {
-                    let netns = new_netns()?;
-                    // Configures the namespace while the rest is built; awaited at the end.
-                    let pasta = Pasta::spawn(&netns)
-                        .map_err(|e| BoundaryError::new(Step::UserModeNetwork, e))?;
-                    (netns, Some(pasta))
-                }
-            }
+        let missing = |what: &str| {
+            BoundaryError::new(
+                Step::NetworkNamespace,
+                std::io::Error::other(format!("the parts lost their {what}")),
+            )
         };
+        let netns = parts.netns.take().ok_or_else(|| missing("network namespace"))?;
+        let user = parts.user.take();
+        let uplink = parts.uplink.take();
+        let limits = Arc::new(parts.limits.take().ok_or_else(|| missing("limits"))?);
+        let cg = parts.cg.take();
+        let cgroup_ns = parts.cgroup_ns.take();
+        let v2_applied = std::mem::take(&mut parts.v2_applied);
         let net_raw = netns.net.as_raw_fd();
         // The holder's pre_exec reports the step that failed here (one byte).
         let (fail_r, fail_w) = failure_pipe().map_err(mount_err)?;
         let fail_w_raw = fail_w.as_raw_fd();
         let user_raw = user.as_ref().map_or(-1, |fd| fd.as_raw_fd());
+        let cgroup_ns_raw = cgroup_ns.as_ref().map_or(-1, |fd| fd.as_raw_fd());
         let writable = layout.overlay.is_some();
         let nr = rootfs::cstr(&layout.newroot);
         let offsets = time_offsets();
         let parent = std::process::id();
         let layout = layout.clone();
-        let cg = SandboxCgroup::create(ids.host_id(0)).map(Arc::new);
-        // What cgroup v1 could not limit, cgroup v2 may (a host with its controllers there).
-        let mut v2_applied = Vec::new();
-        if let Some(cg) = &cg
-            && !limits.missing.is_empty()
-        {
-            v2_applied = cg.apply_limits(cpus, memory_mb, &limits.missing);
-            limits.missing.retain(|c| !v2_applied.contains(c));
-        }
-        let limits = Arc::new(limits);
         let holder_limits = limits.clone();
         let holder_cg = cg.clone();
         // The holder is spawned and reaped by a thread of its own, so PR_SET_PDEATHSIG
@@ -491,7 +577,6 @@ impl Isolation {
                     }
                     holder_limits.remove();
                 };
-                let pre_limits = holder_limits.clone();
                 let ops = match rootfs::plan(&Layout {
                     fresh_proc,
                     cgroup2: holder_cg.is_some(),
@@ -504,7 +589,6 @@ impl Isolation {
                         return;
                     }
                 };
-                let pre_cg = holder_cg.clone();
                 let user_raw = user_raw;
                 let mut cmd = Command::new("/bin/sleep");
                 cmd.arg("infinity")
@@ -530,7 +614,9 @@ impl Isolation {
                         if !(ppid as u32 == parent || (fresh_proc && ppid == 0)) {
                             return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                         }
-                        pre_limits.join_self()?;
+                        // The holder joins no group: moving a process waits for an RCU
+                        // grace period on a quiet host. It is the sandbox's init only;
+                        // the sandbox's processes join the groups when spawned.
                         if let Some(off) = &offsets {
                             enter_new_time(off);
                         }
@@ -544,10 +630,9 @@ impl Isolation {
                         {
                             return Err(report(fail_w_raw, Step::UtsNamespace, errno()));
                         }
-                        // The sandbox's cgroup subtree, then a cgroup namespace rooted there.
-                        let cgroup_ns = pre_cg.as_ref().is_some_and(|cg| {
-                            cg.join_self().is_ok() && libc::unshare(libc::CLONE_NEWCGROUP) == 0
-                        });
+                        // The cgroup namespace rooted at the sandbox's subtree.
+                        let cgroup_ns = cgroup_ns_raw >= 0
+                            && libc::setns(cgroup_ns_raw, libc::CLONE_NEWCGROUP) == 0;
                         rootfs::execute(&ops, &nr, !writable, cgroup_ns, user_raw)
                             .map_err(|(step, e)| report(fail_w_raw, step, e))
                     });
@@ -789,13 +874,16 @@ const DROPPED_CAPS: [libc::c_int; 13] = [
     39, // CAP_BPF
 ];
 
-/// Join the sandbox's cgroup subtree and its cgroup, time, network, UTS and mount namespaces in
-/// a child's `pre_exec`, then drop [`DROPPED_CAPS`] from its bounding set (raw syscalls
-/// only; the PID namespace comes from the forking [`FsWorker`] thread).
-pub(crate) fn join_in_child(ns: &NsFds) -> std::io::Result<()> {
+/// Join the sandbox's limit groups, its cgroup subtree (when `join_cgroup`: a child not
+/// born there, see [`NsFds::cgroup_dir`]) and its cgroup, time, network, UTS and mount
+/// namespaces in a forked child, then drop [`DROPPED_CAPS`] from its bounding set (raw
+/// syscalls only; the PID namespace comes from the forking [`FsWorker`] thread).
+pub(crate) fn join_in_child(ns: &NsFds, join_cgroup: bool) -> std::io::Result<()> {
     ns.limits.join_self()?;
     if let Some((cg, fd)) = &ns.cgroup {
-        cg.join_self()?;
+        if join_cgroup {
+            cg.join_self()?;
+        }
         // SAFETY: setns on an fd opened before fork.
         if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWCGROUP) } != 0 {
             return Err(errno());

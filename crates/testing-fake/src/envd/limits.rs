@@ -79,9 +79,11 @@ fn make(
             std::fs::write(dir.join(file), value)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("{file}: {e}")))?;
         }
+        // `tasks`: a process joins by moving its one thread, which (unlike moving a whole
+        // process through `cgroup.procs`) does not wait for an RCU grace period.
         std::fs::OpenOptions::new()
             .write(true)
-            .open(dir.join("cgroup.procs"))
+            .open(dir.join("tasks"))
     })();
     match result {
         Ok(f) => Ok((dir, f.into())),
@@ -155,7 +157,8 @@ impl Limits {
         out
     }
 
-    /// In a forked child (raw syscalls only): move the calling process into every group.
+    /// In a forked child (raw syscalls only, a single thread): move the calling process
+    /// into every group.
     pub(crate) fn join_self(&self) -> std::io::Result<()> {
         for fd in &self.procs {
             // SAFETY: one byte from a static buffer to a descriptor opened before fork.

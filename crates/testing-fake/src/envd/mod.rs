@@ -28,6 +28,8 @@ mod paths;
 mod process;
 mod pty;
 mod rootfs;
+pub(crate) mod spare;
+mod spawn;
 mod uplink_pool;
 mod userns;
 mod watch;
@@ -410,86 +412,149 @@ fn copy_skel(skel: &Path, home: &Path, owner: Option<(u32, u32)>) {
     }
 }
 
+/// The host side of a boot, before the boundary: the sandbox's tree laid out (first boot)
+/// and, with isolation, its upper layer's mount points and the allowlist. It depends on the
+/// template, the volumes and the sandbox's root directory only, so a spare sandbox
+/// ([`spare`]) does it ahead and is renamed to its sandbox's root when taken.
+struct Prepared {
+    /// The system the sandbox runs: `/` (allowlisted) or the template's own tree.
+    sysroot: PathBuf,
+    /// The allowlist's mask layer (`None` without isolation or for a template's own tree).
+    mask: Option<Vec<allowlist::MaskEntry>>,
+}
+
+/// Lay out `root` for `cfg` (see [`Prepared`]).
+fn prepare(cfg: &EnvdConfig, root: &Path) -> Result<Prepared, EnvdError> {
+    let tree = root.join("fs");
+    let private = root.join(".e2b");
+    let opted_out = isolation::opted_out();
+    let ids = if opted_out {
+        IdMap::IDENTITY
+    } else {
+        IdMap::SANDBOX
+    };
+    // The system the sandbox runs: the host's (allowlisted) root, or the template's
+    // own tree, checked again (it may have gone since the emulator started).
+    let sysroot = match &cfg.template.root_fs {
+        None => PathBuf::from("/"),
+        Some(_) if opted_out => {
+            return Err(EnvdError::Template(
+                crate::TemplateRootError::NeedsIsolation.to_string(),
+            ));
+        }
+        Some(dir) => crate::TemplateRoot::check_dir(dir)
+            .map_err(|e| EnvdError::Template(e.to_string()))?,
+    };
+    lay_out(cfg, &tree, &private, ids, &sysroot)?;
+    if opted_out {
+        return Ok(Prepared {
+            sysroot,
+            mask: None,
+        });
+    }
+    isolation::require_root()?;
+    let upper = private.join(UPPER);
+    mount_point_parents(&mapped(cfg, &tree), &upper, &sysroot, ids.host_id(0))?;
+    let work = private.join("work");
+    std::fs::create_dir_all(&work).map_err(io_err(format!("creating {}", work.display())))?;
+    // A template's own tree is the whole system: no allowlist over it.
+    let mask = match cfg.template.root_fs {
+        Some(_) => None,
+        None => Some(
+            allowlist::mask(ids)
+                .map_err(|e| isolation::BoundaryError::new(isolation::Step::Allowlist, e))?,
+        ),
+    };
+    Ok(Prepared { sysroot, mask })
+}
+
+/// The sandbox paths backed by host directories: the template's paths from the tree,
+/// then the volumes.
+fn mapped(cfg: &EnvdConfig, tree: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let mut mapped: Vec<(PathBuf, PathBuf)> = cfg
+        .template
+        .mounts
+        .iter()
+        .map(|m| (PathBuf::from(m), tree.join(m.trim_start_matches('/'))))
+        .collect();
+    mapped.extend(cfg.volumes.iter().cloned());
+    mapped
+}
+
+/// The sandbox's boundary on a prepared `root`: on `parts` built ahead (a spare's) or
+/// new ones.
+fn isolate(
+    cfg: &EnvdConfig,
+    root: &Path,
+    prepared: Prepared,
+    parts: Option<isolation::Parts>,
+) -> Result<isolation::Isolation, EnvdError> {
+    let private = root.join(".e2b");
+    let upper = private.join(UPPER);
+    let ids = IdMap::SANDBOX;
+    let layout = rootfs::Layout {
+        newroot: private.join("newroot"),
+        mapped: mapped(cfg, &root.join("fs")),
+        overlay: upper.is_dir().then(|| (upper, private.join("work"))),
+        mask: prepared.mask.map(|m| (private.join("mask"), m)),
+        idmapped_lower: Some(private.join("lower")),
+        lower_source: prepared.sysroot,
+        boot_id: Some(new_boot_id(&private)?),
+        // The emulator's state (every sandbox's tree) is not for the sandbox.
+        hide: root
+            .parent()
+            .map(Path::to_path_buf)
+            .into_iter()
+            .chain(cfg.hidden.iter().cloned())
+            .collect(),
+        fresh_proc: true,
+        cgroup2: false,
+    };
+    let limits = (cfg.template.cpu_count, cfg.template.memory_mb);
+    Ok(match parts {
+        Some(parts) => isolation::Isolation::start_on(&layout, parts)?,
+        None => isolation::Isolation::start(isolation::Spec {
+            layout,
+            offline: !cfg.allow_internet,
+            ids,
+            limits,
+        })?,
+    })
+}
+
 impl Envd {
     /// Boot envd: the first boot lays out the tree from the template; a later boot on an
     /// existing root (cold boot) keeps the files.
     pub async fn boot(cfg: EnvdConfig) -> Result<Arc<Envd>, EnvdError> {
+        Envd::boot_from(cfg, None).await
+    }
+
+    /// [`Envd::boot`], on a spare sandbox booted ahead for this kind of sandbox when one
+    /// is given (its root is renamed to `cfg.root`; a spare that cannot be is dropped
+    /// and the boot is the usual one).
+    pub(crate) async fn boot_from(
+        cfg: EnvdConfig,
+        spare: Option<spare::Spare>,
+    ) -> Result<Arc<Envd>, EnvdError> {
+        let spare = spare.and_then(|s| s.move_to(&cfg.root));
         std::fs::create_dir_all(&cfg.root)
             .map_err(io_err(format!("creating {}", cfg.root.display())))?;
         let root = std::fs::canonicalize(&cfg.root)
             .map_err(io_err(format!("resolving {}", cfg.root.display())))?;
         let tree = root.join("fs");
-        let private = root.join(".e2b");
-        let opted_out = isolation::opted_out();
-        let ids = if opted_out {
+        let ids = if isolation::opted_out() {
             IdMap::IDENTITY
         } else {
             IdMap::SANDBOX
         };
-        // The system the sandbox runs: the host's (allowlisted) root, or the template's
-        // own tree, checked again (it may have gone since the emulator started).
-        let sysroot = match &cfg.template.root_fs {
-            None => PathBuf::from("/"),
-            Some(_) if opted_out => {
-                return Err(EnvdError::Template(
-                    crate::TemplateRootError::NeedsIsolation.to_string(),
-                ));
-            }
-            Some(dir) => crate::TemplateRoot::check_dir(dir)
-                .map_err(|e| EnvdError::Template(e.to_string()))?,
+        let (prepared, parts) = match spare {
+            Some(laid) => laid,
+            None => (prepare(&cfg, &root)?, None),
         };
-        lay_out(&cfg, &tree, &private, ids, &sysroot)?;
-
-        let iso = if opted_out {
+        let iso = if ids == IdMap::IDENTITY {
             isolation::Isolation::off()
         } else {
-            isolation::require_root()?;
-            let mut mapped: Vec<(PathBuf, PathBuf)> = cfg
-                .template
-                .mounts
-                .iter()
-                .map(|m| (PathBuf::from(m), tree.join(m.trim_start_matches('/'))))
-                .collect();
-            let upper = private.join(UPPER);
-            mapped.extend(cfg.volumes.iter().cloned());
-            mount_point_parents(&mapped, &upper, &sysroot, ids.host_id(0))?;
-            let work = private.join("work");
-            std::fs::create_dir_all(&work)
-                .map_err(io_err(format!("creating {}", work.display())))?;
-            // A template's own tree is the whole system: no allowlist over it.
-            let mask = match cfg.template.root_fs {
-                Some(_) => None,
-                None => Some((
-                    private.join("mask"),
-                    allowlist::mask(ids).map_err(|e| {
-                        isolation::BoundaryError::new(isolation::Step::Allowlist, e)
-                    })?,
-                )),
-            };
-            let spec = isolation::Spec {
-                layout: rootfs::Layout {
-                    newroot: private.join("newroot"),
-                    mapped,
-                    overlay: upper.is_dir().then_some((upper, work)),
-                    mask,
-                    idmapped_lower: Some(private.join("lower")),
-                    lower_source: sysroot.clone(),
-                    boot_id: Some(new_boot_id(&private)?),
-                    // The emulator's state (every sandbox's tree) is not for the sandbox.
-                    hide: root
-                        .parent()
-                        .map(Path::to_path_buf)
-                        .into_iter()
-                        .chain(cfg.hidden.iter().cloned())
-                        .collect(),
-                    fresh_proc: true,
-                    cgroup2: false,
-                },
-                offline: !cfg.allow_internet,
-                ids,
-                limits: (cfg.template.cpu_count, cfg.template.memory_mb),
-            };
-            isolation::Isolation::start(spec)?
+            isolate(&cfg, &root, prepared, parts)?
         };
         if !cfg.volumes.is_empty() && !iso.enabled() {
             iso.shutdown();

@@ -79,7 +79,8 @@ impl NetNs {
     pub(crate) fn create() -> std::io::Result<NetNs> {
         userns::in_new_namespaces(
             libc::CLONE_NEWUSER | libc::CLONE_NEWNET,
-            loopback_up,
+            &|| 0,
+            &loopback_up,
             |pid| {
                 let open = |kind: &str| -> std::io::Result<OwnedFd> {
                     Ok(OwnedFd::from(std::fs::File::open(format!(

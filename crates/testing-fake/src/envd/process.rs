@@ -6,7 +6,6 @@ use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use tokio::time::Instant;
 
 use super::auth::ActingUser;
 use super::connect::{self, RpcError, StreamTx};
-use super::{Envd, SANDBOX_PATH, isolation, paths, pty};
+use super::{Envd, SANDBOX_PATH, isolation, paths, pty, spawn};
 use crate::template::TemplateUser;
 
 const STD_CHUNK: usize = 32 << 10;
@@ -48,7 +47,7 @@ pub(crate) struct Proc {
     config: ProcessConfig,
     tag: Option<String>,
     subs: Mutex<Vec<mpsc::Sender<ProcessEvent>>>,
-    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
     pty: Option<Arc<pty::Master>>,
     /// envd's `outCancel`: stop waiting for the output readers (SIGKILL/SIGTERM sent).
     out_cancel: Notify,
@@ -585,12 +584,13 @@ struct ChildSetup {
 }
 
 impl ChildSetup {
-    fn run(&self) -> std::io::Result<()> {
+    /// In the forked child; `join_cgroup`: see [`spawn::Spawn::start`].
+    fn run(&self, join_cgroup: bool) -> std::io::Result<()> {
         if self.pty {
             pty::make_controlling()?;
         }
         if let Some(ns) = &self.ns {
-            isolation::join_in_child(ns)?;
+            isolation::join_in_child(ns, join_cgroup)?;
         }
         // SAFETY: raw syscalls in the forked child on data prepared before fork.
         unsafe {
@@ -598,14 +598,18 @@ impl ChildSetup {
                 return Err(std::io::Error::last_os_error());
             }
             if let Some((uid, gid)) = self.creds {
+                // Raw system calls: glibc's setgid/setuid would try to change every thread
+                // of the process it believes this still is (the child of a raw clone keeps
+                // its parent's thread list) and wait for them forever. The child has one
+                // thread, whose credentials are the process's.
                 let groups = [gid as libc::gid_t];
-                if libc::setgroups(1, groups.as_ptr()) != 0 {
+                if libc::syscall(libc::SYS_setgroups, 1, groups.as_ptr()) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                if libc::setgid(gid) != 0 {
+                if libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                if libc::setuid(uid) != 0 {
+                if libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             }
@@ -682,13 +686,11 @@ async fn launch(
         }
     };
     let mut child = spawn_in_sandbox(envd, cmd, &user, &cwd, master.is_some(), req).await?;
-    let Some(host_pid) = child.id() else {
-        return Err(RpcError::invalid("process exited before start"));
-    };
+    let host_pid = child.id();
     let pty_master = match master.map(pty::Master::new).transpose() {
         Ok(m) => m.map(Arc::new),
         Err(e) => {
-            let _ = child.start_kill();
+            child.start_kill();
             return Err(RpcError::invalid(format!("error starting pty: {e}")));
         }
     };
@@ -717,35 +719,45 @@ async fn launch(
 }
 
 /// The command envd runs: its OOM wrapper around the user's program, with the user's
-/// login variables, the sandbox's globals and the request's variables, nothing else.
-fn command(envd: &Envd, user: &TemplateUser, req: &StartRequest) -> tokio::process::Command {
+/// login variables, the sandbox's globals and the request's variables, nothing else
+/// (a later one of the same name wins).
+fn command(envd: &Envd, user: &TemplateUser, req: &StartRequest) -> spawn::Spawn {
     let home = if envd.iso.enabled() {
         user.home.clone()
     } else {
         envd.host_path(&user.home).display().to_string()
     };
-    let mut cmd = tokio::process::Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(OOM_WRAPPER)
-        .arg("--")
-        .arg(&req.process.cmd)
-        .args(&req.process.args)
-        .env_clear()
-        .env("PATH", SANDBOX_PATH)
-        .env("HOME", &home)
-        .env("USER", &user.name)
-        .env("LOGNAME", &user.name)
-        .envs(&envd.globals)
-        .envs(&req.process.envs)
-        .kill_on_drop(false);
-    cmd
+    let mut argv = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        OOM_WRAPPER.to_owned(),
+        "--".to_owned(),
+        req.process.cmd.clone(),
+    ];
+    argv.extend(req.process.args.iter().cloned());
+    let mut env: std::collections::BTreeMap<String, String> = [
+        ("PATH", SANDBOX_PATH.to_owned()),
+        ("HOME", home),
+        ("USER", user.name.clone()),
+        ("LOGNAME", user.name.clone()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    env.extend(envd.globals.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.extend(req.process.envs.iter().map(|(k, v)| (k.clone(), v.clone())));
+    spawn::Spawn {
+        argv,
+        env: env.into_iter().collect(),
+        stdio: [spawn::Io::Null, spawn::Io::Null, spawn::Io::Null],
+    }
 }
 
 /// A PTY of the requested size as the child's stdin, stdout and stderr; returns the
 /// master. Opened by a worker thread in the sandbox's mount namespace (its devpts).
 async fn attach_pty(
     envd: &Envd,
-    cmd: &mut tokio::process::Command,
+    cmd: &mut spawn::Spawn,
     req: &StartRequest,
     p: &e2b_proto::process::Pty,
     cwd: &str,
@@ -765,10 +777,10 @@ async fn attach_pty(
                 size.rows
             ))
         })?;
-    let dup = |fd: &OwnedFd| fd.try_clone().map(Stdio::from);
+    let dup = |fd: &OwnedFd| fd.try_clone().map(spawn::Io::Fd);
     match (dup(&s), dup(&s), dup(&s)) {
         (Ok(a), Ok(b), Ok(c)) => {
-            cmd.stdin(a).stdout(b).stderr(c);
+            cmd.stdio = [a, b, c];
             Ok(m)
         }
         _ => Err(RpcError::invalid("error duplicating pty")),
@@ -776,9 +788,13 @@ async fn attach_pty(
 }
 
 /// Piped stdout and stderr; stdin piped unless the request turned it off.
-fn attach_pipes(cmd: &mut tokio::process::Command, stdin: bool) {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() });
+fn attach_pipes(cmd: &mut spawn::Spawn, stdin: bool) {
+    let input = if stdin {
+        spawn::Io::Piped
+    } else {
+        spawn::Io::Null
+    };
+    cmd.stdio = [input, spawn::Io::Piped, spawn::Io::Piped];
 }
 
 /// Checks that `cwd` exists, then spawns `cmd` as `user` in it, all in one job of a
@@ -787,12 +803,12 @@ fn attach_pipes(cmd: &mut tokio::process::Command, stdin: bool) {
 /// slave) is dropped there.
 async fn spawn_in_sandbox(
     envd: &Envd,
-    mut cmd: tokio::process::Command,
+    cmd: spawn::Spawn,
     user: &TemplateUser,
     cwd: &str,
     pty: bool,
     req: &StartRequest,
-) -> Result<tokio::process::Child, RpcError> {
+) -> Result<spawn::Child, RpcError> {
     let host_cwd = envd.host_path(cwd);
     let setup = ChildSetup {
         ns: envd.iso.ns_fds(),
@@ -800,10 +816,6 @@ async fn spawn_in_sandbox(
         creds: envd.iso.enabled().then_some((user.uid, user.gid)),
         pty,
     };
-    // SAFETY: `ChildSetup::run` performs only raw syscalls on data prepared before fork.
-    unsafe {
-        cmd.pre_exec(move || setup.run());
-    }
     let rt = tokio::runtime::Handle::current();
     let spawned = envd
         .fs
@@ -812,7 +824,9 @@ async fn spawn_in_sandbox(
                 return None;
             }
             let _entered = rt.enter();
-            Some(cmd.spawn())
+            let cgroup = setup.ns.as_ref().and_then(|ns| ns.cgroup_dir());
+            // `ChildSetup::run` performs only raw syscalls on data prepared before fork.
+            Some(cmd.start(cgroup, &|join| setup.run(join)))
         })
         .await;
     match spawned {
@@ -829,7 +843,7 @@ async fn spawn_in_sandbox(
 /// a receiver that ends once all of them have finished.
 fn start_readers(
     proc_: &Arc<Proc>,
-    child: &mut tokio::process::Child,
+    child: &mut spawn::Child,
     pty_master: Option<Arc<pty::Master>>,
 ) -> (Vec<tokio::task::JoinHandle<()>>, mpsc::Receiver<()>) {
     let mut readers = Vec::new();
@@ -867,7 +881,7 @@ fn start_readers(
 /// The waiter: output done (or a kill, or the deadline), then the exit; then `end` to
 /// every subscriber and the process moves to the table's exited ones.
 async fn wait_and_end(
-    mut child: tokio::process::Child,
+    mut child: spawn::Child,
     readers: Vec<tokio::task::JoinHandle<()>>,
     mut done_rx: mpsc::Receiver<()>,
     p: Arc<Proc>,
@@ -880,14 +894,16 @@ async fn wait_and_end(
         _ = done_rx.recv() => {}
         _ = p.out_cancel.notified() => {}
         _ = tokio::time::sleep_until(kill_at) => {
-            let _ = child.start_kill();
+            child.start_kill();
         }
     }
+    let wait = child.wait();
+    tokio::pin!(wait);
     let status = loop {
         tokio::select! {
-            st = child.wait() => break st,
+            st = &mut wait => break st,
             _ = tokio::time::sleep_until(kill_at) => {
-                let _ = child.start_kill();
+                child.start_kill();
             }
         }
     };

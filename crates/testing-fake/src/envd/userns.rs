@@ -64,7 +64,8 @@ fn errno() -> std::io::Error {
 pub(crate) fn create(map: IdMap) -> std::io::Result<OwnedFd> {
     in_new_namespaces(
         libc::CLONE_NEWUSER,
-        || 0,
+        &|| 0,
+        &|| 0,
         |pid| {
             let line = format!("0 {} {RANGE}\n", map.host_id(0));
             std::fs::write(format!("/proc/{pid}/uid_map"), &line)?;
@@ -76,13 +77,15 @@ pub(crate) fn create(map: IdMap) -> std::io::Result<OwnedFd> {
     )
 }
 
-/// Fork a short-lived child that `unshare`s `flags` and runs `setup` (raw syscalls only,
-/// returning 0 or an errno), then call `then` with its pid while it waits (to write its id
-/// maps, open its `/proc/<pid>/ns/*`), and reap it. `unshare(CLONE_NEWUSER)` needs a
-/// single-threaded process: the child is one, the emulator is not.
+/// Fork a short-lived child that runs `before`, `unshare`s `flags` and runs `setup` (both
+/// raw syscalls only, returning 0 or an errno), then call `then` with its pid while it
+/// waits (to write its id maps, open its `/proc/<pid>/ns/*`), and reap it.
+/// `unshare(CLONE_NEWUSER)` needs a single-threaded process: the child is one, the
+/// emulator is not.
 pub(crate) fn in_new_namespaces<T>(
     flags: libc::c_int,
-    setup: fn() -> libc::c_int,
+    before: &(dyn Fn() -> libc::c_int + Sync),
+    setup: &(dyn Fn() -> libc::c_int + Sync),
     then: impl FnOnce(libc::pid_t) -> std::io::Result<T>,
 ) -> std::io::Result<T> {
     let mut up = [0 as libc::c_int; 2];
@@ -128,7 +131,10 @@ pub(crate) fn in_new_namespaces<T>(
             {
                 libc::_exit(1);
             }
-            let status: u8 = if libc::unshare(flags) != 0 {
+            let first = before();
+            let status: u8 = if first != 0 {
+                first as u8
+            } else if libc::unshare(flags) != 0 {
                 *libc::__errno_location() as u8
             } else {
                 setup() as u8

@@ -48,7 +48,13 @@ async fn e2b_local_prints_env_and_stops_on_sigterm() {
         .await
         .unwrap();
     assert_eq!(r.status(), 201);
-    assert!(root.path().join("sandboxes").read_dir().unwrap().count() == 1);
+    // The sandbox's directory (a spare prepared for the next create is a dot entry).
+    let sandboxes = root.path().join("sandboxes").read_dir().unwrap();
+    let named = sandboxes
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .count();
+    assert_eq!(named, 1);
 
     let mut child_stderr = child.stderr.take().unwrap();
     let pid = i32::try_from(child.id()).unwrap();

@@ -255,14 +255,16 @@ async fn internet_goes_through_pasta_and_the_uplink_host_is_not_reachable() {
     host.listen("0.0.0.0:8082", "UPLINK-ANY");
 
     let root = tempfile::tempdir().unwrap();
-    // No uplink made ahead (E2B_LOCAL_UPLINK_POOL=0): the pasta processes counted below
-    // are the sandbox's (a pooled one is made by the same code, see `uplink_pool`).
+    // No uplink and no spare sandbox made ahead (E2B_LOCAL_UPLINK_POOL=0,
+    // E2B_LOCAL_SPARES=0): the pasta processes counted below are the sandbox's (a pooled
+    // one is made by the same code, see `uplink_pool` and `spare`).
     let (child, api, sandbox_url, key) = start_local(
         root.path(),
         &[],
         &[
             ("E2B_LOCAL_UPLINK_NETNS", host.path().as_str()),
             ("E2B_LOCAL_UPLINK_POOL", "0"),
+            ("E2B_LOCAL_SPARES", "0"),
         ],
     );
     let local = Local(Some(child));

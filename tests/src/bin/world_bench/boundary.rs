@@ -2,10 +2,14 @@
 //! run against baselines of the same run. Three emulator children, one after the other:
 //! isolated sandboxes with internet access (their own network namespace plus pasta),
 //! isolated sandboxes without it (loopback only), and `E2B_LOCAL_NO_ISOLATION=1` (plain
-//! host processes). For each: create sandbox + first command p50 (`N` creates, default
-//! 20), exec `true` p50 (200 on one sandbox), and with 100 idle sandboxes alive the
+//! host processes). For each: create sandbox + first command p50 (`N` creates back to
+//! back, default 20; spare sandboxes are prepared in every mode), exec `true` p50 (200 on
+//! one sandbox back to back, then 20 with 100 ms of idle before each), and with 100 idle
+//! sandboxes alive the
 //! emulator's RSS per sandbox and that of the pasta processes it started. Figures, not
-//! assertions; ratios against the no-isolation baseline.
+//! assertions; ratios against the no-isolation baseline. Each timed part starts on a
+//! quiet machine (the kernel's teardown of the killed sandboxes done), so no mode pays
+//! for the one before.
 
 use std::time::Instant;
 
@@ -43,6 +47,7 @@ const MODES: [Mode; 3] = [
 struct Figures {
     create_ms: f64,
     exec_ms: f64,
+    exec_idle_ms: f64,
     emulator_kib: f64,
     pasta_kib: f64,
 }
@@ -84,6 +89,39 @@ fn pasta_kib(parent: u32) -> u64 {
         .sum()
 }
 
+/// Busy and total jiffies of all CPUs, from `/proc/stat`.
+fn cpu_jiffies() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else {
+        return (0, 0);
+    };
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().sum();
+    // idle and iowait
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// Wait until the machine is quiet (under 10% busy over half a second, at most 30 s):
+/// the kernel tears down a killed sandbox's namespaces and mounts in the background, and
+/// that work must not land on the next figure (of this mode or the next).
+async fn settle() {
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (b0, t0) = cpu_jiffies();
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let (b1, t1) = cpu_jiffies();
+        let busy = (b1 - b0) as f64 / (t1 - t0).max(1) as f64;
+        if busy < 0.10 || Instant::now() > deadline {
+            return;
+        }
+    }
+}
+
 async fn start_true(api: &std::sync::Arc<dyn EnvdApi>) -> Result<(), AnyError> {
     super::raw::start_ok(api, StartProcess::new("true")).await
 }
@@ -100,6 +138,7 @@ async fn measure(mode: &Mode, creates: usize) -> Result<Figures, AnyError> {
     // One untimed create warms the template and the emulator's caches.
     let warm = client.create(&opts).await?;
     start_true(&warm.clone().into_api()).await?;
+    settle().await;
     let mut create = Vec::new();
     for _ in 0..creates {
         let t = Instant::now();
@@ -109,11 +148,22 @@ async fn measure(mode: &Mode, creates: usize) -> Result<Figures, AnyError> {
         client.kill(sb.id()).await?;
     }
     let api = warm.clone().into_api();
+    settle().await;
     let mut exec = Vec::new();
     for _ in 0..200 {
         let t = Instant::now();
         start_true(&api).await?;
         exec.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    // A command after the sandbox sat idle, as an agent's commands come: what a start
+    // pays once the kernel's fast paths went cold (a cgroup migration then waits for an
+    // RCU grace period).
+    let mut exec_idle = Vec::new();
+    for _ in 0..20 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let t = Instant::now();
+        start_true(&api).await?;
+        exec_idle.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     client.kill(warm.id()).await?;
     let before = rss_kib(emu.pid());
@@ -126,9 +176,12 @@ async fn measure(mode: &Mode, creates: usize) -> Result<Figures, AnyError> {
     for sb in &idle {
         let _ = client.kill(sb.id()).await;
     }
+    drop(emu);
+    settle().await;
     Ok(Figures {
         create_ms: p50(create),
         exec_ms: p50(exec),
+        exec_idle_ms: p50(exec_idle),
         emulator_kib: after.saturating_sub(before) as f64 / 100.0,
         pasta_kib: pasta as f64 / 100.0,
     })
@@ -148,18 +201,20 @@ pub async fn run(args: &[String]) -> Result<(), AnyError> {
     let Some((_, base)) = rows.last() else {
         return Ok(());
     };
-    let (base_create, base_exec) = (base.create_ms, base.exec_ms);
+    let (base_create, base_exec, base_idle) = (base.create_ms, base.exec_ms, base.exec_idle_ms);
     println!(
-        "| mode | create + first command p50 | vs baseline | exec `true` p50 | vs baseline | emulator RSS per idle sandbox | pasta RSS per idle sandbox |"
+        "| mode | create + first command p50 | vs baseline | exec `true` p50 | vs baseline | exec after 100 ms idle p50 | vs baseline | emulator RSS per idle sandbox | pasta RSS per idle sandbox |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for (name, f) in &rows {
         println!(
-            "| {name} | {:.1} ms | {:.2}x | {:.2} ms | {:.2}x | {:.0} KiB | {:.0} KiB |",
+            "| {name} | {:.1} ms | {:.2}x | {:.2} ms | {:.2}x | {:.2} ms | {:.2}x | {:.0} KiB | {:.0} KiB |",
             f.create_ms,
             f.create_ms / base_create,
             f.exec_ms,
             f.exec_ms / base_exec,
+            f.exec_idle_ms,
+            f.exec_idle_ms / base_idle,
             f.emulator_kib,
             f.pasta_kib,
         );

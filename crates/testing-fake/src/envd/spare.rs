@@ -1,0 +1,239 @@
+//! Spare sandboxes: the parts of a boot that carry nothing of one sandbox, done ahead of
+//! the create that will need them.
+//!
+//! After a create, the emulator prepares one more sandbox of the same kind (template,
+//! internet access, hidden directories) in the background: its tree laid out and
+//! allowlisted under `sandboxes/.spare-*` ([`super::Prepared`]) and, with the boundary,
+//! its user namespace, network namespace (with pasta for internet access), limit groups,
+//! cgroup subtree and cgroup namespace ([`Parts`]). The next create of that kind renames the directory to its own root and
+//! builds the rest on it: the holder process, with the mount namespace, the PID, UTS, time
+//! and cgroup namespaces, the boot id and the clocks. What a sandbox sees is therefore
+//! made at its own create, and nothing of a spare is seen before it is taken.
+//!
+//! A spare of another kind than the last create's is dropped; one whose pasta ended is
+//! dropped, never handed out; a create that finds none boots as without spares and
+//! reports its own failures (a spare that failed to build is forgotten). `E2B_LOCAL_SPARES`
+//! sets how many are kept (default 1, `0` turns them off); a spare with internet access
+//! holds a pasta process (about 21 MB resident) while it waits.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::isolation::Parts;
+use super::userns::IdMap;
+use super::{EnvdConfig, Prepared};
+use crate::template::Template;
+
+/// What makes two sandboxes' spares interchangeable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Kind {
+    template: Template,
+    internet: bool,
+    hidden: Vec<PathBuf>,
+}
+
+impl Kind {
+    /// The kind of `cfg`'s sandbox; `None` when it cannot have a spare (its volumes are
+    /// its own).
+    fn of(cfg: &EnvdConfig) -> Option<Kind> {
+        cfg.volumes.is_empty().then(|| Kind {
+            template: cfg.template.clone(),
+            internet: cfg.allow_internet,
+            hidden: cfg.hidden.clone(),
+        })
+    }
+}
+
+/// One sandbox prepared ahead: its directory, laid out, and its [`Parts`].
+pub(crate) struct Spare {
+    kind: Kind,
+    /// `None` once moved to its sandbox's root.
+    root: Option<PathBuf>,
+    prepared: Option<Prepared>,
+    parts: Option<Parts>,
+}
+
+impl Spare {
+    /// Prepare a spare of `kind` at `root` (a directory that does not exist yet).
+    fn build(kind: Kind, root: PathBuf) -> Result<Spare, super::EnvdError> {
+        let mut spare = Spare {
+            kind,
+            root: Some(root.clone()),
+            prepared: None,
+            parts: None,
+        };
+        let cfg = EnvdConfig {
+            sandbox_id: String::new(),
+            template: spare.kind.template.clone(),
+            root: root.clone(),
+            access_token: None,
+            env_vars: Default::default(),
+            allow_internet: spare.kind.internet,
+            volumes: Vec::new(),
+            hidden: spare.kind.hidden.clone(),
+        };
+        std::fs::create_dir_all(&root)
+            .map_err(super::io_err(format!("creating {}", root.display())))?;
+        spare.prepared = Some(super::prepare(&cfg, &root)?);
+        // Without the boundary (`--no-isolation`) only the tree is prepared.
+        if !super::isolation::opted_out() {
+            let limits = (cfg.template.cpu_count, cfg.template.memory_mb);
+            spare.parts = Some(Parts::build(!cfg.allow_internet, IdMap::SANDBOX, limits)?);
+        }
+        Ok(spare)
+    }
+
+    /// Rename the spare's directory to `root` and hand out what was prepared (no parts
+    /// without the boundary); `None` (the spare dropped) when a part died meanwhile or the
+    /// rename fails.
+    pub(super) fn move_to(mut self, root: &Path) -> Option<(Prepared, Option<Parts>)> {
+        if !self.parts.as_ref().is_none_or(Parts::whole) {
+            return None;
+        }
+        let from = self.root.as_ref()?;
+        if let Some(parent) = root.parent() {
+            std::fs::create_dir_all(parent).ok()?;
+        }
+        // Never onto an existing directory (rename would replace an empty one).
+        if std::fs::symlink_metadata(root).is_ok() {
+            return None;
+        }
+        std::fs::rename(from, root).ok()?;
+        self.root = None;
+        Some((self.prepared.take()?, self.parts.take()))
+    }
+}
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        self.parts.take();
+        if let Some(root) = self.root.take() {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+}
+
+/// The spares of one emulator, for the kind of sandbox created last.
+pub(crate) struct Spares {
+    /// Where spares are laid out: beside the sandboxes (`<state>/sandboxes`).
+    dir: PathBuf,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The kind spares are made for (the last create's).
+    kind: Option<Kind>,
+    ready: Vec<Spare>,
+    making: usize,
+    closed: bool,
+}
+
+/// How many spares to keep (`E2B_LOCAL_SPARES`, default 1).
+fn target() -> usize {
+    std::env::var("E2B_LOCAL_SPARES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(1)
+}
+
+impl Spares {
+    /// The spares of an emulator whose sandboxes live in `dir`.
+    pub(crate) fn new(dir: PathBuf) -> Arc<Spares> {
+        Arc::new(Spares {
+            dir,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// A spare for `cfg`'s sandbox, if one is ready.
+    pub(crate) fn take(&self, cfg: &EnvdConfig) -> Option<Spare> {
+        let kind = Kind::of(cfg)?;
+        let mut state = self.state.lock().ok()?;
+        let i = state.ready.iter().position(|s| s.kind == kind)?;
+        Some(state.ready.swap_remove(i))
+    }
+
+    /// Make spares of `cfg`'s kind in the background until [`target`] are ready or being
+    /// made; spares of another kind are dropped.
+    pub(crate) fn refill(self: &Arc<Self>, cfg: &EnvdConfig) {
+        let Some(kind) = Kind::of(cfg) else { return };
+        let want = target();
+        let (missing, dropped) = {
+            let Ok(mut state) = self.state.lock() else {
+                return;
+            };
+            if state.closed {
+                return;
+            }
+            let mut dropped = Vec::new();
+            if state.kind.as_ref() != Some(&kind) {
+                dropped = std::mem::take(&mut state.ready);
+                state.kind = Some(kind.clone());
+            }
+            let n = want.saturating_sub(state.ready.len() + state.making);
+            state.making += n;
+            (n, dropped)
+        };
+        drop(dropped);
+        static N: AtomicU64 = AtomicU64::new(0);
+        for _ in 0..missing {
+            let me = self.clone();
+            let kind = kind.clone();
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let root = self
+                .dir
+                .join(format!(".spare-{}-{n}", std::process::id()));
+            let spawned = std::thread::Builder::new()
+                .name("envd-spare".into())
+                .spawn(move || {
+                    let built = Spare::build(kind, root);
+                    let late = match me.state.lock() {
+                        Ok(mut state) => match built {
+                            Ok(s) if !state.closed && state.kind.as_ref() == Some(&s.kind) => {
+                                state.ready.push(s);
+                                state.making -= 1;
+                                return;
+                            }
+                            Ok(s) => Some(s),
+                            Err(e) => {
+                                tracing::debug!("a spare sandbox could not be prepared: {e}");
+                                None
+                            }
+                        },
+                        Err(_) => return,
+                    };
+                    // Undone before it stops counting, so `close` sees nothing left.
+                    drop(late);
+                    if let Ok(mut state) = me.state.lock() {
+                        state.making -= 1;
+                    }
+                });
+            if spawned.is_err()
+                && let Ok(mut state) = self.state.lock()
+            {
+                state.making -= 1;
+            }
+        }
+    }
+
+    /// Drop every ready spare, make no more, and wait (at most 10 s) until the ones being
+    /// made are undone: the emulator stops and leaves nothing behind.
+    pub(crate) async fn close(&self) {
+        let ready = match self.state.lock() {
+            Ok(mut state) => {
+                state.closed = true;
+                std::mem::take(&mut state.ready)
+            }
+            Err(_) => return,
+        };
+        drop(ready);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.state.lock().is_ok_and(|s| s.making > 0)
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+}
