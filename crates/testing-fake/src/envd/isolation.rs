@@ -537,7 +537,10 @@ impl Isolation {
                 std::io::Error::other(format!("the parts lost their {what}")),
             )
         };
-        let netns = parts.netns.take().ok_or_else(|| missing("network namespace"))?;
+        let netns = parts
+            .netns
+            .take()
+            .ok_or_else(|| missing("network namespace"))?;
         let user = parts.user.take();
         let uplink = parts.uplink.take();
         let limits = Arc::new(parts.limits.take().ok_or_else(|| missing("limits"))?);

@@ -442,8 +442,9 @@ fn prepare(cfg: &EnvdConfig, root: &Path) -> Result<Prepared, EnvdError> {
                 crate::TemplateRootError::NeedsIsolation.to_string(),
             ));
         }
-        Some(dir) => crate::TemplateRoot::check_dir(dir)
-            .map_err(|e| EnvdError::Template(e.to_string()))?,
+        Some(dir) => {
+            crate::TemplateRoot::check_dir(dir).map_err(|e| EnvdError::Template(e.to_string()))?
+        }
     };
     lay_out(cfg, &tree, &private, ids, &sysroot)?;
     if opted_out {

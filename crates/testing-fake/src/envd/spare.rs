@@ -182,9 +182,7 @@ impl Spares {
             let me = self.clone();
             let kind = kind.clone();
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let root = self
-                .dir
-                .join(format!(".spare-{}-{n}", std::process::id()));
+            let root = self.dir.join(format!(".spare-{}-{n}", std::process::id()));
             let spawned = std::thread::Builder::new()
                 .name("envd-spare".into())
                 .spawn(move || {
@@ -230,8 +228,7 @@ impl Spares {
         };
         drop(ready);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while self.state.lock().is_ok_and(|s| s.making > 0)
-            && std::time::Instant::now() < deadline
+        while self.state.lock().is_ok_and(|s| s.making > 0) && std::time::Instant::now() < deadline
         {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }

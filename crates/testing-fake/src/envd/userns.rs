@@ -62,19 +62,14 @@ fn errno() -> std::io::Error {
 /// `setgroups` stays allowed, which `sudo` needs) and keeps the namespace alive with the
 /// descriptor.
 pub(crate) fn create(map: IdMap) -> std::io::Result<OwnedFd> {
-    in_new_namespaces(
-        libc::CLONE_NEWUSER,
-        &|| 0,
-        &|| 0,
-        |pid| {
-            let line = format!("0 {} {RANGE}\n", map.host_id(0));
-            std::fs::write(format!("/proc/{pid}/uid_map"), &line)?;
-            std::fs::write(format!("/proc/{pid}/gid_map"), &line)?;
-            Ok(OwnedFd::from(std::fs::File::open(format!(
-                "/proc/{pid}/ns/user"
-            ))?))
-        },
-    )
+    in_new_namespaces(libc::CLONE_NEWUSER, &|| 0, &|| 0, |pid| {
+        let line = format!("0 {} {RANGE}\n", map.host_id(0));
+        std::fs::write(format!("/proc/{pid}/uid_map"), &line)?;
+        std::fs::write(format!("/proc/{pid}/gid_map"), &line)?;
+        Ok(OwnedFd::from(std::fs::File::open(format!(
+            "/proc/{pid}/ns/user"
+        ))?))
+    })
 }
 
 /// Fork a short-lived child that runs `before`, `unshare`s `flags` and runs `setup` (both

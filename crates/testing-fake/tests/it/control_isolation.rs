@@ -282,3 +282,94 @@ async fn an_out_of_memory_kill_shows_in_the_metrics() {
     );
     env.emu.shutdown().await;
 }
+
+/// The first spare sandbox's directory name under `sandboxes`, once one is prepared.
+async fn spare_name(sandboxes: &std::path::Path) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let found = std::fs::read_dir(sandboxes).ok().and_then(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .find(|n| n.starts_with(".spare-"))
+        });
+        if let Some(n) = found {
+            return n;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no spare sandbox was prepared after a create"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A sandbox made from a spare (prepared after the previous create) is as new as any: the
+/// spare's directory became its root, its clocks start at its own create, its
+/// namespaces are not the other sandbox's, it holds nothing the other wrote, and the
+/// other cannot see where spares wait. A sandbox of another kind (no internet) does not
+/// take a spare made for one with internet.
+#[tokio::test]
+async fn a_sandbox_made_from_a_spare_is_its_own() {
+    let state = tempfile::tempdir().unwrap();
+    let env = Env::with(testing_fake::EmulatorConfig {
+        root: Some(state.path().to_path_buf()),
+        ..Default::default()
+    })
+    .await;
+    let sandboxes = std::fs::canonicalize(state.path())
+        .unwrap()
+        .join("sandboxes");
+    let a = env.create(json!({})).await;
+    let spare = spare_name(&sandboxes).await;
+    // Where spares wait is hidden from a sandbox, its root included.
+    let (frames, ended) = env
+        .run_frames(
+            &a,
+            &format!("sudo -n ls -A {}; echo end", sandboxes.display()),
+        )
+        .await;
+    assert!(ended, "{frames:?}");
+    assert_eq!(stdout_of(&frames), "end\n", "{frames:?}");
+    let (frames, _) = env
+        .run_frames(&a, "sudo -n sh -c 'echo mine > /etc/from-a'; readlink /proc/self/ns/user /proc/self/ns/net /proc/self/ns/mnt /proc/self/ns/pid")
+        .await;
+    let a_ns = stdout_of(&frames);
+    assert_eq!(a_ns.lines().count(), 4, "{frames:?}");
+
+    let began = std::time::Instant::now();
+    let b = env.create(json!({})).await;
+    let b_id = b["sandboxID"].as_str().unwrap();
+    assert!(
+        !sandboxes.join(&spare).exists() && sandboxes.join(b_id).is_dir(),
+        "the spare {spare} did not become {b_id}'s root"
+    );
+    let (frames, ended) = env
+        .run_frames(&b, "cut -d' ' -f1 /proc/uptime; readlink /proc/self/ns/user /proc/self/ns/net /proc/self/ns/mnt /proc/self/ns/pid; cat /etc/from-a 2>&1 || true")
+        .await;
+    let elapsed = began.elapsed().as_secs_f64();
+    assert!(ended, "{frames:?}");
+    let out = stdout_of(&frames);
+    let mut lines = out.lines();
+    let uptime: f64 = lines.next().unwrap().parse().unwrap();
+    assert!(
+        uptime <= elapsed,
+        "uptime {uptime} > {elapsed} since the create began"
+    );
+    for (mine, theirs) in lines.by_ref().take(4).zip(a_ns.lines()) {
+        assert_ne!(mine, theirs, "a namespace of the other sandbox");
+    }
+    let rest: Vec<&str> = lines.collect();
+    assert!(
+        rest.len() == 1 && rest[0].contains("No such file"),
+        "{rest:?}"
+    );
+
+    // A spare for a sandbox with internet is not one without.
+    spare_name(&sandboxes).await;
+    let c = env.create(json!({"allow_internet_access": false})).await;
+    let (frames, _) = env
+        .run_frames(&c, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+        .await;
+    assert_eq!(stdout_of(&frames), "lo\n", "{frames:?}");
+    env.emu.shutdown().await;
+}
