@@ -10,11 +10,18 @@
 //! internet access), and a new mount namespace whose root [`rootfs`](super::rootfs) builds
 //! in its `pre_exec` before `pivot_root`.
 //!
-//! Sandbox processes are forked from an [`FsWorker`] thread whose PID namespace for
-//! children is the sandbox's, and join the other namespaces with `setns` in their
-//! `pre_exec`; envd's own file operations run on the same worker threads, which joined the
-//! mount namespace, so they see exactly what the processes see (absolute symlinks and
-//! `..` resolve inside the sandbox's root, never on the host).
+//! The parts that carry nothing of one sandbox ([`Parts`]: the user and network
+//! namespaces, pasta, the limit groups, the cgroup subtree and its namespace) are built
+//! first, at the create or ahead of it for a spare sandbox ([`super::spare`]); the holder
+//! joins no cgroup (moving a process between cgroups waits for an RCU grace period on a
+//! quiet host) and enters the cgroup namespace made for it.
+//!
+//! Sandbox processes are forked ([`super::spawn`]) from an [`FsWorker`] thread whose PID
+//! namespace for children is the sandbox's, born in the sandbox's cgroup subtree, and join
+//! the other namespaces with `setns` before they exec; envd's own file operations run on
+//! the same worker threads, which joined the mount namespace, so they see exactly what the
+//! processes see (absolute symlinks and `..` resolve inside the sandbox's root, never on
+//! the host).
 //!
 //! Without root (or when the namespace cannot be built, or with `E2B_LOCAL_NO_ISOLATION`
 //! set) isolation is off: a warning is logged once, template paths are mapped to host

@@ -3,8 +3,9 @@
 //!
 //! Applied with the cgroup v1 controllers `cpu`, `memory` and `pids` where the host mounts
 //! them (`/sys/fs/cgroup/<controller>`): one group per sandbox below the emulator's own,
-//! joined by the holder and every sandbox process before they enter the sandbox's user
-//! namespace, removed once the sandbox is gone. A controller the host does not offer this
+//! joined by every sandbox process before it enters the sandbox's user namespace (through
+//! `tasks`, moving its one thread: no RCU grace period to wait for, unlike
+//! `cgroup.procs`), removed once the sandbox is gone. A controller the host does not offer this
 //! way is tried with cgroup v2 on the sandbox's subtree
 //! ([`SandboxCgroup::apply_limits`](super::cgroup::SandboxCgroup::apply_limits): `cpu.max`,
 //! `memory.max`, `pids.max`, the emulator moving into a leaf of its group so the group can
