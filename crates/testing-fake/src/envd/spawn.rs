@@ -191,14 +191,11 @@ impl Spawn {
         let mut ours: [Option<OwnedFd>; 3] = [None, None, None];
         for (i, io) in self.stdio.into_iter().enumerate() {
             let end = match io {
-                Io::Null => above_stdio(
-                    rustix::fs::open(
-                        "/dev/null",
-                        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
-                        rustix::fs::Mode::empty(),
-                    )?
-                    .into(),
-                )?,
+                Io::Null => above_stdio(rustix::fs::open(
+                    "/dev/null",
+                    rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                )?)?,
                 Io::Piped => {
                     let (r, w) = pipe()?;
                     let (theirs, mine) = if i == 0 { (r, w) } else { (w, r) };
