@@ -109,6 +109,50 @@ pub fn launch(l: &Launch<'_>) -> io::Result<Outcome> {
     run(&prepared, stdio, l.cgroup)
 }
 
+/// `CLONE_PIDFD`: `clone3` stores a pidfd of the child at [`CloneArgs::pidfd`].
+pub const CLONE_PIDFD: u64 = 0x1000;
+/// `CLONE_CLEAR_SIGHAND`: every handled signal is reset to its default in the child.
+pub const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
+/// `CLONE_INTO_CGROUP`: the child is born in the cgroup v2 directory [`CloneArgs::cgroup`].
+pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// The kernel's `struct clone_args` of `clone3(2)` (version 2: with `cgroup`).
+///
+/// ```
+/// let args = exec_world_sys::launch::CloneArgs {
+///     flags: exec_world_sys::launch::CLONE_PIDFD,
+///     exit_signal: libc::SIGCHLD as u64,
+///     ..Default::default()
+/// };
+/// assert_eq!(std::mem::size_of_val(&args), 88);
+/// ```
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct CloneArgs {
+    /// `CLONE_*` flags.
+    pub flags: u64,
+    /// Where the kernel stores the child's pidfd (a `*mut c_int`).
+    pub pidfd: u64,
+    /// Where the kernel stores the child's tid, in the child.
+    pub child_tid: u64,
+    /// Where the kernel stores the child's tid, in the parent.
+    pub parent_tid: u64,
+    /// The signal the parent gets when the child ends (`SIGCHLD`).
+    pub exit_signal: u64,
+    /// The child's stack (0: the parent's, copied).
+    pub stack: u64,
+    /// Its size.
+    pub stack_size: u64,
+    /// The child's TLS.
+    pub tls: u64,
+    /// Pids to give the child (none: 0).
+    pub set_tid: u64,
+    /// How many.
+    pub set_tid_size: u64,
+    /// The cgroup v2 directory's descriptor, with `CLONE_INTO_CGROUP`.
+    pub cgroup: u64,
+}
+
 /// What the child reads before `exec`, built before the clone (the child must not
 /// allocate: another thread of ours may hold the allocator's lock).
 pub(crate) struct Prepared {
@@ -192,13 +236,26 @@ impl Stdio {
 
 /// A close-on-exec pipe whose descriptors are all above 2 (so the child's `dup2` onto
 /// 0, 1, 2 never overwrites one it still needs).
-pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+///
+/// ```
+/// use std::os::fd::AsRawFd;
+/// let (r, w) = exec_world_sys::launch::pipe().unwrap();
+/// assert!(r.as_raw_fd() > 2 && w.as_raw_fd() > 2);
+/// ```
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     Ok((above_stdio(r)?, above_stdio(w)?))
 }
 
 /// `fd` itself, or a close-on-exec duplicate of it above 2 when it is 0, 1 or 2.
-fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+///
+/// ```
+/// use std::os::fd::AsRawFd;
+/// let null = std::fs::File::open("/dev/null").unwrap();
+/// let fd = exec_world_sys::launch::above_stdio(null.into()).unwrap();
+/// assert!(fd.as_raw_fd() > 2);
+/// ```
+pub fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() > 2 {
         return Ok(fd);
     }

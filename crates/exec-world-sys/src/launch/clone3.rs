@@ -6,26 +6,6 @@ use super::*;
 
 const CLONE_VM: u64 = 0x100;
 const CLONE_VFORK: u64 = 0x4000;
-const CLONE_PIDFD: u64 = 0x1000;
-const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// The kernel's `struct clone_args` (version 2: with `cgroup`).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
 
 /// The child's stack size (it makes a handful of calls before `exec`).
 const STACK: usize = 64 * 1024;

@@ -18,6 +18,10 @@ use std::ffi::{CString, c_char, c_int};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::process::ExitStatus;
 
+use exec_world_sys::launch::{
+    CLONE_CLEAR_SIGHAND, CLONE_INTO_CGROUP, CLONE_PIDFD, CloneArgs, above_stdio, pipe,
+};
+
 /// One of the child's standard descriptors.
 pub(crate) enum Io {
     /// `/dev/null`.
@@ -119,40 +123,6 @@ fn cstring(s: String) -> std::io::Result<CString> {
     })
 }
 
-/// `fd` itself, or a close-on-exec duplicate above 2 (the child's `dup2` onto 0-2 must
-/// never overwrite a source it still needs).
-fn above_stdio(fd: OwnedFd) -> std::io::Result<OwnedFd> {
-    if fd.as_raw_fd() > 2 {
-        return Ok(fd);
-    }
-    Ok(rustix::io::fcntl_dupfd_cloexec(&fd, 3)?)
-}
-
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-    Ok((above_stdio(r)?, above_stdio(w)?))
-}
-
-/// `struct clone_args` of `clone3(2)`, up to `cgroup`.
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-const CLONE_PIDFD: u64 = 0x1000;
-const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// The child's mark that it ran (an errno follows on failure).
 const RAN: u8 = b'R';
 
