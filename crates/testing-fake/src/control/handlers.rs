@@ -397,8 +397,8 @@ pub(crate) async fn resume(
     }
 }
 
-/// One sample as E2B reports it: memory measured (see [`Sample`]), CPU use and disk
-/// use not measured (0 and a sixteenth of the template's disk).
+/// One sample as E2B reports it: memory and CPU use measured (see [`Sample`]), disk use
+/// not (a sixteenth of the template's disk).
 fn metric(rec: &SandboxRecord, s: &Sample) -> serde_json::Value {
     let mem_total = u64::from(rec.template.memory_mb) * 1024 * 1024;
     let disk_total = u64::from(rec.template.disk_size_mb) * 1024 * 1024;
@@ -406,7 +406,7 @@ fn metric(rec: &SandboxRecord, s: &Sample) -> serde_json::Value {
         "timestamp": rfc3339(s.at),
         "timestampUnix": s.at.unix_timestamp(),
         "cpuCount": rec.template.cpu_count,
-        "cpuUsedPct": 0.0,
+        "cpuUsedPct": s.cpu_used_pct,
         "memUsed": s.mem_used.min(mem_total),
         "memTotal": mem_total,
         "memCache": s.mem_cache,

@@ -146,13 +146,15 @@ impl SandboxRecord {
 /// How often a running sandbox's metrics are sampled (E2B's orchestrator: every 5 s).
 pub(crate) const METRICS_INTERVAL: Duration = Duration::from_secs(5);
 
-/// One metrics sample of a sandbox: when, and its memory then (see
-/// [`Envd::memory_sample`]).
+/// One metrics sample of a sandbox: when, its memory then (see [`Envd::memory_sample`])
+/// and its CPU use since the sample before ([`Envd::cpu_sample`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Sample {
     pub at: OffsetDateTime,
     pub mem_used: u64,
     pub mem_cache: u64,
+    /// Percent of the sandbox's CPUs used since the previous sample.
+    pub cpu_used_pct: f64,
 }
 
 impl Sample {
@@ -163,6 +165,7 @@ impl Sample {
             at: OffsetDateTime::now_utc(),
             mem_used,
             mem_cache,
+            cpu_used_pct: envd.cpu_sample(),
         }
     }
 }

@@ -233,6 +233,15 @@ impl SandboxCgroup {
 }
 
 impl SandboxCgroup {
+    /// The CPU time the subtree's processes used, in microseconds (`cpu.stat`'s
+    /// `usage_usec`, kept in cgroup v2 with or without the cpu controller).
+    pub(crate) fn cpu_usage_usec(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(self.dir.join("cpu.stat")).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
     /// The subtree's directory, open (for `CLONE_INTO_CGROUP`).
     pub(crate) fn dir_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;

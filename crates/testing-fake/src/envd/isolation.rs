@@ -785,6 +785,12 @@ impl Isolation {
         self.ns.as_ref()?.limits.memory_use()
     }
 
+    /// The CPU time the sandbox's processes used (its cgroup subtree's), in
+    /// microseconds; `None` without isolation or a subtree.
+    pub(crate) fn cpu_usage_usec(&self) -> Option<u64> {
+        self.ns.as_ref()?.cgroup.as_ref()?.0.cpu_usage_usec()
+    }
+
     /// The template limits the host could not apply (`cpu`, `memory`, `pids`).
     pub(crate) fn missing_limits(&self) -> Vec<&'static str> {
         self.ns

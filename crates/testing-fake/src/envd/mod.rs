@@ -18,6 +18,7 @@ mod cgroup;
 #[allow(clippy::result_large_err)]
 mod connect;
 mod cors;
+mod cpu_meter;
 #[allow(clippy::result_large_err)]
 mod files;
 mod filesystem;
@@ -132,6 +133,10 @@ pub struct Envd {
     fsctx: filesystem::FsCtx,
     procs: Arc<process::Table>,
     watchers: watch::Watchers,
+    /// CPU use since the control plane's previous metrics sample.
+    cpu_sampled: cpu_meter::CpuMeter,
+    /// CPU use since the previous `GET /metrics` of envd.
+    cpu_scraped: cpu_meter::CpuMeter,
     /// Global environment (`envVars` plus the `E2B_*` variables).
     globals: BTreeMap<String, String>,
 }
@@ -595,6 +600,8 @@ impl Envd {
             fsctx,
             procs: Arc::new(process::Table::default()),
             watchers: watch::Watchers::default(),
+            cpu_sampled: cpu_meter::CpuMeter::default(),
+            cpu_scraped: cpu_meter::CpuMeter::default(),
             globals,
         }))
     }
@@ -692,6 +699,13 @@ impl Envd {
     /// ```
     pub fn missing_limits(&self) -> Vec<&'static str> {
         self.iso.missing_limits()
+    }
+
+    /// CPU use for a metrics sample: the percent of the template's CPUs the sandbox used
+    /// since the previous sample ([`cpu_meter`]; 0 without isolation).
+    pub(crate) fn cpu_sample(&self) -> f64 {
+        self.cpu_sampled
+            .percent(self.iso.cpu_usage_usec(), self.cfg.template.cpu_count)
     }
 
     /// Memory for a metrics sample, `(used, cache)` in bytes: from the sandbox's memory
@@ -932,10 +946,13 @@ async fn metrics(axum::extract::State(envd): axum::extract::State<Arc<Envd>>) ->
     let (disk_used, mem_used) = tokio::task::spawn_blocking(move || (du(&tree), rss(&pids)))
         .await
         .unwrap_or((0, 0));
+    let cpu_used_pct = envd
+        .cpu_scraped
+        .percent(envd.iso.cpu_usage_usec(), t.cpu_count);
     let body = serde_json::json!({
         "ts": ts,
         "cpu_count": t.cpu_count,
-        "cpu_used_pct": 0,
+        "cpu_used_pct": cpu_used_pct,
         "mem_total": mem_total,
         "mem_used": mem_used,
         "mem_cache": 0,

@@ -373,3 +373,49 @@ async fn a_sandbox_made_from_a_spare_is_its_own() {
     assert_eq!(stdout_of(&frames), "lo\n", "{frames:?}");
     env.emu.shutdown().await;
 }
+
+/// CPU use shows in the metrics (envd's `cpu_used_pct` since its previous reading, the
+/// control plane's `cpuUsedPct`): a sandbox whose process used half a second of CPU time
+/// between two readings reads more than 0, and more than an idle sandbox read over the same
+/// time (no wall-clock bound: the share depends on the host's load).
+#[tokio::test]
+async fn cpu_use_shows_in_the_metrics() {
+    let env = Env::start().await;
+    let busy = env.create(json!({})).await;
+    let idle = env.create(json!({})).await;
+    let read = |sbx: Value| {
+        let env = &env;
+        async move {
+            let r = env
+                .envd(reqwest::Method::GET, "/metrics", &sbx)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            let m: Value = r.json().await.unwrap();
+            m["cpu_used_pct"].as_f64().unwrap()
+        }
+    };
+    read(busy.clone()).await;
+    read(idle.clone()).await;
+    let (frames, ended) = env
+        .run_frames(
+            &busy,
+            "python3 -c 'import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint(\"spun\")'",
+        )
+        .await;
+    assert!(ended && stdout_of(&frames) == "spun\n", "{frames:?}");
+    let spent = read(busy.clone()).await;
+    let rested = read(idle.clone()).await;
+    assert!(spent > 0.0 && spent > rested, "busy {spent}, idle {rested}");
+    assert!(spent <= 100.0, "{spent}");
+    // The control plane's samples carry a number for it.
+    let a = env
+        .get(&format!(
+            "/sandboxes/{}/metrics",
+            busy["sandboxID"].as_str().unwrap()
+        ))
+        .await;
+    assert!(a.json[0]["cpuUsedPct"].is_f64(), "{}", a.text);
+    env.emu.shutdown().await;
+}
