@@ -249,9 +249,10 @@ impl SandboxCgroup {
     }
 
     /// A cgroup namespace rooted at the subtree, made by a short-lived child that joins it
-    /// and unshares: the holder enters it with `setns`, so no sandbox-wide process ever
-    /// migrates into the subtree at the create (a migration waits for an RCU grace period,
-    /// several milliseconds on a quiet host, once the previous one is that long past).
+    /// and unshares, with the rest of [`super::isolation::Parts`] (ahead of the create for
+    /// a spare sandbox): the holder enters it with `setns` and joins no group itself (a
+    /// move between cgroups waits for an RCU grace period, several milliseconds on a
+    /// quiet host, once the previous move is that long past).
     pub(crate) fn namespace(&self) -> std::io::Result<OwnedFd> {
         let procs = self.procs.as_raw_fd();
         super::userns::in_new_namespaces(
