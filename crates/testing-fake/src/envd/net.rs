@@ -379,6 +379,9 @@ fn run_pasta(
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(errno());
             }
+            // The usual priority, whatever the thread that made it ahead ran at (see
+            // `spare::BACKGROUND_NICE`): it carries the sandbox's traffic.
+            libc::setpriority(libc::PRIO_PROCESS, 0, 0);
             // Out of the way first (either may already be 3 or 4), then in place; dup2
             // clears close-on-exec on the copies pasta keeps.
             let n = libc::fcntl(net_raw, libc::F_DUPFD_CLOEXEC, 10);

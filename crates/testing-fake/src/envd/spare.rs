@@ -10,6 +10,9 @@
 //! and cgroup namespaces, the boot id and the clocks. What a sandbox sees is therefore
 //! made at its own create, and nothing of a spare is seen before it is taken.
 //!
+//! Spares are made at nice 10 ([`BACKGROUND_NICE`]): the sandbox just created runs its
+//! first commands meanwhile, on the same cores (pasta is set back to nice 0).
+//!
 //! A spare of another kind than the last create's is dropped; one whose pasta ended is
 //! dropped, never handed out; a create that finds none boots as without spares and
 //! reports its own failures (a spare that failed to build is forgotten). `E2B_LOCAL_SPARES`
@@ -130,6 +133,11 @@ struct State {
     closed: bool,
 }
 
+/// The nice value of the threads that make spares (and of what they start, pasta reset
+/// to 0): a spare is made while the sandbox just created runs its first commands, on the
+/// same cores, and must yield to them.
+pub(crate) const BACKGROUND_NICE: libc::c_int = 10;
+
 /// How many spares to keep (`E2B_LOCAL_SPARES`, default 1).
 fn target() -> usize {
     std::env::var("E2B_LOCAL_SPARES")
@@ -186,6 +194,11 @@ impl Spares {
             let spawned = std::thread::Builder::new()
                 .name("envd-spare".into())
                 .spawn(move || {
+                    // SAFETY: setpriority on this thread's own id.
+                    unsafe {
+                        let tid = libc::gettid();
+                        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, BACKGROUND_NICE);
+                    }
                     let built = Spare::build(kind, root);
                     let late = match me.state.lock() {
                         Ok(mut state) => match built {

@@ -364,6 +364,26 @@ async fn a_sandbox_made_from_a_spare_is_its_own() {
         "{rest:?}"
     );
 
+    // Spares are made at a lower priority; the pasta processes that carry the sandboxes'
+    // traffic (theirs included) run at the usual one.
+    let me = std::process::id().to_string();
+    let pastas: Vec<(String, i64)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let (head, rest) = stat.rsplit_once(") ")?;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let pasta = head.contains("(pasta") || head.contains("(passt");
+            if !pasta || f.get(1) != Some(&me.as_str()) {
+                return None;
+            }
+            Some((head.to_owned(), f.get(16)?.parse().ok()?))
+        })
+        .collect();
+    assert!(!pastas.is_empty(), "no pasta of this emulator");
+    assert!(pastas.iter().all(|(_, nice)| *nice == 0), "{pastas:?}");
+
     // A spare for a sandbox with internet is not one without.
     spare_name(&sandboxes).await;
     let c = env.create(json!({"allow_internet_access": false})).await;
