@@ -40,7 +40,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::launch::{Launch, Prepared, dev_null, errno, exec_along, pipe};
 
@@ -142,11 +142,28 @@ pub fn signal_checked(pid: u32, start: u64, sig: i32) -> io::Result<bool> {
     let Some(fd) = pidfd_checked(pid, start)? else {
         return Ok(false);
     };
-    // SAFETY: pidfd_send_signal(2) on our pidfd; no siginfo.
+    pidfd_signal(fd.as_fd(), sig)
+}
+
+/// Sends `sig` to the process behind `pidfd`. `Ok(false)`: it has ended (nothing sent).
+///
+/// ```
+/// use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+/// use exec_world_sys::supervise::pidfd_signal;
+/// let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+/// // SAFETY: pidfd_open on our own, unreaped child.
+/// let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as i32, 0) };
+/// let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+/// assert!(pidfd_signal(fd.as_fd(), libc::SIGKILL).unwrap());
+/// child.wait().unwrap();
+/// assert!(!pidfd_signal(fd.as_fd(), libc::SIGKILL).unwrap(), "reaped: nothing sent");
+/// ```
+pub fn pidfd_signal(pidfd: BorrowedFd<'_>, sig: i32) -> io::Result<bool> {
+    // SAFETY: pidfd_send_signal(2) on a pidfd the caller holds open; no siginfo.
     let r = unsafe {
         libc::syscall(
             libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
+            pidfd.as_raw_fd(),
             sig,
             std::ptr::null::<libc::siginfo_t>(),
             0u32,

@@ -29,7 +29,7 @@
 //! kernel refuses (PID, time) degrades alone, with a warning naming it.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
@@ -846,16 +846,7 @@ impl Isolation {
     pub(crate) fn shutdown(&self) {
         let holder = self.holder.lock().ok().and_then(|mut h| h.take());
         if let Some(h) = holder {
-            // SAFETY: pidfd_send_signal on a pidfd we own.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    h.pidfd.as_raw_fd(),
-                    libc::SIGKILL,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                );
-            }
+            let _ = exec_world_sys::supervise::pidfd_signal(h.pidfd.as_fd(), libc::SIGKILL);
             drop(h.thread);
         }
         if let Some(p) = &self.uplink {

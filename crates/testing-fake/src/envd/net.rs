@@ -25,7 +25,7 @@
 //! dies with the sandbox, and with the emulator (`PR_SET_PDEATHSIG`).
 
 use std::io::Read as _;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -323,16 +323,7 @@ impl Pasta {
 
     /// Kill pasta (the namespace loses its uplink).
     pub(crate) fn stop(&self) {
-        // SAFETY: pidfd_send_signal on a pidfd we own.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            );
-        }
+        let _ = exec_world_sys::supervise::pidfd_signal(self.pidfd.as_fd(), libc::SIGKILL);
     }
 }
 

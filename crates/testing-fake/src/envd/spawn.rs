@@ -15,7 +15,7 @@
 //! leaves no mark, and the spawn is made again joining the cgroup the old way.
 
 use std::ffi::{CString, c_char, c_int};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::process::ExitStatus;
 
 use exec_world_sys::launch::{
@@ -72,16 +72,7 @@ impl Child {
 
     /// SIGKILL the child (nothing when it is gone).
     pub(crate) fn start_kill(&self) {
-        // SAFETY: pidfd_send_signal on a pidfd we own.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.killer.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            );
-        }
+        let _ = exec_world_sys::supervise::pidfd_signal(self.killer.as_fd(), libc::SIGKILL);
     }
 }
 
