@@ -348,7 +348,11 @@ impl Store {
             .await
             .map_err(|e| ApiErr::internal(format!("Failed to create sandbox: {e}")))?;
         if let Some(cfg) = &spare_cfg {
-            self.spares.refill(cfg);
+            // The next spare is made once this sandbox's first command ended, so the two
+            // do not share the cores (or a short while after the create without one).
+            let (go, wait) = std::sync::mpsc::channel();
+            envd.on_first_end(go);
+            self.spares.refill(cfg, wait);
         }
         let router = envd.router();
         let first = Sample {

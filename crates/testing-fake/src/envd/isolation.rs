@@ -7,14 +7,16 @@
 //! process of the sandbox), it has a new time namespace whose monotonic and boot clocks
 //! start at the boot (`/proc/uptime` counts from the boot), the sandbox's own network
 //! namespace ([`net`](super::net): loopback only, plus pasta's uplink for a sandbox with
-//! internet access), and a new mount namespace whose root [`rootfs`](super::rootfs) builds
-//! in its `pre_exec` before `pivot_root`.
+//! internet access), and the sandbox's mount namespace, whose `/proc` it mounts in its
+//! `pre_exec` (a procfs is of the PID namespace of whoever mounts it).
 //!
-//! The parts that carry nothing of one sandbox ([`Parts`]: the user and network
-//! namespaces, pasta, the limit groups, the cgroup subtree and its namespace) are built
-//! first, at the create or ahead of it for a spare sandbox ([`super::spare`]); the holder
-//! joins no cgroup (moving a process between cgroups waits for an RCU grace period on a
-//! quiet host) and enters the cgroup namespace made for it.
+//! The parts that hold no process and no clock ([`Parts`]: the user and network
+//! namespaces, pasta, the limit groups, the cgroup subtree and its namespace, and the
+//! mount namespace with the root filesystem [`rootfs`](super::rootfs) builds in a
+//! short-lived child before `pivot_root`) are built first, at the create or ahead of it
+//! for a spare sandbox ([`super::spare`]); the holder joins no cgroup (moving a process
+//! between cgroups waits for an RCU grace period on a quiet host) and enters the cgroup
+//! namespace made for it.
 //!
 //! Sandbox processes are forked ([`super::spawn`]) from an [`FsWorker`] thread whose PID
 //! namespace for children is the sandbox's, born in the sandbox's cgroup subtree, and join
@@ -219,9 +221,10 @@ pub(crate) struct Spec {
     pub limits: (u32, u32),
 }
 
-/// The parts of a sandbox's boundary that carry nothing of one sandbox (no path, no
-/// clock, no process): its user namespace, its network namespace (with pasta's uplink for
-/// a sandbox with internet access), its limit groups and its cgroup subtree. Built by
+/// The parts of a sandbox's boundary that hold no process and no clock: its user
+/// namespace, its network namespace (with pasta's uplink for a sandbox with internet
+/// access), its limit groups, its cgroup subtree and, once [`Parts::mount`]ed, its mount
+/// namespace with the root filesystem but for `/proc`. Built by
 /// [`Isolation::start`], or ahead of the create for a spare sandbox
 /// ([`super::spare`]) and handed to [`Isolation::start_on`]. Dropped unused, they
 /// leave nothing behind (pasta is stopped, the groups removed).
@@ -235,6 +238,8 @@ pub(crate) struct Parts {
     cgroup_ns: Option<OwnedFd>,
     /// Limits cgroup v2 set on the subtree (what cgroup v1 could not).
     v2_applied: Vec<&'static str>,
+    /// The sandbox's mount namespace, its root built ([`Parts::mount`]) but for `/proc`.
+    mnt: Option<OwnedFd>,
 }
 
 impl Parts {
@@ -256,6 +261,7 @@ impl Parts {
             cg: None,
             cgroup_ns: None,
             v2_applied: Vec::new(),
+            mnt: None,
         };
         if ids != IdMap::IDENTITY {
             check_denied(Step::UserNamespace)?;
@@ -296,6 +302,60 @@ impl Parts {
             limits.missing.retain(|c| !parts.v2_applied.contains(c));
         }
         Ok(parts)
+    }
+
+    /// Build the sandbox's mount namespace and its root filesystem as `layout` describes it
+    /// (all but `/proc`, which its init mounts at the create), in a short-lived child;
+    /// an error names the step that failed.
+    pub(crate) fn mount(&mut self, layout: &Layout) -> Result<(), BoundaryError> {
+        check_overlay(layout)?;
+        check_denied(Step::MountNamespace)?;
+        check_denied(Step::IdmappedMount)?;
+        let mount_err = |e| BoundaryError::new(Step::MountNamespace, e);
+        std::fs::create_dir_all(&layout.newroot).map_err(mount_err)?;
+        if let Some(lower) = &layout.idmapped_lower {
+            std::fs::create_dir_all(lower).map_err(mount_err)?;
+        }
+        let ops = rootfs::plan(&Layout {
+            cgroup2: self.cgroup_ns.is_some(),
+            ..layout.clone()
+        })
+        .map_err(|e| BoundaryError::new(Step::Overlay, e))?;
+        let nr = rootfs::cstr(&layout.newroot);
+        let read_only = layout.overlay.is_none();
+        let user_raw = self.user.as_ref().map_or(-1, |fd| fd.as_raw_fd());
+        let cgroup_ns_raw = self.cgroup_ns.as_ref().map_or(-1, |fd| fd.as_raw_fd());
+        // The child reports the step that failed here (one byte) and its errno.
+        let (fail_r, fail_w) = failure_pipe().map_err(mount_err)?;
+        let fail_w_raw = fail_w.as_raw_fd();
+        let built = userns::in_new_namespaces(
+            libc::CLONE_NEWNS,
+            &|| 0,
+            // SAFETY: raw syscalls in the forked child on data prepared before fork.
+            &move || unsafe {
+                // The cgroup namespace rooted at the sandbox's subtree (for the cgroup2
+                // mount only: the child ends once the root is built).
+                let cgroup_ns =
+                    cgroup_ns_raw >= 0 && libc::setns(cgroup_ns_raw, libc::CLONE_NEWCGROUP) == 0;
+                match rootfs::execute(&ops, &nr, read_only, cgroup_ns, user_raw) {
+                    Ok(()) => 0,
+                    Err((step, e)) => {
+                        let e = report(fail_w_raw, step, e);
+                        e.raw_os_error().unwrap_or(libc::EIO)
+                    }
+                }
+            },
+            |pid| {
+                Ok(OwnedFd::from(std::fs::File::open(format!(
+                    "/proc/{pid}/ns/mnt"
+                ))?))
+            },
+        );
+        drop(fail_w);
+        self.mnt = Some(built.map_err(|e| {
+            BoundaryError::new(read_failure(&fail_r).unwrap_or(Step::MountNamespace), e)
+        })?);
+        Ok(())
     }
 
     /// False once a part died while waiting (the uplink's pasta ended): not to be used.
@@ -529,14 +589,11 @@ impl Isolation {
     }
 
     fn start_with(layout: &Layout, mut parts: Parts) -> Result<Isolation, BoundaryError> {
-        let mount_err = |e| BoundaryError::new(Step::MountNamespace, e);
-        std::fs::create_dir_all(&layout.newroot).map_err(mount_err)?;
-        if let Some(lower) = &layout.idmapped_lower {
-            std::fs::create_dir_all(lower).map_err(mount_err)?;
+        if parts.mnt.is_none() {
+            parts.mount(layout)?;
         }
+        let mount_err = |e| BoundaryError::new(Step::MountNamespace, e);
         check_denied(Step::PidNamespace)?;
-        check_denied(Step::MountNamespace)?;
-        check_denied(Step::IdmappedMount)?;
         check_denied(Step::UtsNamespace)?;
         let missing = |what: &str| {
             BoundaryError::new(
@@ -548,6 +605,7 @@ impl Isolation {
             .netns
             .take()
             .ok_or_else(|| missing("network namespace"))?;
+        let mnt = parts.mnt.take().ok_or_else(|| missing("mount namespace"))?;
         let user = parts.user.take();
         let uplink = parts.uplink.take();
         let limits = Arc::new(parts.limits.take().ok_or_else(|| missing("limits"))?);
@@ -555,16 +613,22 @@ impl Isolation {
         let cgroup_ns = parts.cgroup_ns.take();
         let v2_applied = std::mem::take(&mut parts.v2_applied);
         let net_raw = netns.net.as_raw_fd();
+        let mnt_raw = mnt.as_raw_fd();
+        // This boot's id, as a detached mount the holder attaches in the sandbox's /proc.
+        let boot_id = layout
+            .boot_id
+            .as_deref()
+            .map(rootfs::detached_clone)
+            .transpose()
+            .map_err(mount_err)?;
+        let proc_ops = rootfs::plan_proc(boot_id.as_ref().map(|fd| fd.as_raw_fd()));
         // The holder's pre_exec reports the step that failed here (one byte).
         let (fail_r, fail_w) = failure_pipe().map_err(mount_err)?;
         let fail_w_raw = fail_w.as_raw_fd();
-        let user_raw = user.as_ref().map_or(-1, |fd| fd.as_raw_fd());
         let cgroup_ns_raw = cgroup_ns.as_ref().map_or(-1, |fd| fd.as_raw_fd());
         let writable = layout.overlay.is_some();
-        let nr = rootfs::cstr(&layout.newroot);
         let offsets = time_offsets();
         let parent = std::process::id();
-        let layout = layout.clone();
         let holder_limits = limits.clone();
         let holder_cg = cg.clone();
         // The holder is spawned and reaped by a thread of its own, so PR_SET_PDEATHSIG
@@ -575,31 +639,18 @@ impl Isolation {
         let thread = std::thread::Builder::new()
             .name("envd-holder".into())
             .spawn(move || {
-                // SAFETY: unshare affects only this thread's PID namespace for children.
-                let fresh_proc = unsafe { libc::unshare(libc::CLONE_NEWPID) } == 0;
-                if !fresh_proc {
-                    let _ = tx.send(Err(BoundaryError::new(Step::PidNamespace, errno())));
-                    return;
-                }
                 let drop_cg = || {
                     if let Some(cg) = &holder_cg {
                         cgroup::remove(&cg.dir);
                     }
                     holder_limits.remove();
                 };
-                let ops = match rootfs::plan(&Layout {
-                    fresh_proc,
-                    cgroup2: holder_cg.is_some(),
-                    ..layout
-                }) {
-                    Ok(ops) => ops,
-                    Err(e) => {
-                        drop_cg();
-                        let _ = tx.send(Err(BoundaryError::new(Step::Overlay, e)));
-                        return;
-                    }
-                };
-                let user_raw = user_raw;
+                // SAFETY: unshare affects only this thread's PID namespace for children.
+                if unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
+                    drop_cg();
+                    let _ = tx.send(Err(BoundaryError::new(Step::PidNamespace, errno())));
+                    return;
+                }
                 let mut cmd = Command::new("/bin/sleep");
                 cmd.arg("infinity")
                     .env_clear()
@@ -621,7 +672,7 @@ impl Isolation {
                         }
                         // In a new PID namespace the parent is outside it: ppid reads 0.
                         let ppid = libc::getppid();
-                        if !(ppid as u32 == parent || (fresh_proc && ppid == 0)) {
+                        if !(ppid as u32 == parent || ppid == 0) {
                             return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                         }
                         // The holder joins no group: moving a process waits for an RCU
@@ -641,9 +692,17 @@ impl Isolation {
                             return Err(report(fail_w_raw, Step::UtsNamespace, errno()));
                         }
                         // The cgroup namespace rooted at the sandbox's subtree.
-                        let cgroup_ns = cgroup_ns_raw >= 0
-                            && libc::setns(cgroup_ns_raw, libc::CLONE_NEWCGROUP) == 0;
-                        rootfs::execute(&ops, &nr, !writable, cgroup_ns, user_raw)
+                        if cgroup_ns_raw >= 0 {
+                            libc::setns(cgroup_ns_raw, libc::CLONE_NEWCGROUP);
+                        }
+                        // The sandbox's root (built ahead, Parts::mount), and its /proc:
+                        // a procfs is of the PID namespace of whoever mounts it.
+                        if libc::setns(mnt_raw, libc::CLONE_NEWNS) != 0
+                            || libc::chdir(c"/".as_ptr()) != 0
+                        {
+                            return Err(report(fail_w_raw, Step::MountNamespace, errno()));
+                        }
+                        rootfs::run(&proc_ops, true, -1)
                             .map_err(|(step, e)| report(fail_w_raw, step, e))
                     });
                 }
@@ -683,6 +742,8 @@ impl Isolation {
                 std::io::Error::other("holder thread died"),
             )
         })??;
+        // Attached in the holder's namespace by now (or the holder failed).
+        drop(boot_id);
         let holder = Holder {
             pidfd,
             thread: Some(thread),

@@ -421,6 +421,7 @@ fn copy_skel(skel: &Path, home: &Path, owner: Option<(u32, u32)>) {
 /// and, with isolation, its upper layer's mount points and the allowlist. It depends on the
 /// template, the volumes and the sandbox's root directory only, so a spare sandbox
 /// ([`spare`]) does it ahead and is renamed to its sandbox's root when taken.
+#[derive(Clone)]
 struct Prepared {
     /// The system the sandbox runs: `/` (allowlisted) or the template's own tree.
     sysroot: PathBuf,
@@ -487,25 +488,24 @@ fn mapped(cfg: &EnvdConfig, tree: &Path) -> Vec<(PathBuf, PathBuf)> {
     mapped
 }
 
-/// The sandbox's boundary on a prepared `root`: on `parts` built ahead (a spare's) or
-/// new ones.
-fn isolate(
+/// What the root filesystem of the sandbox at `root` is made of; `boot_id`: the file
+/// its init binds over the kernel's boot id.
+fn layout(
     cfg: &EnvdConfig,
     root: &Path,
     prepared: Prepared,
-    parts: Option<isolation::Parts>,
-) -> Result<isolation::Isolation, EnvdError> {
+    boot_id: Option<PathBuf>,
+) -> rootfs::Layout {
     let private = root.join(".e2b");
     let upper = private.join(UPPER);
-    let ids = IdMap::SANDBOX;
-    let layout = rootfs::Layout {
+    rootfs::Layout {
         newroot: private.join("newroot"),
         mapped: mapped(cfg, &root.join("fs")),
         overlay: upper.is_dir().then(|| (upper, private.join("work"))),
         mask: prepared.mask.map(|m| (private.join("mask"), m)),
         idmapped_lower: Some(private.join("lower")),
         lower_source: prepared.sysroot,
-        boot_id: Some(new_boot_id(&private)?),
+        boot_id,
         // The emulator's state (every sandbox's tree) is not for the sandbox.
         hide: root
             .parent()
@@ -513,16 +513,27 @@ fn isolate(
             .into_iter()
             .chain(cfg.hidden.iter().cloned())
             .collect(),
-        fresh_proc: true,
         cgroup2: false,
-    };
+    }
+}
+
+/// The sandbox's boundary on a prepared `root`: on `parts` built ahead (a spare's, its
+/// root filesystem already mounted) or new ones.
+fn isolate(
+    cfg: &EnvdConfig,
+    root: &Path,
+    prepared: Prepared,
+    parts: Option<isolation::Parts>,
+) -> Result<isolation::Isolation, EnvdError> {
+    let boot_id = new_boot_id(&root.join(".e2b"))?;
+    let layout = layout(cfg, root, prepared, Some(boot_id));
     let limits = (cfg.template.cpu_count, cfg.template.memory_mb);
     Ok(match parts {
         Some(parts) => isolation::Isolation::start_on(&layout, parts)?,
         None => isolation::Isolation::start(isolation::Spec {
             layout,
             offline: !cfg.allow_internet,
-            ids,
+            ids: IdMap::SANDBOX,
             limits,
         })?,
     })
@@ -604,6 +615,11 @@ impl Envd {
             cpu_scraped: cpu_meter::CpuMeter::default(),
             globals,
         }))
+    }
+
+    /// Send on `tx` once this sandbox's first process ended, or drop it with the sandbox.
+    pub(crate) fn on_first_end(&self, tx: std::sync::mpsc::Sender<()>) {
+        self.procs.on_first_end(tx);
     }
 
     /// Every envd route.

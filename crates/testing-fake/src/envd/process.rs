@@ -104,6 +104,9 @@ struct Retained {
 #[derive(Default)]
 pub(crate) struct Table {
     inner: Mutex<TableInner>,
+    /// Told (then dropped) when the sandbox's first process ended: the emulator's
+    /// background work waits for it ([`super::spare`]).
+    first_end: Mutex<Option<std::sync::mpsc::Sender<()>>>,
 }
 
 #[derive(Default)]
@@ -113,6 +116,14 @@ struct TableInner {
 }
 
 impl Table {
+    /// Send on `tx` when the first process of this table ends (it is dropped with the
+    /// table, so a sandbox gone before any process also lets the waiter go).
+    pub(crate) fn on_first_end(&self, tx: std::sync::mpsc::Sender<()>) {
+        if let Ok(mut slot) = self.first_end.lock() {
+            *slot = Some(tx);
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.inner.lock().map(|t| t.live.is_empty()).unwrap_or(true)
     }
@@ -178,6 +189,9 @@ impl Table {
     }
 
     fn finish(&self, p: &Arc<Proc>, end: &EndEvent) {
+        if let Some(tx) = self.first_end.lock().ok().and_then(|mut slot| slot.take()) {
+            let _ = tx.send(());
+        }
         if let Ok(mut t) = self.inner.lock() {
             let before = t.live.len();
             t.live.retain(|q| !Arc::ptr_eq(q, p));

@@ -1,5 +1,7 @@
-//! The sandbox's root filesystem: planned in the emulator, built by the holder process in
-//! its `pre_exec` (a fresh mount namespace), then `pivot_root`ed into.
+//! The sandbox's root filesystem: planned in the emulator, built in a fresh mount
+//! namespace by a short-lived child ([`execute`], ahead of the create for a spare sandbox),
+//! then `pivot_root`ed into; the sandbox's init mounts its `/proc` ([`plan_proc`]) when it
+//! joins that namespace at the create (procfs belongs to the PID namespace of who mounts it).
 //!
 //! Writable mode (the default as root): an overlay of the host's root filesystem (under
 //! the allowlist mask) or of the template's own root (`e2b-local --template-root`, no
@@ -36,6 +38,8 @@ pub(crate) enum Op {
     IdmappedTree(CString, CString),
     Tmpfs(CString, &'static CStr),
     Proc(CString),
+    /// Attach a detached mount (an fd of [`detached_clone`], opened before fork) at a path.
+    Attach(libc::c_int, CString),
     Devpts(CString),
     Mkdir(CString),
     Touch(CString),
@@ -71,14 +75,11 @@ pub(crate) struct Layout {
     /// What the idmapped lower layer is a clone of: `/` (the host's root) or the
     /// template's root tree ([`crate::TemplateRoot`]).
     pub lower_source: PathBuf,
-    /// A file bound over `/proc/sys/kernel/random/boot_id`.
+    /// A file the sandbox's init binds over `/proc/sys/kernel/random/boot_id`
+    /// ([`plan_proc`]).
     pub boot_id: Option<PathBuf>,
     /// Host directories hidden behind an empty tmpfs (the emulator's state).
     pub hide: Vec<PathBuf>,
-    /// Mount a fresh procfs (the holder is init of a new PID namespace); else bind the
-    /// host's `/proc`. Set by the holder's thread once the kernel gave (or refused) the PID
-    /// namespace; the caller's value is ignored.
-    pub fresh_proc: bool,
     /// Mount the sandbox's cgroup subtree writable at `/sys/fs/cgroup`.
     pub cgroup2: bool,
 }
@@ -349,36 +350,53 @@ impl Planner<'_> {
                 .push(Op::Symlink(cstr(Path::new(target)), cstr(&dev.join(name))));
         }
     }
-
-    /// `/proc`: fresh (PID namespace) or the host's, `/proc/sys` read-only, the boot id,
-    /// the host-wide knobs masked.
-    fn proc(&mut self, fresh: bool, boot_id: Option<&Path>) {
-        let proc = self.nr(Path::new("/proc"));
-        self.ops.push(Op::Mkdir(cstr(&proc)));
-        if fresh {
-            self.ops.push(Op::Proc(cstr(&proc)));
-        } else {
-            self.ops.push(Op::Bind(c"/proc".into(), cstr(&proc)));
-        }
-        let sys = cstr(&proc.join("sys"));
-        self.ops.push(Op::Bind(sys.clone(), sys.clone()));
-        self.ops.push(Op::RemountRo(
-            sys,
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        ));
-        if let Some(file) = boot_id {
-            self.ops.push(Op::Bind(
-                cstr(file),
-                cstr(&proc.join("sys/kernel/random/boot_id")),
-            ));
-        }
-        for masked in MASKED_PROC {
-            self.ops.push(Op::Mask(cstr(&self.nr(Path::new(masked)))));
-        }
-    }
 }
 
-/// The steps that build the new root described by `l`.
+/// The sandbox's `/proc`, mounted by its init once it joined the sandbox's mount namespace
+/// (paths are the sandbox's): a fresh procfs of its PID namespace, `/proc/sys` read-only,
+/// `boot_id` (a [`detached_clone`] of this boot's file) over the kernel's boot id, the
+/// host-wide knobs masked.
+pub(super) fn plan_proc(boot_id: Option<libc::c_int>) -> Vec<Op> {
+    let mut ops = vec![
+        Op::Proc(c"/proc".into()),
+        Op::Bind(c"/proc/sys".into(), c"/proc/sys".into()),
+        Op::RemountRo(
+            c"/proc/sys".into(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        ),
+    ];
+    if let Some(fd) = boot_id {
+        ops.push(Op::Attach(fd, c"/proc/sys/kernel/random/boot_id".into()));
+    }
+    for masked in MASKED_PROC {
+        ops.push(Op::Mask(cstr(Path::new(masked))));
+    }
+    ops
+}
+
+/// A detached clone of the mount of `path` (a file or directory), to be attached in
+/// another mount namespace ([`Op::Attach`]).
+pub(super) fn detached_clone(path: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let p = CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: open_tree on a NUL-terminated path; the fd is ours on success.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// The steps that build the new root described by `l` (all but `/proc`: [`plan_proc`]).
 pub(super) fn plan(l: &Layout) -> std::io::Result<Vec<Op>> {
     let mut p = Planner {
         newroot: l.newroot.clone(),
@@ -419,7 +437,8 @@ pub(super) fn plan(l: &Layout) -> std::io::Result<Vec<Op>> {
     }
     p.sandbox_binds();
     p.dev();
-    p.proc(l.fresh_proc, l.boot_id.as_deref());
+    // The mount point of the sandbox's /proc (mounted by its init, see plan_proc).
+    p.ops.push(Op::Mkdir(cstr(&p.nr(Path::new("/proc")))));
     if l.cgroup2 {
         let cg = p.nr(Path::new("/sys/fs/cgroup"));
         p.ops.push(Op::Mkdir(cstr(&cg)));
@@ -466,9 +485,10 @@ fn last_errno() -> libc::c_int {
     unsafe { *libc::__errno_location() }
 }
 
-/// Run the plan. Called in the holder's `pre_exec`: raw syscalls only, no allocation.
+/// Run the plan in a forked child that just unshared its mount namespace (raw syscalls
+/// only, no allocation), then `pivot_root` into the new root.
 /// `read_only_root` remounts the new root read-only before the pivot (tmpfs mode);
-/// `cgroup_ns` says the holder is in the sandbox's own cgroup namespace (else the
+/// `cgroup_ns` says the child is in the sandbox's own cgroup namespace (else the
 /// cgroup2 mount is skipped: it would show the host's whole hierarchy).
 pub(super) fn execute(
     ops: &[Op],
@@ -480,9 +500,6 @@ pub(super) fn execute(
     let ns = |e| (Step::MountNamespace, e);
     // SAFETY: plain syscalls on NUL-terminated strings prepared before fork.
     unsafe {
-        if libc::unshare(libc::CLONE_NEWNS) != 0 {
-            return Err(ns(errno()));
-        }
         let root = c"/";
         if libc::mount(
             std::ptr::null(),
@@ -494,20 +511,7 @@ pub(super) fn execute(
         {
             return Err(ns(errno()));
         }
-        for op in ops {
-            if matches!(op, Op::Cgroup2(_)) && !cgroup_ns {
-                continue;
-            }
-            let rc = run_op(op, userns);
-            if rc != 0 {
-                let step = match op {
-                    Op::Overlay(..) => Step::Overlay,
-                    Op::IdmappedTree(..) => Step::IdmappedMount,
-                    _ => Step::MountNamespace,
-                };
-                return Err((step, errno()));
-            }
-        }
+        run(ops, cgroup_ns, userns)?;
         if read_only_root
             && libc::mount(
                 std::ptr::null(),
@@ -535,6 +539,31 @@ pub(super) fn execute(
         }
         if libc::chdir(root.as_ptr()) != 0 {
             return Err(ns(errno()));
+        }
+    }
+    Ok(())
+}
+
+/// Run `ops` (raw syscalls only, no allocation); a failure names its [`Step`]. `cgroup_ns`
+/// and `userns`: see [`execute`].
+pub(super) fn run(
+    ops: &[Op],
+    cgroup_ns: bool,
+    userns: libc::c_int,
+) -> Result<(), (Step, std::io::Error)> {
+    for op in ops {
+        if matches!(op, Op::Cgroup2(_)) && !cgroup_ns {
+            continue;
+        }
+        // SAFETY: raw syscalls on the op's NUL-terminated strings and fds.
+        let rc = unsafe { run_op(op, userns) };
+        if rc != 0 {
+            let step = match op {
+                Op::Overlay(..) => Step::Overlay,
+                Op::IdmappedTree(..) => Step::IdmappedMount,
+                _ => Step::MountNamespace,
+            };
+            return Err((step, errno()));
         }
     }
     Ok(())
@@ -572,6 +601,14 @@ unsafe fn run_op(op: &Op, userns: libc::c_int) -> libc::c_int {
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 std::ptr::null(),
             ),
+            Op::Attach(fd, p) => libc::syscall(
+                libc::SYS_move_mount,
+                *fd,
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                p.as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH,
+            ) as libc::c_int,
             Op::Devpts(p) => libc::mount(
                 c"devpts".as_ptr(),
                 p.as_ptr(),

@@ -5,13 +5,17 @@
 //! internet access, hidden directories) in the background: its tree laid out and
 //! allowlisted under `sandboxes/.spare-*` ([`super::Prepared`]) and, with the boundary,
 //! its user namespace, network namespace (with pasta for internet access), limit groups,
-//! cgroup subtree and cgroup namespace ([`Parts`]). The next create of that kind renames the directory to its own root and
-//! builds the rest on it: the holder process, with the mount namespace, the PID, UTS, time
-//! and cgroup namespaces, the boot id and the clocks. What a sandbox sees is therefore
-//! made at its own create, and nothing of a spare is seen before it is taken.
+//! cgroup subtree and cgroup namespace, and its mount namespace with the root filesystem
+//! but for `/proc` ([`Parts`]). It is made under `.making-*` and renamed to `.spare-*`
+//! once whole. The next create of that kind renames the directory to its own root and
+//! builds the rest on it: the holder process, its PID, UTS and time namespaces, `/proc`,
+//! the boot id and the clocks. No process of a spare runs before it is taken, and its
+//! clocks start at its own create.
 //!
-//! Spares are made at nice 10 ([`BACKGROUND_NICE`]): the sandbox just created runs its
-//! first commands meanwhile, on the same cores (pasta is set back to nice 0).
+//! A refill begins once the sandbox just created has run its first command (or after
+//! [`REFILL_AFTER`] without one), and at nice 10 ([`BACKGROUND_NICE`]): a harness's first
+//! command comes right after the create, and a spare made meanwhile would share the two
+//! cores and the kernel's namespace locks with it (pasta is set back to nice 0).
 //!
 //! A spare of another kind than the last create's is dropped; one whose pasta ended is
 //! dropped, never handed out; a create that finds none boots as without spares and
@@ -21,7 +25,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 
 use super::isolation::Parts;
 use super::userns::IdMap;
@@ -58,8 +62,10 @@ pub(crate) struct Spare {
 }
 
 impl Spare {
-    /// Prepare a spare of `kind` at `root` (a directory that does not exist yet).
-    fn build(kind: Kind, root: PathBuf) -> Result<Spare, super::EnvdError> {
+    /// Prepare a spare of `kind` at `making` (a directory that does not exist yet), then
+    /// rename it to `ready`: a `.spare-*` directory is a whole spare.
+    fn build(kind: Kind, making: PathBuf, ready: PathBuf) -> Result<Spare, super::EnvdError> {
+        let root = making;
         let mut spare = Spare {
             kind,
             root: Some(root.clone()),
@@ -82,8 +88,16 @@ impl Spare {
         // Without the boundary (`--no-isolation`) only the tree is prepared.
         if !super::isolation::opted_out() {
             let limits = (cfg.template.cpu_count, cfg.template.memory_mb);
-            spare.parts = Some(Parts::build(!cfg.allow_internet, IdMap::SANDBOX, limits)?);
+            let mut parts = Parts::build(!cfg.allow_internet, IdMap::SANDBOX, limits)?;
+            // Its root filesystem too (all but /proc, mounted by its init at the create).
+            if let Some(prepared) = &spare.prepared {
+                parts.mount(&super::layout(&cfg, &root, prepared.clone(), None))?;
+            }
+            spare.parts = Some(parts);
         }
+        std::fs::rename(&root, &ready)
+            .map_err(super::io_err(format!("renaming {}", root.display())))?;
+        spare.root = Some(ready);
         Ok(spare)
     }
 
@@ -138,6 +152,12 @@ struct State {
 /// same cores, and must yield to them.
 pub(crate) const BACKGROUND_NICE: libc::c_int = 10;
 
+/// How long a refill waits at most for the new sandbox's first command to end before it
+/// begins ([`Spares::refill`]): a harness runs its first command right after the create,
+/// and a spare made meanwhile would slow it down (namespaces, mounts and pasta's start
+/// take the kernel's locks and the second core).
+const REFILL_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How many spares to keep (`E2B_LOCAL_SPARES`, default 1).
 fn target() -> usize {
     std::env::var("E2B_LOCAL_SPARES")
@@ -164,8 +184,9 @@ impl Spares {
     }
 
     /// Make spares of `cfg`'s kind in the background until [`target`] are ready or being
-    /// made; spares of another kind are dropped.
-    pub(crate) fn refill(self: &Arc<Self>, cfg: &EnvdConfig) {
+    /// made; spares of another kind are dropped. They are begun once `wait` says so (the
+    /// new sandbox's first command ended, or the sandbox is gone) or after [`REFILL_AFTER`].
+    pub(crate) fn refill(self: &Arc<Self>, cfg: &EnvdConfig, wait: mpsc::Receiver<()>) {
         let Some(kind) = Kind::of(cfg) else { return };
         let want = target();
         let (missing, dropped) = {
@@ -186,11 +207,15 @@ impl Spares {
         };
         drop(dropped);
         static N: AtomicU64 = AtomicU64::new(0);
+        let wait = Arc::new(Mutex::new(wait));
         for _ in 0..missing {
+            let wait = wait.clone();
             let me = self.clone();
             let kind = kind.clone();
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let root = self.dir.join(format!(".spare-{}-{n}", std::process::id()));
+            let name = format!("{}-{n}", std::process::id());
+            let making = self.dir.join(format!(".making-{name}"));
+            let ready = self.dir.join(format!(".spare-{name}"));
             let spawned = std::thread::Builder::new()
                 .name("envd-spare".into())
                 .spawn(move || {
@@ -199,7 +224,16 @@ impl Spares {
                         let tid = libc::gettid();
                         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, BACKGROUND_NICE);
                     }
-                    let built = Spare::build(kind, root);
+                    if let Ok(w) = wait.lock() {
+                        let _ = w.recv_timeout(REFILL_AFTER);
+                    }
+                    if me.state.lock().is_ok_and(|s| s.closed) {
+                        if let Ok(mut state) = me.state.lock() {
+                            state.making -= 1;
+                        }
+                        return;
+                    }
+                    let built = Spare::build(kind, making, ready);
                     let late = match me.state.lock() {
                         Ok(mut state) => match built {
                             Ok(s) if !state.closed && state.kind.as_ref() == Some(&s.kind) => {
