@@ -340,7 +340,7 @@ impl Store {
         };
         // A sandbox laid out from a snapshot is its own: no spare.
         let spare = match p.seed {
-            None => self.spares.take(&cfg),
+            None => self.spares.take(&cfg).await,
             Some(_) => None,
         };
         let spare_cfg = p.seed.is_none().then(|| cfg.clone());
@@ -350,9 +350,7 @@ impl Store {
         if let Some(cfg) = &spare_cfg {
             // The next spare is made once this sandbox's first command ended, so the two
             // do not share the cores (or a short while after the create without one).
-            let (go, wait) = std::sync::mpsc::channel();
-            envd.on_first_end(go);
-            self.spares.refill(cfg, wait);
+            envd.on_first_end(self.spares.refill(cfg));
         }
         let router = envd.router();
         let first = Sample {

@@ -248,12 +248,29 @@ impl SandboxCgroup {
         self.dirfd.as_fd()
     }
 
-    /// A cgroup namespace rooted at the subtree, made by a short-lived child that joins it
-    /// and unshares, with the rest of [`super::isolation::Parts`] (ahead of the create for
+    /// A cgroup namespace rooted at the subtree, made by a short-lived child born in it
+    /// that unshares, with the rest of [`super::isolation::Parts`] (ahead of the create for
     /// a spare sandbox): the holder enters it with `setns` and joins no group itself (a
     /// move between cgroups waits for an RCU grace period, several milliseconds on a
     /// quiet host, once the previous move is that long past).
     pub(crate) fn namespace(&self) -> std::io::Result<OwnedFd> {
+        let open = |pid| {
+            Ok(OwnedFd::from(std::fs::File::open(format!(
+                "/proc/{pid}/ns/cgroup"
+            ))?))
+        };
+        // Born in the subtree; a child killed at birth (a cgroup.kill quirk, see
+        // exec_world_sys::launch::Outcome::Unborn) is redone joining it by a write.
+        let born = super::userns::in_new_namespaces_born_in(
+            Some(self.dir_fd()),
+            libc::CLONE_NEWCGROUP,
+            &|| 0,
+            &|| 0,
+            open,
+        );
+        if born.is_ok() {
+            return born;
+        }
         let procs = self.procs.as_raw_fd();
         super::userns::in_new_namespaces(
             libc::CLONE_NEWCGROUP,
@@ -266,11 +283,7 @@ impl SandboxCgroup {
                 }
             },
             &|| 0,
-            |pid| {
-                Ok(OwnedFd::from(std::fs::File::open(format!(
-                    "/proc/{pid}/ns/cgroup"
-                ))?))
-            },
+            open,
         )
     }
 }

@@ -617,9 +617,9 @@ impl Envd {
         }))
     }
 
-    /// Send on `tx` once this sandbox's first process ended, or drop it with the sandbox.
-    pub(crate) fn on_first_end(&self, tx: std::sync::mpsc::Sender<()>) {
-        self.procs.on_first_end(tx);
+    /// Drop `trigger` once this sandbox's first process ended, or with the sandbox.
+    pub(crate) fn on_first_end(&self, trigger: spare::Trigger) {
+        self.procs.on_first_end(trigger);
     }
 
     /// Every envd route.

@@ -106,7 +106,7 @@ pub(crate) struct Table {
     inner: Mutex<TableInner>,
     /// Told (then dropped) when the sandbox's first process ended: the emulator's
     /// background work waits for it ([`super::spare`]).
-    first_end: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    first_end: Mutex<Option<super::spare::Trigger>>,
 }
 
 #[derive(Default)]
@@ -116,11 +116,11 @@ struct TableInner {
 }
 
 impl Table {
-    /// Send on `tx` when the first process of this table ends (it is dropped with the
-    /// table, so a sandbox gone before any process also lets the waiter go).
-    pub(crate) fn on_first_end(&self, tx: std::sync::mpsc::Sender<()>) {
+    /// Drop `trigger` when the first process of this table ends (or with the table, so
+    /// a sandbox gone before any process lets it go too).
+    pub(crate) fn on_first_end(&self, trigger: super::spare::Trigger) {
         if let Ok(mut slot) = self.first_end.lock() {
-            *slot = Some(tx);
+            *slot = Some(trigger);
         }
     }
 
@@ -189,9 +189,7 @@ impl Table {
     }
 
     fn finish(&self, p: &Arc<Proc>, end: &EndEvent) {
-        if let Some(tx) = self.first_end.lock().ok().and_then(|mut slot| slot.take()) {
-            let _ = tx.send(());
-        }
+        drop(self.first_end.lock().ok().and_then(|mut slot| slot.take()));
         if let Ok(mut t) = self.inner.lock() {
             let before = t.live.len();
             t.live.retain(|q| !Arc::ptr_eq(q, p));

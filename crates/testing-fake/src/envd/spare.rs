@@ -17,15 +17,18 @@
 //! command comes right after the create, and a spare made meanwhile would share the two
 //! cores and the kernel's namespace locks with it (pasta is set back to nice 0).
 //!
-//! A spare of another kind than the last create's is dropped; one whose pasta ended is
-//! dropped, never handed out; a create that finds none boots as without spares and
+//! A create that finds the spare for it still being made (or waiting to begin) hurries it
+//! (begun now, at nice 0) and waits for it rather than building a second sandbox beside
+//! it on the same cores. A spare of another kind than the last create's is dropped; one
+//! whose pasta ended is dropped, never handed out; a create that finds none boots as without spares and
 //! reports its own failures (a spare that failed to build is forgotten). `E2B_LOCAL_SPARES`
 //! sets how many are kept (default 1, `0` turns them off); a spare with internet access
 //! holds a pasta process (about 21 MB resident) while it waits.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use super::isolation::Parts;
 use super::userns::IdMap;
@@ -136,6 +139,8 @@ pub(crate) struct Spares {
     /// Where spares are laid out: beside the sandboxes (`<state>/sandboxes`).
     dir: PathBuf,
     state: Mutex<State>,
+    /// Told whenever a spare being made is ready or given up.
+    built: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -144,19 +149,59 @@ struct State {
     kind: Option<Kind>,
     ready: Vec<Spare>,
     making: usize,
+    /// The refills waiting to begin, and the threads of those begun (to hurry them).
+    waiting: Vec<Arc<Go>>,
+    builders: Vec<libc::pid_t>,
     closed: bool,
+}
+
+/// When a refill may begin ([`Spares::refill`]).
+#[derive(Default)]
+struct Go {
+    set: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Go {
+    fn fire(&self) {
+        if let Ok(mut set) = self.set.lock() {
+            *set = true;
+        }
+        self.cv.notify_all();
+    }
+
+    /// Until fired, at most `max`.
+    fn wait(&self, max: Duration) {
+        if let Ok(set) = self.set.lock() {
+            let _ = self.cv.wait_timeout_while(set, max, |set| !*set);
+        }
+    }
+}
+
+/// Lets a refill begin when dropped: the new sandbox holds it until its first command
+/// ended (or the sandbox is gone), see [`Spares::refill`].
+pub(crate) struct Trigger(Arc<Go>);
+
+impl Drop for Trigger {
+    fn drop(&mut self) {
+        self.0.fire();
+    }
 }
 
 /// The nice value of the threads that make spares (and of what they start, pasta reset
 /// to 0): a spare is made while the sandbox just created runs its first commands, on the
-/// same cores, and must yield to them.
+/// same cores, and must yield to them. A create that waits for one sets it back to 0.
 pub(crate) const BACKGROUND_NICE: libc::c_int = 10;
 
 /// How long a refill waits at most for the new sandbox's first command to end before it
 /// begins ([`Spares::refill`]): a harness runs its first command right after the create,
 /// and a spare made meanwhile would slow it down (namespaces, mounts and pasta's start
 /// take the kernel's locks and the second core).
-const REFILL_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+const REFILL_AFTER: Duration = Duration::from_millis(100);
+
+/// How long a create waits at most for a spare being made ([`Spares::take`]) before it
+/// builds its own.
+const TAKE_WAIT: Duration = Duration::from_secs(2);
 
 /// How many spares to keep (`E2B_LOCAL_SPARES`, default 1).
 fn target() -> usize {
@@ -166,35 +211,66 @@ fn target() -> usize {
         .unwrap_or(1)
 }
 
+fn renice(tid: libc::pid_t, nice: libc::c_int) {
+    // SAFETY: setpriority on a thread id of this process.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+}
+
 impl Spares {
     /// The spares of an emulator whose sandboxes live in `dir`.
     pub(crate) fn new(dir: PathBuf) -> Arc<Spares> {
         Arc::new(Spares {
             dir,
             state: Mutex::new(State::default()),
+            built: tokio::sync::Notify::new(),
         })
     }
 
-    /// A spare for `cfg`'s sandbox, if one is ready.
-    pub(crate) fn take(&self, cfg: &EnvdConfig) -> Option<Spare> {
+    /// A spare for `cfg`'s sandbox: one ready, or the one being made for it, which is
+    /// hurried (begun now, at the usual priority) and awaited; `None` when there is none
+    /// (or it failed, or took longer than [`TAKE_WAIT`]): the create builds its own.
+    /// Waiting is never longer than building anew, which would also compete with it.
+    pub(crate) async fn take(&self, cfg: &EnvdConfig) -> Option<Spare> {
         let kind = Kind::of(cfg)?;
-        let mut state = self.state.lock().ok()?;
-        let i = state.ready.iter().position(|s| s.kind == kind)?;
-        Some(state.ready.swap_remove(i))
+        let deadline = tokio::time::Instant::now() + TAKE_WAIT;
+        loop {
+            let built = self.built.notified();
+            {
+                let mut state = self.state.lock().ok()?;
+                if let Some(i) = state.ready.iter().position(|s| s.kind == kind) {
+                    return Some(state.ready.swap_remove(i));
+                }
+                if state.making == 0 || state.kind.as_ref() != Some(&kind) {
+                    return None;
+                }
+                for go in state.waiting.drain(..) {
+                    go.fire();
+                }
+                for tid in &state.builders {
+                    renice(*tid, 0);
+                }
+            }
+            tokio::time::timeout_at(deadline, built).await.ok()?;
+        }
     }
 
     /// Make spares of `cfg`'s kind in the background until [`target`] are ready or being
-    /// made; spares of another kind are dropped. They are begun once `wait` says so (the
-    /// new sandbox's first command ended, or the sandbox is gone) or after [`REFILL_AFTER`].
-    pub(crate) fn refill(self: &Arc<Self>, cfg: &EnvdConfig, wait: mpsc::Receiver<()>) {
-        let Some(kind) = Kind::of(cfg) else { return };
+    /// made; spares of another kind are dropped. They begin when the returned [`Trigger`]
+    /// is dropped (held by the new sandbox until its first command ended) or after
+    /// [`REFILL_AFTER`], whichever comes first.
+    pub(crate) fn refill(self: &Arc<Self>, cfg: &EnvdConfig) -> Trigger {
+        let go = Arc::new(Go::default());
+        let trigger = Trigger(go.clone());
+        let Some(kind) = Kind::of(cfg) else {
+            return trigger;
+        };
         let want = target();
         let (missing, dropped) = {
             let Ok(mut state) = self.state.lock() else {
-                return;
+                return trigger;
             };
             if state.closed {
-                return;
+                return trigger;
             }
             let mut dropped = Vec::new();
             if state.kind.as_ref() != Some(&kind) {
@@ -203,13 +279,15 @@ impl Spares {
             }
             let n = want.saturating_sub(state.ready.len() + state.making);
             state.making += n;
+            if n > 0 {
+                state.waiting.push(go.clone());
+            }
             (n, dropped)
         };
         drop(dropped);
         static N: AtomicU64 = AtomicU64::new(0);
-        let wait = Arc::new(Mutex::new(wait));
         for _ in 0..missing {
-            let wait = wait.clone();
+            let go = go.clone();
             let me = self.clone();
             let kind = kind.clone();
             let n = N.fetch_add(1, Ordering::Relaxed);
@@ -218,49 +296,60 @@ impl Spares {
             let ready = self.dir.join(format!(".spare-{name}"));
             let spawned = std::thread::Builder::new()
                 .name("envd-spare".into())
-                .spawn(move || {
-                    // SAFETY: setpriority on this thread's own id.
-                    unsafe {
-                        let tid = libc::gettid();
-                        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, BACKGROUND_NICE);
-                    }
-                    if let Ok(w) = wait.lock() {
-                        let _ = w.recv_timeout(REFILL_AFTER);
-                    }
-                    if me.state.lock().is_ok_and(|s| s.closed) {
-                        if let Ok(mut state) = me.state.lock() {
-                            state.making -= 1;
-                        }
-                        return;
-                    }
-                    let built = Spare::build(kind, making, ready);
-                    let late = match me.state.lock() {
-                        Ok(mut state) => match built {
-                            Ok(s) if !state.closed && state.kind.as_ref() == Some(&s.kind) => {
-                                state.ready.push(s);
-                                state.making -= 1;
-                                return;
-                            }
-                            Ok(s) => Some(s),
-                            Err(e) => {
-                                tracing::debug!("a spare sandbox could not be prepared: {e}");
-                                None
-                            }
-                        },
-                        Err(_) => return,
-                    };
-                    // Undone before it stops counting, so `close` sees nothing left.
-                    drop(late);
-                    if let Ok(mut state) = me.state.lock() {
-                        state.making -= 1;
-                    }
-                });
+                .spawn(move || me.make(&go, kind, making, ready));
             if spawned.is_err()
                 && let Ok(mut state) = self.state.lock()
             {
                 state.making -= 1;
             }
         }
+        trigger
+    }
+
+    /// One refill's thread: wait for `go`, make the spare, hand it in (or undo it).
+    fn make(&self, go: &Go, kind: Kind, making: PathBuf, ready: PathBuf) {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        renice(tid, BACKGROUND_NICE);
+        go.wait(REFILL_AFTER);
+        let begun = match self.state.lock() {
+            Ok(mut state) => {
+                state.waiting.retain(|w| !std::ptr::eq(Arc::as_ptr(w), go));
+                if !state.closed {
+                    state.builders.push(tid);
+                }
+                !state.closed
+            }
+            Err(_) => false,
+        };
+        let built = begun.then(|| Spare::build(kind, making, ready));
+        let late = match self.state.lock() {
+            Ok(mut state) => {
+                state.builders.retain(|t| *t != tid);
+                match built {
+                    Some(Ok(s)) if !state.closed && state.kind.as_ref() == Some(&s.kind) => {
+                        state.ready.push(s);
+                        state.making -= 1;
+                        drop(state);
+                        self.built.notify_waiters();
+                        return;
+                    }
+                    Some(Ok(s)) => Some(s),
+                    Some(Err(e)) => {
+                        tracing::debug!("a spare sandbox could not be prepared: {e}");
+                        None
+                    }
+                    None => None,
+                }
+            }
+            Err(_) => return,
+        };
+        // Undone before it stops counting, so `close` sees nothing left.
+        drop(late);
+        if let Ok(mut state) = self.state.lock() {
+            state.making -= 1;
+        }
+        self.built.notify_waiters();
     }
 
     /// Drop every ready spare, make no more, and wait (at most 10 s) until the ones being
@@ -269,15 +358,18 @@ impl Spares {
         let ready = match self.state.lock() {
             Ok(mut state) => {
                 state.closed = true;
+                for go in state.waiting.drain(..) {
+                    go.fire();
+                }
                 std::mem::take(&mut state.ready)
             }
             Err(_) => return,
         };
         drop(ready);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while self.state.lock().is_ok_and(|s| s.making > 0) && std::time::Instant::now() < deadline
         {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 }

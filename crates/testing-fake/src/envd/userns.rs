@@ -83,6 +83,21 @@ pub(crate) fn in_new_namespaces<T>(
     setup: &(dyn Fn() -> libc::c_int + Sync),
     then: impl FnOnce(libc::pid_t) -> std::io::Result<T>,
 ) -> std::io::Result<T> {
+    in_new_namespaces_born_in(None, flags, before, setup, then)
+}
+
+/// [`in_new_namespaces`] with a child born in the cgroup v2 directory `cgroup` (`clone3`
+/// with `CLONE_INTO_CGROUP`, fork semantics) when given: it joins no group by writing
+/// `cgroup.procs`, which on a quiet host waits for an RCU grace period. A child the kernel
+/// killed at birth (see `exec_world_sys::launch::Outcome::Unborn`) reads as an error,
+/// as any child that died before it reported.
+pub(crate) fn in_new_namespaces_born_in<T>(
+    cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+    flags: libc::c_int,
+    before: &(dyn Fn() -> libc::c_int + Sync),
+    setup: &(dyn Fn() -> libc::c_int + Sync),
+    then: impl FnOnce(libc::pid_t) -> std::io::Result<T>,
+) -> std::io::Result<T> {
     let mut up = [0 as libc::c_int; 2];
     let mut down = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two fds into arrays we own.
@@ -109,8 +124,27 @@ pub(crate) fn in_new_namespaces<T>(
     use std::os::fd::AsRawFd;
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
-    // SAFETY: the child only calls async-signal-safe syscalls, then _exit.
-    let pid = unsafe { libc::fork() };
+    // SAFETY: the child only calls async-signal-safe syscalls, then _exit; clone3 without
+    // CLONE_VM is a fork (the child has its own copy of our memory).
+    let pid = unsafe {
+        match cgroup {
+            None => libc::fork(),
+            Some(cg) => {
+                use exec_world_sys::launch::{CLONE_INTO_CGROUP, CloneArgs};
+                let mut args = CloneArgs {
+                    flags: CLONE_INTO_CGROUP,
+                    exit_signal: libc::SIGCHLD as u64,
+                    cgroup: cg.as_raw_fd() as u64,
+                    ..CloneArgs::default()
+                };
+                libc::syscall(
+                    libc::SYS_clone3,
+                    &mut args as *mut CloneArgs,
+                    std::mem::size_of::<CloneArgs>(),
+                ) as libc::pid_t
+            }
+        }
+    };
     if pid < 0 {
         return Err(errno());
     }

@@ -394,6 +394,58 @@ async fn a_sandbox_made_from_a_spare_is_its_own() {
     env.emu.shutdown().await;
 }
 
+/// A create that comes while the spare for it is still being made waits for that spare
+/// (hurried) instead of building a second sandbox beside it: the directory seen being made
+/// (or ready) after the first sandbox's first command becomes the next sandbox's root.
+/// A spare is begun only once that first command ended.
+#[tokio::test]
+async fn a_create_takes_the_spare_being_made_for_it() {
+    let state = tempfile::tempdir().unwrap();
+    let env = Env::with(testing_fake::EmulatorConfig {
+        root: Some(state.path().to_path_buf()),
+        ..Default::default()
+    })
+    .await;
+    let sandboxes = std::fs::canonicalize(state.path())
+        .unwrap()
+        .join("sandboxes");
+    let spare_dirs = || -> Vec<(String, u64)> {
+        std::fs::read_dir(&sandboxes)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        (name.starts_with(".making-") || name.starts_with(".spare-"))
+                            .then(|| Some((name, e.metadata().ok()?.ino())))
+                            .flatten()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let a = env.create(json!({"allow_internet_access": false})).await;
+    let (frames, ended) = env.run_frames(&a, "true").await;
+    assert!(ended, "{frames:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (name, ino) = loop {
+        if let Some(found) = spare_dirs().into_iter().next() {
+            break found;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no spare was begun after the first command ended"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    let b = env.create(json!({"allow_internet_access": false})).await;
+    let b_id = b["sandboxID"].as_str().unwrap();
+    let b_ino = std::fs::metadata(sandboxes.join(b_id)).unwrap().ino();
+    assert_eq!(b_ino, ino, "{name} did not become {b_id}'s root");
+    let (frames, ended) = env.run_frames(&b, "echo ok").await;
+    assert!(ended && stdout_of(&frames) == "ok\n", "{frames:?}");
+    env.emu.shutdown().await;
+}
+
 /// CPU use shows in the metrics (envd's `cpu_used_pct` since its previous reading, the
 /// control plane's `cpuUsedPct`): a sandbox whose process used half a second of CPU time
 /// between two readings reads more than 0, and more than an idle sandbox read over the same
