@@ -13,10 +13,10 @@
 //! The parts that hold no process and no clock ([`Parts`]: the user and network
 //! namespaces, pasta, the limit groups, the cgroup subtree and its namespace, and the
 //! mount namespace with the root filesystem [`rootfs`](super::rootfs) builds in a
-//! short-lived child before `pivot_root`) are built first, at the create or ahead of it
-//! for a spare sandbox ([`super::spare`]); the holder joins no cgroup (moving a process
-//! between cgroups waits for an RCU grace period on a quiet host) and enters the cgroup
-//! namespace made for it.
+//! short-lived child before `pivot_root`) are built first, then the holder; a spare
+//! sandbox ([`super::spare`]) is all of it, made ahead of its create. The holder joins no
+//! cgroup (moving a process between cgroups waits for an RCU grace period on a quiet
+//! host) and enters the cgroup namespace made for it.
 //!
 //! Sandbox processes are forked ([`super::spawn`]) from an [`FsWorker`] thread whose PID
 //! namespace for children is the sandbox's, born in the sandbox's cgroup subtree, and join
@@ -225,9 +225,8 @@ pub(crate) struct Spec {
 /// namespace, its network namespace (with pasta's uplink for a sandbox with internet
 /// access), its limit groups, its cgroup subtree and, once [`Parts::mount`]ed, its mount
 /// namespace with the root filesystem but for `/proc`. Built by
-/// [`Isolation::start`], or ahead of the create for a spare sandbox
-/// ([`super::spare`]) and handed to [`Isolation::start_on`]. Dropped unused, they
-/// leave nothing behind (pasta is stopped, the groups removed).
+/// [`Isolation::start`] before the holder; dropped unused (a step after them failed),
+/// they leave nothing behind (pasta is stopped, the groups removed).
 pub(crate) struct Parts {
     user: Option<OwnedFd>,
     netns: Option<NetNs>,
@@ -356,11 +355,6 @@ impl Parts {
             BoundaryError::new(read_failure(&fail_r).unwrap_or(Step::MountNamespace), e)
         })?);
         Ok(())
-    }
-
-    /// False once a part died while waiting (the uplink's pasta ended): not to be used.
-    pub(crate) fn whole(&self) -> bool {
-        self.uplink.as_ref().is_none_or(Pasta::running)
     }
 }
 
@@ -580,12 +574,6 @@ impl Isolation {
         check_overlay(&layout)?;
         let parts = Parts::build(offline, ids, limits)?;
         Isolation::start_with(&layout, parts)
-    }
-
-    /// [`Isolation::start`] on parts built ahead ([`Parts::build`], a spare sandbox's).
-    pub(crate) fn start_on(layout: &Layout, parts: Parts) -> Result<Isolation, BoundaryError> {
-        check_overlay(layout)?;
-        Isolation::start_with(layout, parts)
     }
 
     fn start_with(layout: &Layout, mut parts: Parts) -> Result<Isolation, BoundaryError> {
@@ -833,6 +821,16 @@ impl Isolation {
         }));
         iso.ns_ino = Some(ino);
         Ok(iso)
+    }
+
+    /// False once a part died (the holder, the uplink's pasta): a spare not to be used.
+    pub(crate) fn whole(&self) -> bool {
+        let holder = self.holder.lock().ok().is_some_and(|h| {
+            h.as_ref().is_none_or(|h| {
+                exec_world_sys::supervise::pidfd_signal(h.pidfd.as_fd(), 0).unwrap_or(false)
+            })
+        });
+        holder && self.uplink.as_ref().is_none_or(Pasta::running)
     }
 
     /// True when processes and file operations run in the private namespace.

@@ -517,26 +517,58 @@ fn layout(
     }
 }
 
-/// The sandbox's boundary on a prepared `root`: on `parts` built ahead (a spare's, its
-/// root filesystem already mounted) or new ones.
+/// The sandbox's boundary on a prepared `root`.
 fn isolate(
     cfg: &EnvdConfig,
     root: &Path,
     prepared: Prepared,
-    parts: Option<isolation::Parts>,
 ) -> Result<isolation::Isolation, EnvdError> {
     let boot_id = new_boot_id(&root.join(".e2b"))?;
-    let layout = layout(cfg, root, prepared, Some(boot_id));
-    let limits = (cfg.template.cpu_count, cfg.template.memory_mb);
-    Ok(match parts {
-        Some(parts) => isolation::Isolation::start_on(&layout, parts)?,
-        None => isolation::Isolation::start(isolation::Spec {
-            layout,
-            offline: !cfg.allow_internet,
-            ids: IdMap::SANDBOX,
-            limits,
-        })?,
-    })
+    Ok(isolation::Isolation::start(isolation::Spec {
+        layout: layout(cfg, root, prepared, Some(boot_id)),
+        offline: !cfg.allow_internet,
+        ids: IdMap::SANDBOX,
+        limits: (cfg.template.cpu_count, cfg.template.memory_mb),
+    })?)
+}
+
+/// A booted sandbox's isolation and the threads that run envd's file operations in it.
+pub(crate) struct Booted {
+    iso: isolation::Isolation,
+    fs: isolation::FsWorker,
+}
+
+impl Booted {
+    /// False once a part died (the holder, pasta): not to be used.
+    pub(crate) fn whole(&self) -> bool {
+        self.iso.whole()
+    }
+}
+
+/// Boot the isolation of a prepared `root` (none with the explicit opt-out) and start its
+/// file workers.
+fn boot_isolation(cfg: &EnvdConfig, root: &Path, prepared: Prepared) -> Result<Booted, EnvdError> {
+    let iso = if isolation::opted_out() {
+        isolation::Isolation::off()
+    } else {
+        isolate(cfg, root, prepared)?
+    };
+    if !cfg.volumes.is_empty() && !iso.enabled() {
+        iso.shutdown();
+        return Err(EnvdError::Template(
+            "volume mounts need the emulator's sandbox isolation (run it as root)".into(),
+        ));
+    }
+    match isolation::FsWorker::start(iso.ns_fds(), 2) {
+        Ok(fs) => Ok(Booted { iso, fs }),
+        Err(e) => {
+            iso.shutdown();
+            Err(EnvdError::Io {
+                context: "starting the filesystem workers in the sandbox namespace".into(),
+                source: e,
+            })
+        }
+    }
 }
 
 impl Envd {
@@ -564,30 +596,11 @@ impl Envd {
         } else {
             IdMap::SANDBOX
         };
-        let (prepared, parts) = match spare {
-            Some(laid) => laid,
-            None => (prepare(&cfg, &root)?, None),
-        };
-        let iso = if ids == IdMap::IDENTITY {
-            isolation::Isolation::off()
-        } else {
-            isolate(&cfg, &root, prepared, parts)?
-        };
-        if !cfg.volumes.is_empty() && !iso.enabled() {
-            iso.shutdown();
-            return Err(EnvdError::Template(
-                "volume mounts need the emulator's sandbox isolation (run it as root)".into(),
-            ));
-        }
-        let fs = match isolation::FsWorker::start(iso.ns_fds(), 2) {
-            Ok(fs) => fs,
-            Err(e) => {
-                iso.shutdown();
-                return Err(EnvdError::Io {
-                    context: "starting the filesystem workers in the sandbox namespace".into(),
-                    source: e,
-                });
-            }
+        // A spare comes booted (with the boundary) or laid out (without it).
+        let Booted { iso, fs } = match spare {
+            Some((_, Some(booted))) => booted,
+            Some((prepared, None)) => boot_isolation(&cfg, &root, prepared)?,
+            None => boot_isolation(&cfg, &root, prepare(&cfg, &root)?)?,
         };
 
         let mut globals = BTreeMap::new();

@@ -1,16 +1,17 @@
-//! Spare sandboxes: the parts of a boot that carry nothing of one sandbox, done ahead of
-//! the create that will need them.
+//! Spare sandboxes: a sandbox booted ahead of the create that will need it.
 //!
-//! After a create, the emulator prepares one more sandbox of the same kind (template,
+//! After a create, the emulator boots one more sandbox of the same kind (template,
 //! internet access, hidden directories) in the background: its tree laid out and
-//! allowlisted under `sandboxes/.spare-*` ([`super::Prepared`]) and, with the boundary,
-//! its user namespace, network namespace (with pasta for internet access), limit groups,
-//! cgroup subtree and cgroup namespace, and its mount namespace with the root filesystem
-//! but for `/proc` ([`Parts`]). It is made under `.making-*` and renamed to `.spare-*`
-//! once whole. The next create of that kind renames the directory to its own root and
-//! builds the rest on it: the holder process, its PID, UTS and time namespaces, `/proc`,
-//! the boot id and the clocks. No process of a spare runs before it is taken, and its
-//! clocks start at its own create.
+//! allowlisted ([`super::Prepared`]) and, with the boundary, all of it
+//! ([`super::Booted`]): user, network (with pasta for internet access), cgroup, mount,
+//! PID, UTS and time namespaces, the holder as its PID 1 with `/proc` and a fresh boot id,
+//! the limit groups and envd's file workers. It is made under `sandboxes/.making-*` and
+//! renamed to `.spare-*` once whole. The next create of that kind renames the directory
+//! to its own root and has nothing left to build but envd's routes; so a create costs
+//! about what it costs without the boundary. The sandbox's clocks (`/proc/uptime`, PID
+//! 1's start) count from when it was booted, not from the create (PID 1 must not start
+//! before its clocks' zero). No process but the holder (`sleep`) runs in a spare before it
+//! is taken.
 //!
 //! A refill begins once the sandbox just created has run its first command (or after
 //! [`REFILL_AFTER`] without one), and at nice 10 ([`BACKGROUND_NICE`]): a harness's first
@@ -30,9 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use super::isolation::Parts;
-use super::userns::IdMap;
-use super::{EnvdConfig, Prepared};
+use super::{Booted, EnvdConfig, Prepared};
 use crate::template::Template;
 
 /// What makes two sandboxes' spares interchangeable.
@@ -61,7 +60,8 @@ pub(crate) struct Spare {
     /// `None` once moved to its sandbox's root.
     root: Option<PathBuf>,
     prepared: Option<Prepared>,
-    parts: Option<Parts>,
+    /// With the boundary: the sandbox booted (holder, namespaces, file workers).
+    booted: Option<Booted>,
 }
 
 impl Spare {
@@ -73,7 +73,7 @@ impl Spare {
             kind,
             root: Some(root.clone()),
             prepared: None,
-            parts: None,
+            booted: None,
         };
         let cfg = EnvdConfig {
             sandbox_id: String::new(),
@@ -89,14 +89,10 @@ impl Spare {
             .map_err(super::io_err(format!("creating {}", root.display())))?;
         spare.prepared = Some(super::prepare(&cfg, &root)?);
         // Without the boundary (`--no-isolation`) only the tree is prepared.
-        if !super::isolation::opted_out() {
-            let limits = (cfg.template.cpu_count, cfg.template.memory_mb);
-            let mut parts = Parts::build(!cfg.allow_internet, IdMap::SANDBOX, limits)?;
-            // Its root filesystem too (all but /proc, mounted by its init at the create).
-            if let Some(prepared) = &spare.prepared {
-                parts.mount(&super::layout(&cfg, &root, prepared.clone(), None))?;
-            }
-            spare.parts = Some(parts);
+        if !super::isolation::opted_out()
+            && let Some(prepared) = &spare.prepared
+        {
+            spare.booted = Some(super::boot_isolation(&cfg, &root, prepared.clone())?);
         }
         std::fs::rename(&root, &ready)
             .map_err(super::io_err(format!("renaming {}", root.display())))?;
@@ -104,11 +100,11 @@ impl Spare {
         Ok(spare)
     }
 
-    /// Rename the spare's directory to `root` and hand out what was prepared (no parts
-    /// without the boundary); `None` (the spare dropped) when a part died meanwhile or the
-    /// rename fails.
-    pub(super) fn move_to(mut self, root: &Path) -> Option<(Prepared, Option<Parts>)> {
-        if !self.parts.as_ref().is_none_or(Parts::whole) {
+    /// Rename the spare's directory to `root` and hand out what was prepared (nothing
+    /// booted without the boundary); `None` (the spare dropped) when a part died
+    /// meanwhile or the rename fails.
+    pub(super) fn move_to(mut self, root: &Path) -> Option<(Prepared, Option<Booted>)> {
+        if !self.booted.as_ref().is_none_or(Booted::whole) {
             return None;
         }
         let from = self.root.as_ref()?;
@@ -121,13 +117,13 @@ impl Spare {
         }
         std::fs::rename(from, root).ok()?;
         self.root = None;
-        Some((self.prepared.take()?, self.parts.take()))
+        Some((self.prepared.take()?, self.booted.take()))
     }
 }
 
 impl Drop for Spare {
     fn drop(&mut self) {
-        self.parts.take();
+        self.booted.take();
         if let Some(root) = self.root.take() {
             let _ = std::fs::remove_dir_all(root);
         }

@@ -303,10 +303,11 @@ async fn spare_name(sandboxes: &std::path::Path) -> String {
     }
 }
 
-/// A sandbox made from a spare (prepared after the previous create) is as new as any: the
-/// spare's directory became its root, its clocks start at its own create, its
-/// namespaces are not the other sandbox's, it holds nothing the other wrote, and the
-/// other cannot see where spares wait. A sandbox of another kind (no internet) does not
+/// A sandbox made from a spare (prepared after the previous sandbox's first command) is as
+/// new as any: the spare's directory became its root, its clocks started when it was
+/// prepared (after the previous create began), its namespaces are not the other
+/// sandbox's, it holds nothing the other wrote, and the other cannot see where spares
+/// wait. A sandbox of another kind (no internet) does not
 /// take a spare made for one with internet.
 #[tokio::test]
 async fn a_sandbox_made_from_a_spare_is_its_own() {
@@ -319,6 +320,7 @@ async fn a_sandbox_made_from_a_spare_is_its_own() {
     let sandboxes = std::fs::canonicalize(state.path())
         .unwrap()
         .join("sandboxes");
+    let began = std::time::Instant::now();
     let a = env.create(json!({})).await;
     let spare = spare_name(&sandboxes).await;
     // Where spares wait is hidden from a sandbox, its root included.
@@ -336,7 +338,6 @@ async fn a_sandbox_made_from_a_spare_is_its_own() {
     let a_ns = stdout_of(&frames);
     assert_eq!(a_ns.lines().count(), 4, "{frames:?}");
 
-    let began = std::time::Instant::now();
     let b = env.create(json!({})).await;
     let b_id = b["sandboxID"].as_str().unwrap();
     assert!(
@@ -353,7 +354,7 @@ async fn a_sandbox_made_from_a_spare_is_its_own() {
     let uptime: f64 = lines.next().unwrap().parse().unwrap();
     assert!(
         uptime <= elapsed,
-        "uptime {uptime} > {elapsed} since the create began"
+        "uptime {uptime} > {elapsed} since the previous create began"
     );
     for (mine, theirs) in lines.by_ref().take(4).zip(a_ns.lines()) {
         assert_ne!(mine, theirs, "a namespace of the other sandbox");
