@@ -13,10 +13,11 @@
 //! before its clocks' zero). No process but the holder (`sleep`) runs in a spare before it
 //! is taken.
 //!
-//! A refill begins once the sandbox just created has run its first command (or after
-//! [`REFILL_AFTER`] without one), and at nice 10 ([`BACKGROUND_NICE`]): a harness's first
-//! command comes right after the create, and a spare made meanwhile would share the two
-//! cores and the kernel's namespace locks with it (pasta is set back to nice 0).
+//! A refill begins [`QUIET_AFTER`] after the sandbox just created ended its first command
+//! (or [`REFILL_AFTER`] after the create without one), at nice 10 ([`BACKGROUND_NICE`]): a
+//! harness's first command comes right after the create, and a spare made meanwhile would
+//! share the two cores and the kernel's namespace locks with it and leave the emulator's
+//! memory copy-on-write behind each fork (pasta is set back to nice 0).
 //!
 //! A create that finds the spare for it still being made (or waiting to begin) hurries it
 //! (begun now, at nice 0) and waits for it rather than building a second sandbox beside
@@ -29,7 +30,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Booted, EnvdConfig, Prepared};
 use crate::template::Template;
@@ -151,25 +152,66 @@ struct State {
     closed: bool,
 }
 
-/// When a refill may begin ([`Spares::refill`]).
-#[derive(Default)]
+/// When a refill may begin ([`Spares::refill`]): once the new sandbox has been quiet
+/// ([`QUIET_AFTER`] after its first command ended, or [`REFILL_AFTER`] after the create
+/// without one), or at once when a create needs the spare (hurried).
 struct Go {
-    set: Mutex<bool>,
+    created: Instant,
+    state: Mutex<GoState>,
     cv: Condvar,
 }
 
+#[derive(Default)]
+struct GoState {
+    ended: Option<Instant>,
+    hurried: bool,
+}
+
 impl Go {
-    fn fire(&self) {
-        if let Ok(mut set) = self.set.lock() {
-            *set = true;
+    fn new() -> Go {
+        Go {
+            created: Instant::now(),
+            state: Mutex::new(GoState::default()),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// The new sandbox's first command ended (or the sandbox is gone).
+    fn ended(&self) {
+        if let Ok(mut st) = self.state.lock() {
+            st.ended.get_or_insert_with(Instant::now);
         }
         self.cv.notify_all();
     }
 
-    /// Until fired, at most `max`.
-    fn wait(&self, max: Duration) {
-        if let Ok(set) = self.set.lock() {
-            let _ = self.cv.wait_timeout_while(set, max, |set| !*set);
+    /// Begin now.
+    fn hurry(&self) {
+        if let Ok(mut st) = self.state.lock() {
+            st.hurried = true;
+        }
+        self.cv.notify_all();
+    }
+
+    /// Until the refill may begin.
+    fn wait(&self) {
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        loop {
+            if st.hurried {
+                return;
+            }
+            let due = match st.ended {
+                Some(t) => t + QUIET_AFTER,
+                None => self.created + REFILL_AFTER,
+            };
+            let Some(left) = due.checked_duration_since(Instant::now()) else {
+                return;
+            };
+            st = match self.cv.wait_timeout(st, left) {
+                Ok((st, _)) => st,
+                Err(_) => return,
+            };
         }
     }
 }
@@ -180,7 +222,7 @@ pub(crate) struct Trigger(Arc<Go>);
 
 impl Drop for Trigger {
     fn drop(&mut self) {
-        self.0.fire();
+        self.0.ended();
     }
 }
 
@@ -192,8 +234,14 @@ pub(crate) const BACKGROUND_NICE: libc::c_int = 10;
 /// How long a refill waits at most for the new sandbox's first command to end before it
 /// begins ([`Spares::refill`]): a harness runs its first command right after the create,
 /// and a spare made meanwhile would slow it down (namespaces, mounts and pasta's start
-/// take the kernel's locks and the second core).
+/// take the kernel's locks and the second core, and each fork of the emulator leaves its
+/// memory copy-on-write for a while).
 const REFILL_AFTER: Duration = Duration::from_millis(100);
+
+/// How long after the new sandbox's first command ended a refill begins: the end of that
+/// command's stream is still being sent then (measured: beginning at once added 1-2 ms
+/// to the first command).
+const QUIET_AFTER: Duration = Duration::from_millis(50);
 
 /// How long a create waits at most for a spare being made ([`Spares::take`]) before it
 /// builds its own.
@@ -240,7 +288,7 @@ impl Spares {
                     return None;
                 }
                 for go in state.waiting.drain(..) {
-                    go.fire();
+                    go.hurry();
                 }
                 for tid in &state.builders {
                     renice(*tid, 0);
@@ -255,7 +303,7 @@ impl Spares {
     /// is dropped (held by the new sandbox until its first command ended) or after
     /// [`REFILL_AFTER`], whichever comes first.
     pub(crate) fn refill(self: &Arc<Self>, cfg: &EnvdConfig) -> Trigger {
-        let go = Arc::new(Go::default());
+        let go = Arc::new(Go::new());
         let trigger = Trigger(go.clone());
         let Some(kind) = Kind::of(cfg) else {
             return trigger;
@@ -307,7 +355,7 @@ impl Spares {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         renice(tid, BACKGROUND_NICE);
-        go.wait(REFILL_AFTER);
+        go.wait();
         let begun = match self.state.lock() {
             Ok(mut state) => {
                 state.waiting.retain(|w| !std::ptr::eq(Arc::as_ptr(w), go));
@@ -355,16 +403,15 @@ impl Spares {
             Ok(mut state) => {
                 state.closed = true;
                 for go in state.waiting.drain(..) {
-                    go.fire();
+                    go.hurry();
                 }
                 std::mem::take(&mut state.ready)
             }
             Err(_) => return,
         };
         drop(ready);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while self.state.lock().is_ok_and(|s| s.making > 0) && std::time::Instant::now() < deadline
-        {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.state.lock().is_ok_and(|s| s.making > 0) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }

@@ -1,16 +1,19 @@
 //! `world-bench --boundary [N]`: what the emulator's sandbox boundary costs, measured in one
-//! run against baselines of the same run. Three emulator children, one after the other:
+//! run against baselines of the same run. Three emulator children, alive together:
 //! isolated sandboxes with internet access (their own network namespace plus pasta),
 //! isolated sandboxes without it (loopback only), and `E2B_LOCAL_NO_ISOLATION=1` (plain
-//! host processes). For each: create sandbox + first command p50 (`N` creates back to
-//! back, default 20, then 10 each after 200 ms of idle; spare sandboxes are prepared in
-//! every mode), exec `true` p50 (200 on
-//! one sandbox back to back, then 20 with 100 ms of idle before each), and with 100 idle
-//! sandboxes alive the
-//! emulator's RSS per sandbox and that of the pasta processes it started. Figures, not
-//! assertions; ratios against the no-isolation baseline. Each timed part starts on a
-//! quiet machine (the kernel's teardown of the killed sandboxes done), so no mode pays
-//! for the one before.
+//! host processes); spare sandboxes are made in every mode.
+//!
+//! Interleaved (one sample of each mode in turn, so a noisy minute of this shared machine
+//! lands on all three alike): create sandbox + first command p50, `N` rounds (default 20)
+//! with 200 ms of idle before each create; exec `true` p50, 20 rounds of 10 back to back
+//! on one sandbox per mode; exec after 100 ms of idle, 20 rounds.
+//!
+//! Then per mode, each on a quiet machine (the kernel's teardown of the killed sandboxes
+//! done): `N` creates + first command back to back (a create storm: what the spares can
+//! keep up with), and with 100 idle sandboxes alive the emulator's RSS per sandbox and that
+//! of the pasta processes it started. Figures, not assertions; ratios against the
+//! no-isolation baseline.
 
 use std::time::Instant;
 
@@ -45,6 +48,7 @@ const MODES: [Mode; 3] = [
 ];
 
 /// The figures of one mode.
+#[derive(Default)]
 struct Figures {
     create_ms: f64,
     create_idle_ms: f64,
@@ -128,110 +132,145 @@ async fn start_true(api: &std::sync::Arc<dyn EnvdApi>) -> Result<(), AnyError> {
     super::raw::start_ok(api, StartProcess::new("true")).await
 }
 
-/// The figures of `mode`, on an emulator child of its own.
-async fn measure(mode: &Mode, creates: usize) -> Result<Figures, AnyError> {
-    let emu = Emulator::start_with(mode.env).await?;
-    let cfg = Config::new()
-        .with_api_key(emu.vars["E2B_API_KEY"].clone())
-        .with_api_url(emu.vars["E2B_API_URL"].clone())
-        .with_sandbox_url(emu.vars["E2B_SANDBOX_URL"].clone());
-    let client = Client::new(cfg)?;
-    let opts = CreateOptions::new("base").allow_internet_access(mode.internet);
-    // One untimed create warms the template and the emulator's caches.
-    let warm = client.create(&opts).await?;
-    start_true(&warm.clone().into_api()).await?;
-    settle().await;
-    let mut create = Vec::new();
-    for _ in 0..creates {
+/// One mode's emulator child, its client and its sandboxes' options.
+struct Lane {
+    mode: &'static Mode,
+    emu: Emulator,
+    client: Client,
+    opts: CreateOptions,
+}
+
+impl Lane {
+    async fn start(mode: &'static Mode) -> Result<Lane, AnyError> {
+        let emu = Emulator::start_with(mode.env).await?;
+        let cfg = Config::new()
+            .with_api_key(emu.vars["E2B_API_KEY"].clone())
+            .with_api_url(emu.vars["E2B_API_URL"].clone())
+            .with_sandbox_url(emu.vars["E2B_SANDBOX_URL"].clone());
+        let client = Client::new(cfg)?;
+        let opts = CreateOptions::new("base").allow_internet_access(mode.internet);
+        Ok(Lane {
+            mode,
+            emu,
+            client,
+            opts,
+        })
+    }
+
+    /// One create + first command, in ms; the sandbox is killed after.
+    async fn create_and_run(&self) -> Result<f64, AnyError> {
         let t = Instant::now();
-        let sb = client.create(&opts).await?;
+        let sb = self.client.create(&self.opts).await?;
         start_true(&sb.clone().into_api()).await?;
-        create.push(t.elapsed().as_secs_f64() * 1000.0);
-        client.kill(sb.id()).await?;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        self.client.kill(sb.id()).await?;
+        Ok(ms)
     }
-    // Creates as they usually come, apart: each after 200 ms of idle (the spare, if any,
-    // is ready by then; the kernel's fast paths may have gone cold).
-    let mut create_idle = Vec::new();
-    for _ in 0..10 {
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        let t = Instant::now();
-        let sb = client.create(&opts).await?;
-        start_true(&sb.clone().into_api()).await?;
-        create_idle.push(t.elapsed().as_secs_f64() * 1000.0);
-        client.kill(sb.id()).await?;
-    }
-    let api = warm.clone().into_api();
-    settle().await;
-    let mut exec = Vec::new();
-    for _ in 0..200 {
-        let t = Instant::now();
-        start_true(&api).await?;
-        exec.push(t.elapsed().as_secs_f64() * 1000.0);
-    }
-    // A command after the sandbox sat idle, as an agent's commands come: what a start
-    // pays once the kernel's fast paths went cold (a cgroup migration then waits for an
-    // RCU grace period).
-    let mut exec_idle = Vec::new();
-    for _ in 0..20 {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let t = Instant::now();
-        start_true(&api).await?;
-        exec_idle.push(t.elapsed().as_secs_f64() * 1000.0);
-    }
-    client.kill(warm.id()).await?;
-    let before = rss_kib(emu.pid());
-    let mut idle = Vec::new();
-    for _ in 0..100 {
-        idle.push(client.create(&opts).await?);
-    }
-    let after = rss_kib(emu.pid());
-    let pasta = pasta_kib(emu.pid());
-    for sb in &idle {
-        let _ = client.kill(sb.id()).await;
-    }
-    drop(emu);
-    settle().await;
-    Ok(Figures {
-        create_ms: p50(create),
-        create_idle_ms: p50(create_idle),
-        exec_ms: p50(exec),
-        exec_idle_ms: p50(exec_idle),
-        emulator_kib: after.saturating_sub(before) as f64 / 100.0,
-        pasta_kib: pasta as f64 / 100.0,
-    })
 }
 
 /// Runs the three modes and prints the table.
 pub async fn run(args: &[String]) -> Result<(), AnyError> {
-    let creates = match args.first() {
+    let n = match args.first() {
         Some(n) => n.parse().map_err(|e| format!("--boundary {n}: {e}"))?,
         None => 20,
     };
-    let mut rows = Vec::new();
+    eprintln!("world-bench --boundary: starting the three emulators ...");
+    let mut lanes = Vec::new();
     for mode in &MODES {
-        eprintln!("world-bench --boundary: {} ...", mode.name);
-        rows.push((mode.name, measure(mode, creates).await?));
+        lanes.push(Lane::start(mode).await?);
     }
-    let Some((_, base)) = rows.last() else {
+    // One untimed create each warms the template and the emulator's caches; the warm
+    // sandbox is the one exec is timed on.
+    let mut warm = Vec::new();
+    for lane in &lanes {
+        let sb = lane.client.create(&lane.opts).await?;
+        start_true(&sb.clone().into_api()).await?;
+        warm.push(sb);
+    }
+    settle().await;
+    let mut figures: Vec<Figures> = (0..lanes.len()).map(|_| Figures::default()).collect();
+    eprintln!("world-bench --boundary: interleaved creates 200 ms apart and execs ...");
+    let mut apart: Vec<Vec<f64>> = vec![Vec::new(); lanes.len()];
+    for _ in 0..n {
+        for (i, lane) in lanes.iter().enumerate() {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            apart[i].push(lane.create_and_run().await?);
+        }
+    }
+    settle().await;
+    let apis: Vec<_> = warm.iter().map(|sb| sb.clone().into_api()).collect();
+    let mut exec: Vec<Vec<f64>> = vec![Vec::new(); lanes.len()];
+    for _ in 0..20 {
+        for (i, api) in apis.iter().enumerate() {
+            for _ in 0..10 {
+                let t = Instant::now();
+                start_true(api).await?;
+                exec[i].push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+    }
+    // A command after the sandbox sat idle, as an agent's commands come: what a start
+    // pays once the kernel's fast paths went cold (a cgroup migration then waits for an
+    // RCU grace period).
+    let mut exec_idle: Vec<Vec<f64>> = vec![Vec::new(); lanes.len()];
+    for _ in 0..20 {
+        for (i, api) in apis.iter().enumerate() {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            let t = Instant::now();
+            start_true(api).await?;
+            exec_idle[i].push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    for (i, lane) in lanes.iter().enumerate() {
+        lane.client.kill(warm[i].id()).await?;
+        figures[i].create_idle_ms = p50(std::mem::take(&mut apart[i]));
+        figures[i].exec_ms = p50(std::mem::take(&mut exec[i]));
+        figures[i].exec_idle_ms = p50(std::mem::take(&mut exec_idle[i]));
+    }
+    for (i, lane) in lanes.into_iter().enumerate() {
+        eprintln!(
+            "world-bench --boundary: {}: creates back to back, RSS ...",
+            lane.mode.name
+        );
+        settle().await;
+        let mut create = Vec::new();
+        for _ in 0..n {
+            create.push(lane.create_and_run().await?);
+        }
+        figures[i].create_ms = p50(create);
+        let before = rss_kib(lane.emu.pid());
+        let mut idle = Vec::new();
+        for _ in 0..100 {
+            idle.push(lane.client.create(&lane.opts).await?);
+        }
+        let after = rss_kib(lane.emu.pid());
+        figures[i].emulator_kib = after.saturating_sub(before) as f64 / 100.0;
+        figures[i].pasta_kib = pasta_kib(lane.emu.pid()) as f64 / 100.0;
+        for sb in &idle {
+            let _ = lane.client.kill(sb.id()).await;
+        }
+        drop(lane);
+    }
+    settle().await;
+    let Some(base) = figures.last() else {
         return Ok(());
     };
-    let (base_create, base_exec, base_idle) = (base.create_ms, base.exec_ms, base.exec_idle_ms);
-    let base_create_idle = base.create_idle_ms;
     println!(
-        "| mode | create + first command p50 | vs baseline | the same 200 ms apart | vs baseline | exec `true` p50 | vs baseline | exec after 100 ms idle p50 | vs baseline | emulator RSS per idle sandbox | pasta RSS per idle sandbox |"
+        "| mode | create + first command p50, 200 ms apart (interleaved) | vs baseline | the same back to back | vs baseline | exec `true` p50 | vs baseline | exec after 100 ms idle p50 | vs baseline | emulator RSS per idle sandbox | pasta RSS per idle sandbox |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for (name, f) in &rows {
+    for (mode, f) in MODES.iter().zip(&figures) {
         println!(
-            "| {name} | {:.1} ms | {:.2}x | {:.1} ms | {:.2}x | {:.2} ms | {:.2}x | {:.2} ms | {:.2}x | {:.0} KiB | {:.0} KiB |",
-            f.create_ms,
-            f.create_ms / base_create,
+            "| {} | {:.1} ms | {:.2}x | {:.1} ms | {:.2}x | {:.2} ms | {:.2}x | {:.2} ms | {:.2}x | {:.0} KiB | {:.0} KiB |",
+            mode.name,
             f.create_idle_ms,
-            f.create_idle_ms / base_create_idle,
+            f.create_idle_ms / base.create_idle_ms,
+            f.create_ms,
+            f.create_ms / base.create_ms,
             f.exec_ms,
-            f.exec_ms / base_exec,
+            f.exec_ms / base.exec_ms,
             f.exec_idle_ms,
-            f.exec_idle_ms / base_idle,
+            f.exec_idle_ms / base.exec_idle_ms,
             f.emulator_kib,
             f.pasta_kib,
         );
