@@ -583,6 +583,18 @@ impl Isolation {
         let mount_err = |e| BoundaryError::new(Step::MountNamespace, e);
         check_denied(Step::PidNamespace)?;
         check_denied(Step::UtsNamespace)?;
+        // This boot's id, as a detached mount the holder attaches in the sandbox's /proc.
+        // (Made before the parts are taken apart: an error here leaves nothing behind.)
+        let boot_id = layout
+            .boot_id
+            .as_deref()
+            .map(rootfs::detached_clone)
+            .transpose()
+            .map_err(mount_err)?;
+        let proc_ops = rootfs::plan_proc(boot_id.as_ref().map(|fd| fd.as_raw_fd()));
+        // The holder's pre_exec reports the step that failed here (one byte).
+        let (fail_r, fail_w) = failure_pipe().map_err(mount_err)?;
+        let fail_w_raw = fail_w.as_raw_fd();
         let missing = |what: &str| {
             BoundaryError::new(
                 Step::NetworkNamespace,
@@ -602,17 +614,6 @@ impl Isolation {
         let v2_applied = std::mem::take(&mut parts.v2_applied);
         let net_raw = netns.net.as_raw_fd();
         let mnt_raw = mnt.as_raw_fd();
-        // This boot's id, as a detached mount the holder attaches in the sandbox's /proc.
-        let boot_id = layout
-            .boot_id
-            .as_deref()
-            .map(rootfs::detached_clone)
-            .transpose()
-            .map_err(mount_err)?;
-        let proc_ops = rootfs::plan_proc(boot_id.as_ref().map(|fd| fd.as_raw_fd()));
-        // The holder's pre_exec reports the step that failed here (one byte).
-        let (fail_r, fail_w) = failure_pipe().map_err(mount_err)?;
-        let fail_w_raw = fail_w.as_raw_fd();
         let cgroup_ns_raw = cgroup_ns.as_ref().map_or(-1, |fd| fd.as_raw_fd());
         let writable = layout.overlay.is_some();
         let offsets = time_offsets();

@@ -1,7 +1,7 @@
 //! The sandbox's root filesystem: planned in the emulator, built in a fresh mount
-//! namespace by a short-lived child ([`execute`], ahead of the create for a spare sandbox),
-//! then `pivot_root`ed into; the sandbox's init mounts its `/proc` ([`plan_proc`]) when it
-//! joins that namespace at the create (procfs belongs to the PID namespace of who mounts it).
+//! namespace by a short-lived child ([`execute`]), then `pivot_root`ed into; the sandbox's
+//! init mounts its `/proc` ([`plan_proc`]) when it joins that namespace (a procfs belongs
+//! to the PID namespace of whoever mounts it).
 //!
 //! Writable mode (the default as root): an overlay of the host's root filesystem (under
 //! the allowlist mask) or of the template's own root (`e2b-local --template-root`, no

@@ -22,10 +22,11 @@
 //! A create that finds the spare for it still being made (or waiting to begin) hurries it
 //! (begun now, at nice 0) and waits for it rather than building a second sandbox beside
 //! it on the same cores. A spare of another kind than the last create's is dropped; one
-//! whose pasta ended is dropped, never handed out; a create that finds none boots as without spares and
-//! reports its own failures (a spare that failed to build is forgotten). `E2B_LOCAL_SPARES`
-//! sets how many are kept (default 1, `0` turns them off); a spare with internet access
-//! holds a pasta process (about 21 MB resident) while it waits.
+//! whose holder or pasta ended is dropped, never handed out; a create that finds none
+//! boots as without spares and reports its own failures (a spare that failed to build is
+//! forgotten). `E2B_LOCAL_SPARES` sets how many are kept (default 1, `0` turns them off);
+//! a spare with internet access holds a pasta process (about 21 MB resident) while it
+//! waits.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -273,7 +274,7 @@ impl Spares {
     /// A spare for `cfg`'s sandbox: one ready, or the one being made for it, which is
     /// hurried (begun now, at the usual priority) and awaited; `None` when there is none
     /// (or it failed, or took longer than [`TAKE_WAIT`]): the create builds its own.
-    /// Waiting is never longer than building anew, which would also compete with it.
+    /// The spare has a head start over building anew, which would also compete with it.
     pub(crate) async fn take(&self, cfg: &EnvdConfig) -> Option<Spare> {
         let kind = Kind::of(cfg)?;
         let deadline = tokio::time::Instant::now() + TAKE_WAIT;
@@ -299,9 +300,9 @@ impl Spares {
     }
 
     /// Make spares of `cfg`'s kind in the background until [`target`] are ready or being
-    /// made; spares of another kind are dropped. They begin when the returned [`Trigger`]
-    /// is dropped (held by the new sandbox until its first command ended) or after
-    /// [`REFILL_AFTER`], whichever comes first.
+    /// made; spares of another kind are dropped. They begin [`QUIET_AFTER`] after the
+    /// returned [`Trigger`] is dropped (held by the new sandbox until its first command
+    /// ended), [`REFILL_AFTER`] after now if it is not, or when a create hurries them.
     pub(crate) fn refill(self: &Arc<Self>, cfg: &EnvdConfig) -> Trigger {
         let go = Arc::new(Go::new());
         let trigger = Trigger(go.clone());

@@ -303,14 +303,8 @@ async fn spare_name(sandboxes: &std::path::Path) -> String {
     }
 }
 
-/// A sandbox made from a spare (prepared after the previous sandbox's first command) is as
-/// new as any: the spare's directory became its root, its clocks started when it was
-/// prepared (after the previous create began), its namespaces are not the other
-/// sandbox's, it holds nothing the other wrote, and the other cannot see where spares
-/// wait. A sandbox of another kind (no internet) does not
-/// take a spare made for one with internet.
-#[tokio::test]
-async fn a_sandbox_made_from_a_spare_is_its_own() {
+/// An emulator on a state directory of the test's own, and where its sandboxes live.
+async fn env_with_sandboxes_dir() -> (tempfile::TempDir, Env, std::path::PathBuf) {
     let state = tempfile::tempdir().unwrap();
     let env = Env::with(testing_fake::EmulatorConfig {
         root: Some(state.path().to_path_buf()),
@@ -320,6 +314,18 @@ async fn a_sandbox_made_from_a_spare_is_its_own() {
     let sandboxes = std::fs::canonicalize(state.path())
         .unwrap()
         .join("sandboxes");
+    (state, env, sandboxes)
+}
+
+/// A sandbox made from a spare (prepared after the previous sandbox's first command) is as
+/// new as any: the spare's directory became its root, its clocks started when it was
+/// prepared (after the previous create began), its namespaces are not the other
+/// sandbox's, it holds nothing the other wrote, and the other cannot see where spares
+/// wait. A sandbox of another kind (no internet) does not
+/// take a spare made for one with internet.
+#[tokio::test]
+async fn a_sandbox_made_from_a_spare_is_its_own() {
+    let (_state, env, sandboxes) = env_with_sandboxes_dir().await;
     let began = std::time::Instant::now();
     let a = env.create(json!({})).await;
     let spare = spare_name(&sandboxes).await;
@@ -401,15 +407,7 @@ async fn a_sandbox_made_from_a_spare_is_its_own() {
 /// A spare is begun only once that first command ended.
 #[tokio::test]
 async fn a_create_takes_the_spare_being_made_for_it() {
-    let state = tempfile::tempdir().unwrap();
-    let env = Env::with(testing_fake::EmulatorConfig {
-        root: Some(state.path().to_path_buf()),
-        ..Default::default()
-    })
-    .await;
-    let sandboxes = std::fs::canonicalize(state.path())
-        .unwrap()
-        .join("sandboxes");
+    let (_state, env, sandboxes) = env_with_sandboxes_dir().await;
     let spare_dirs = || -> Vec<(String, u64)> {
         std::fs::read_dir(&sandboxes)
             .map(|d| {
