@@ -691,7 +691,7 @@ impl Isolation {
                         {
                             return Err(report(fail_w_raw, Step::MountNamespace, errno()));
                         }
-                        rootfs::run(&proc_ops, true, -1)
+                        rootfs::run(&proc_ops, None, true, -1)
                             .map_err(|(step, e)| report(fail_w_raw, step, e))
                     });
                 }

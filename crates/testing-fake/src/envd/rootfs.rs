@@ -432,7 +432,9 @@ pub(super) fn plan(l: &Layout) -> std::io::Result<Vec<Op>> {
     // Hidden first: a template path below (or equal to) a hidden one is bound on top.
     for h in &l.hide {
         if !l.mapped.iter().any(|(m, _)| m.starts_with(h)) {
-            p.ops.push(Op::Hide(cstr(&p.nr(h))));
+            // Without the host's links on the way (the new root refuses links below it).
+            let h = std::fs::canonicalize(h).unwrap_or_else(|_| h.clone());
+            p.ops.push(Op::Hide(cstr(&p.nr(&h))));
         }
     }
     p.sandbox_binds();
@@ -511,7 +513,7 @@ pub(super) fn execute(
         {
             return Err(ns(errno()));
         }
-        run(ops, cgroup_ns, userns)?;
+        run(ops, Some(newroot), cgroup_ns, userns)?;
         if read_only_root
             && libc::mount(
                 std::ptr::null(),
@@ -546,14 +548,29 @@ pub(super) fn execute(
 
 /// Run `ops` (raw syscalls only, no allocation); a failure names its [`Step`]. `cgroup_ns`
 /// and `userns`: see [`execute`].
+///
+/// With `below` (the new root, before `pivot_root`), an op whose path lies below it is
+/// refused (`ELOOP`) when a component of that path under the new root is a symbolic link:
+/// those directories are the sandbox's own (its upper layer, its tree, a volume), and a
+/// link planted there would point the host's root at a host path (a cold boot found a
+/// directory created on the host that way, through a volume mounted below `/home`).
 pub(super) fn run(
     ops: &[Op],
+    below: Option<&CStr>,
     cgroup_ns: bool,
     userns: libc::c_int,
 ) -> Result<(), (Step, std::io::Error)> {
     for op in ops {
         if matches!(op, Op::Cgroup2(_)) && !cgroup_ns {
             continue;
+        }
+        if let (Some(root), Some((path, last))) = (below, target(op))
+            && !no_link_below(path, root.to_bytes(), last)
+        {
+            return Err((
+                Step::MountNamespace,
+                std::io::Error::from_raw_os_error(libc::ELOOP),
+            ));
         }
         // SAFETY: raw syscalls on the op's NUL-terminated strings and fds.
         let rc = unsafe { run_op(op, userns) };
@@ -567,6 +584,67 @@ pub(super) fn run(
         }
     }
     Ok(())
+}
+
+/// The path `op` acts on, and whether its last component is to be checked too (not for a
+/// link the op creates there).
+fn target(op: &Op) -> Option<(&CStr, bool)> {
+    Some(match op {
+        Op::Overlay(p, _)
+        | Op::Whiteout(p)
+        | Op::Opaque(p)
+        | Op::Chown(p, ..)
+        | Op::IdmappedTree(_, p)
+        | Op::Tmpfs(p, _)
+        | Op::Proc(p)
+        | Op::Attach(_, p)
+        | Op::Devpts(p)
+        | Op::Mkdir(p)
+        | Op::Touch(p)
+        | Op::Bind(_, p)
+        | Op::RemountRo(p, _)
+        | Op::Chmod(p, _)
+        | Op::Hide(p)
+        | Op::Mask(p)
+        | Op::Cgroup2(p) => (p.as_c_str(), true),
+        Op::Symlink(_, p) => (p.as_c_str(), false),
+    })
+}
+
+/// True unless a component of `path` below `root` (a prefix of it, ending before a `/`)
+/// is a symbolic link; the last component is looked at when `last`. A missing component
+/// ends the walk (nothing below it exists to follow). Raw syscalls, no allocation.
+fn no_link_below(path: &CStr, root: &[u8], last: bool) -> bool {
+    let bytes = path.to_bytes();
+    if !bytes.starts_with(root) || bytes.get(root.len()) != Some(&b'/') {
+        return true;
+    }
+    let mut buf = [0u8; 4096];
+    if bytes.len() >= buf.len() {
+        return false;
+    }
+    let mut end = root.len() + 1;
+    while end <= bytes.len() {
+        end += bytes[end..]
+            .iter()
+            .position(|b| *b == b'/')
+            .unwrap_or(bytes.len() - end);
+        if end == bytes.len() && !last {
+            return true;
+        }
+        buf[..end].copy_from_slice(&bytes[..end]);
+        buf[end] = 0;
+        // SAFETY: lstat on a NUL-terminated buffer into a stat we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::lstat(buf.as_ptr().cast(), &mut st) } != 0 {
+            return true;
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return false;
+        }
+        end += 1;
+    }
+    true
 }
 
 /// One step; 0 on success (errno set otherwise).
@@ -784,5 +862,28 @@ unsafe fn idmapped_tree(source: &CStr, target: &CStr, userns: libc::c_int) -> li
         libc::close(fd);
         *libc::__errno_location() = saved;
         rc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_below_the_root_is_found_on_the_way_and_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("newroot");
+        std::fs::create_dir_all(root.join("home/user")).unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("planted")).unwrap();
+        let r = root.as_os_str().as_bytes();
+        let check = |rel: &str, last| no_link_below(&cstr(&root.join(rel)), r, last);
+        assert!(check("home/user/vol", true), "a missing last component");
+        assert!(check("home/user", true));
+        assert!(!check("planted/vol", true), "a link on the way");
+        assert!(!check("planted", true), "a link at the end");
+        assert!(check("planted", false), "a link the op itself makes");
+        // Outside the root (and the root itself) is not the sandbox's.
+        assert!(no_link_below(&cstr(Path::new("/proc/self/cwd")), r, true));
+        assert!(no_link_below(&cstr(&root), r, true));
     }
 }

@@ -194,6 +194,47 @@ async fn cold_boot_keeps_the_root_and_changes_the_boot_id() {
     env.emu.shutdown().await;
 }
 
+/// A cold boot builds the sandbox's root as the host's root, partly through directories
+/// the sandbox could change while it ran: a volume mounted below `/home` is attached
+/// inside the sandbox's writable `/home`. A link the sandbox's root planted in its place
+/// must not take that work onto the host: the host directory the link names stays empty,
+/// and the boot fails, naming the mount namespace.
+#[tokio::test]
+async fn a_link_planted_on_a_mount_path_does_not_reach_the_host_at_a_cold_boot() {
+    let target = tempfile::tempdir().unwrap();
+    let env = Env::start().await;
+    let v = env.post("/volumes", json!({"name": "nested"})).await;
+    assert_eq!(v.status, StatusCode::CREATED, "{}", v.text);
+    let sbx = env
+        .create(json!({"volumeMounts": [{"name": "nested", "path": "/home/user/vol"}]}))
+        .await;
+    let id = sbx["sandboxID"].as_str().unwrap();
+    let plant = format!(
+        "sudo -n mv /home/user /home/user.old && sudo -n ln -s {} /home/user && echo planted",
+        target.path().display()
+    );
+    let (frames, ended) = env.run_frames(&sbx, &plant).await;
+    assert!(ended, "{frames:?}");
+    assert_eq!(stdout_of(&frames), "planted\n", "{frames:?}");
+    let a = env.post(&format!("/sandboxes/{id}/pause"), json!({})).await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT);
+    let a = env
+        .post(
+            &format!("/v2/sandboxes/{id}/connect"),
+            json!({"timeout": 60, "memory": false}),
+        )
+        .await;
+    let left: Vec<_> = std::fs::read_dir(target.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "the cold boot wrote {left:?} on the host");
+    assert_eq!(a.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", a.text);
+    assert!(a.text.contains("mount-namespace"), "{}", a.text);
+    env.emu.shutdown().await;
+}
+
 #[tokio::test]
 async fn no_internet_access_means_no_host_loopback() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
