@@ -179,14 +179,7 @@ async fn cold_boot_keeps_the_root_and_changes_the_boot_id() {
     assert_eq!(boot_id_and_x(&env, &sbx).await, first);
 
     // A cold boot is a new boot with the same files.
-    let a = env.post(&format!("/sandboxes/{id}/pause"), json!({})).await;
-    assert_eq!(a.status, StatusCode::NO_CONTENT);
-    let a = env
-        .post(
-            &format!("/v2/sandboxes/{id}/connect"),
-            json!({"timeout": 60, "memory": false}),
-        )
-        .await;
+    let a = env.pause_and_resume_cold(id).await;
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
     let second = boot_id_and_x(&env, &sbx).await;
     assert!(second.ends_with("root layer"), "{second}");
@@ -216,14 +209,7 @@ async fn a_link_planted_on_a_mount_path_does_not_reach_the_host_at_a_cold_boot()
     let (frames, ended) = env.run_frames(&sbx, &plant).await;
     assert!(ended, "{frames:?}");
     assert_eq!(stdout_of(&frames), "planted\n", "{frames:?}");
-    let a = env.post(&format!("/sandboxes/{id}/pause"), json!({})).await;
-    assert_eq!(a.status, StatusCode::NO_CONTENT);
-    let a = env
-        .post(
-            &format!("/v2/sandboxes/{id}/connect"),
-            json!({"timeout": 60, "memory": false}),
-        )
-        .await;
+    let a = env.pause_and_resume_cold(id).await;
     let left: Vec<_> = std::fs::read_dir(target.path())
         .unwrap()
         .flatten()

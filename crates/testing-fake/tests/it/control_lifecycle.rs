@@ -111,14 +111,7 @@ async fn cold_boot_ends_processes_and_keeps_files() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(ticking(&env, &sbx).await);
 
-    let a = env.post(&format!("/sandboxes/{id}/pause"), json!({})).await;
-    assert_eq!(a.status, StatusCode::NO_CONTENT);
-    let a = env
-        .post(
-            &format!("/v2/sandboxes/{id}/connect"),
-            json!({"timeout": 60, "memory": false}),
-        )
-        .await;
+    let a = env.pause_and_resume_cold(id).await;
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
     assert!(!ticking(&env, &sbx).await, "cold boot ended the ticker");
     let (status, body) = env.read_file(&sbx, "/home/user/keep.txt").await;

@@ -97,6 +97,20 @@ impl Env {
         self.api(Method::DELETE, path, None).await
     }
 
+    /// Pause sandbox `id` without its memory (asserting the 204), then resume it with a
+    /// cold boot (`connect` with `memory: false`), returning the connect answer.
+    pub async fn pause_and_resume_cold(&self, id: &str) -> Answer {
+        let a = self
+            .post(&format!("/sandboxes/{id}/pause"), json!({}))
+            .await;
+        assert_eq!(a.status, StatusCode::NO_CONTENT, "pause: {}", a.text);
+        self.post(
+            &format!("/v2/sandboxes/{id}/connect"),
+            json!({"timeout": 60, "memory": false}),
+        )
+        .await
+    }
+
     /// Create a `base` sandbox (v2), returning its create answer.
     pub async fn create(&self, extra: Value) -> Value {
         let mut body = json!({"templateID": "base", "timeout": 300});
