@@ -381,19 +381,47 @@ pub(super) fn detached_clone(path: &Path) -> std::io::Result<std::os::fd::OwnedF
     let p = CString::new(path.as_os_str().as_bytes())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     // SAFETY: open_tree on a NUL-terminated path; the fd is ours on success.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            p.as_ptr(),
-            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
-        )
-    };
+    let fd = unsafe { open_tree_clone(&p) };
     if fd < 0 {
         return Err(errno());
     }
     // SAFETY: a fresh fd we own.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) })
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// `open_tree(path, OPEN_TREE_CLONE)`: a detached clone of the mount at `path` (not its
+/// submounts), as a close-on-exec fd; -1 with errno set on failure.
+///
+/// # Safety
+/// A raw syscall on a NUL-terminated string.
+unsafe fn open_tree_clone(path: &CStr) -> libc::c_int {
+    // SAFETY: see the function's contract.
+    unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        ) as libc::c_int
+    }
+}
+
+/// `move_mount` of the detached mount `fd` onto `target`; 0, or -1 with errno set.
+///
+/// # Safety
+/// A raw syscall on a NUL-terminated string.
+unsafe fn attach(fd: libc::c_int, target: &CStr) -> libc::c_int {
+    // SAFETY: see the function's contract.
+    unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        ) as libc::c_int
+    }
 }
 
 /// The steps that build the new root described by `l` (all but `/proc`: [`plan_proc`]).
@@ -679,14 +707,7 @@ unsafe fn run_op(op: &Op, userns: libc::c_int) -> libc::c_int {
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 std::ptr::null(),
             ),
-            Op::Attach(fd, p) => libc::syscall(
-                libc::SYS_move_mount,
-                *fd,
-                c"".as_ptr(),
-                libc::AT_FDCWD,
-                p.as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH,
-            ) as libc::c_int,
+            Op::Attach(fd, p) => attach(*fd, p),
             Op::Devpts(p) => libc::mount(
                 c"devpts".as_ptr(),
                 p.as_ptr(),
@@ -825,12 +846,7 @@ unsafe fn idmapped_tree(source: &CStr, target: &CStr, userns: libc::c_int) -> li
     }
     // SAFETY: see the function's contract.
     unsafe {
-        let fd = libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            source.as_ptr(),
-            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
-        ) as libc::c_int;
+        let fd = open_tree_clone(source);
         if fd < 0 {
             return -1;
         }
@@ -849,14 +865,7 @@ unsafe fn idmapped_tree(source: &CStr, target: &CStr, userns: libc::c_int) -> li
             std::mem::size_of::<MountAttr>(),
         ) as libc::c_int;
         if rc == 0 {
-            rc = libc::syscall(
-                libc::SYS_move_mount,
-                fd,
-                c"".as_ptr(),
-                libc::AT_FDCWD,
-                target.as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH,
-            ) as libc::c_int;
+            rc = attach(fd, target);
         }
         let saved = last_errno();
         libc::close(fd);
