@@ -14,16 +14,20 @@
 //! namespaces, pasta, the limit groups, the cgroup subtree and its namespace, and the
 //! mount namespace with the root filesystem [`rootfs`](super::rootfs) builds in a
 //! short-lived child before `pivot_root`) are built first, then the holder; a spare
-//! sandbox ([`super::spare`]) is all of it, made ahead of its create. The holder joins no
-//! cgroup (moving a process between cgroups waits for an RCU grace period on a quiet
-//! host) and enters the cgroup namespace made for it.
+//! sandbox ([`super::spare`]) is all of it, made ahead of its create. The holder is born
+//! in the sandbox's cgroup subtree (moving a process between cgroups waits for an RCU
+//! grace period on a quiet host), joins its limit groups and enters the cgroup namespace
+//! made for it.
 //!
-//! Sandbox processes are forked ([`super::spawn`]) from an [`FsWorker`] thread whose PID
-//! namespace for children is the sandbox's, born in the sandbox's cgroup subtree, and join
-//! the other namespaces with `setns` before they exec; envd's own file operations run on
-//! the same worker threads, which joined the mount namespace, so they see exactly what the
-//! processes see (absolute symlinks and `..` resolve inside the sandbox's root, never on
-//! the host).
+//! Sandbox processes are forked ([`super::spawn`]) from an [`FsWorker`] thread. The thread
+//! joined what a thread can: the sandbox's mount, network, UTS and cgroup namespaces, its
+//! PID namespace for children and its limit groups (cgroup v1 groups hold threads). A
+//! child is born in all of that, and in the cgroup subtree (`CLONE_INTO_CGROUP`): the
+//! same cgroups as the holder's, whose cgroup set the kernel so keeps. It joins only what
+//! a process sharing its memory cannot, the time and user namespaces, then drops
+//! capabilities and execs. envd's own file operations run on the same worker threads, so
+//! they see exactly what the processes see (absolute symlinks and `..` resolve inside the
+//! sandbox's root, never on the host).
 //!
 //! Without root (or when the namespace cannot be built, or with `E2B_LOCAL_NO_ISOLATION`
 //! set) isolation is off: a warning is logged once, template paths are mapped to host
@@ -33,8 +37,6 @@
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, Once, mpsc};
 
 use super::cgroup::{self, SandboxCgroup};
@@ -640,15 +642,19 @@ impl Isolation {
                     let _ = tx.send(Err(BoundaryError::new(Step::PidNamespace, errno())));
                     return;
                 }
-                let mut cmd = Command::new("/bin/sleep");
-                cmd.arg("infinity")
-                    .env_clear()
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null());
-                // SAFETY: the closure performs only raw syscalls on data prepared before fork.
-                unsafe {
-                    cmd.pre_exec(move || {
+                let cmd = super::spawn::Spawn {
+                    argv: vec!["/bin/sleep".into(), "infinity".into()],
+                    env: Vec::new(),
+                    stdio: [
+                        super::spawn::Io::Null,
+                        super::spawn::Io::Null,
+                        super::spawn::Io::Null,
+                    ],
+                };
+                // Raw syscalls only, on data prepared before the clone.
+                let setup = |join_cgroup: bool| -> std::io::Result<()> {
+                    // SAFETY: raw syscalls in the forked child.
+                    unsafe {
                         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                             return Err(errno());
                         }
@@ -664,9 +670,26 @@ impl Isolation {
                         if !(ppid as u32 == parent || ppid == 0) {
                             return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                         }
-                        // The holder joins no group: moving a process waits for an RCU
-                        // grace period on a quiet host. It is the sandbox's init only;
-                        // the sandbox's processes join the groups when spawned.
+                        // The holder is in the groups its sandbox's processes are born
+                        // in (the limit groups through `tasks`, the subtree from birth),
+                        // so the kernel keeps their cgroup set while the sandbox lives
+                        // and a command's start finds it instead of building it.
+                        holder_limits.join_self()?;
+                        if join_cgroup && let Some(cg) = &holder_cg {
+                            cg.join_self()?;
+                        }
+                        // Never the out-of-memory killer's pick when the memory group is
+                        // full (as a real init): with only init left in the group, the
+                        // sandbox would lose everything. Best effort: lowering it takes
+                        // CAP_SYS_RESOURCE, which a root without it (some containers) lacks.
+                        let adj = libc::open(
+                            c"/proc/self/oom_score_adj".as_ptr(),
+                            libc::O_WRONLY | libc::O_CLOEXEC,
+                        );
+                        if adj >= 0 {
+                            libc::write(adj, c"-1000".as_ptr().cast(), 5);
+                            libc::close(adj);
+                        }
                         if let Some(off) = &offsets {
                             enter_new_time(off);
                         }
@@ -693,11 +716,15 @@ impl Isolation {
                         }
                         rootfs::run(&proc_ops, None, true, -1)
                             .map_err(|(step, e)| report(fail_w_raw, step, e))
-                    });
-                }
-                let spawned = cmd.spawn();
+                    }
+                };
+                let born_in = holder_cg.as_ref().map(|cg| cg.dir_fd());
+                let spawned = cmd.start(born_in, &setup).and_then(|child| {
+                    let pidfd = child.pidfd()?;
+                    Ok((child, pidfd))
+                });
                 drop(fail_w);
-                let mut child: Child = match spawned {
+                let (child, pidfd) = match spawned {
                     Ok(c) => c,
                     Err(e) => {
                         drop_cg();
@@ -706,21 +733,8 @@ impl Isolation {
                         return;
                     }
                 };
-                let pid = child.id();
-                // SAFETY: pidfd_open on our own unreaped child.
-                let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
-                if raw < 0 {
-                    let e = errno();
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    drop_cg();
-                    let _ = tx.send(Err(BoundaryError::new(Step::PidNamespace, e)));
-                    return;
-                }
-                // SAFETY: a fresh fd we own.
-                let pidfd = unsafe { OwnedFd::from_raw_fd(raw as libc::c_int) };
-                let _ = tx.send(Ok((pid, pidfd)));
-                let _ = child.wait();
+                let _ = tx.send(Ok((child.id(), pidfd)));
+                let _ = child.wait_blocking();
                 // The sandbox is gone: whatever is left in its subtree goes with it.
                 drop_cg();
             })
@@ -941,37 +955,23 @@ const DROPPED_CAPS: [libc::c_int; 13] = [
     39, // CAP_BPF
 ];
 
-/// Join the sandbox's limit groups, its cgroup subtree (when `join_cgroup`: a child not
-/// born there, see [`NsFds::cgroup_dir`]) and its cgroup, time, network, UTS and mount
-/// namespaces in a forked child, then drop [`DROPPED_CAPS`] from its bounding set (raw
-/// syscalls only; the PID namespace comes from the forking [`FsWorker`] thread).
+/// In a forked child: join the sandbox's cgroup subtree (when `join_cgroup`: a child not
+/// born there, see [`NsFds::cgroup_dir`]), its time namespace and last its user namespace,
+/// then drop [`DROPPED_CAPS`] from its bounding set (raw syscalls only). The rest (limit
+/// groups, mount, PID, network, UTS and cgroup namespaces) the child has from the forking
+/// [`FsWorker`] thread.
 pub(crate) fn join_in_child(ns: &NsFds, join_cgroup: bool) -> std::io::Result<()> {
-    ns.limits.join_self()?;
-    if let Some((cg, fd)) = &ns.cgroup {
+    if let Some((cg, _)) = &ns.cgroup {
         if join_cgroup {
             cg.join_self()?;
         }
-        // SAFETY: setns on an fd opened before fork.
-        if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWCGROUP) } != 0 {
+    }
+    if let Some(fd) = &ns.time {
+        // SAFETY: setns on an fd opened before fork; the child is single-threaded.
+        if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWTIME) } != 0 {
             return Err(errno());
         }
     }
-    let joins = [
-        (ns.time.as_ref(), libc::CLONE_NEWTIME),
-        (Some(&ns.net), libc::CLONE_NEWNET),
-        (Some(&ns.uts), libc::CLONE_NEWUTS),
-        (Some(&ns.mnt), libc::CLONE_NEWNS),
-    ];
-    for (fd, kind) in joins {
-        if let Some(fd) = fd {
-            // SAFETY: setns on an fd opened before fork.
-            if unsafe { libc::setns(fd.as_raw_fd(), kind) } != 0 {
-                return Err(errno());
-            }
-        }
-    }
-    // Last: the namespaces above are the host user namespace's, joined with the host
-    // root's rights; from here on the process's capabilities are the sandbox's only.
     if let Some(fd) = &ns.user {
         // SAFETY: setns on an fd opened before fork; the child is single-threaded.
         if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWUSER) } != 0 {
@@ -1016,8 +1016,14 @@ impl std::fmt::Debug for FsWorker {
 }
 
 impl FsWorker {
-    /// Start `n` threads; with `ns` they first join its mount namespace and make its PID
-    /// namespace the one of the processes they fork ([`FsWorker::spawn`]).
+    /// Start `n` threads; with `ns` they first join its mount, network, UTS and cgroup
+    /// namespaces and its limit groups, and make its PID namespace the one of the
+    /// processes they fork (see [`join_in_child`] for the rest). A thread counts in the
+    /// sandbox's process limit and its CPU time is the sandbox's. Of memory, only kernel
+    /// objects it allocates (file operations on the sandbox's behalf) are charged to the
+    /// sandbox: cgroup v1 charges a process's pages to its leader's group, and the
+    /// out-of-memory killer of a group picks among the leaders in it, never a thread of
+    /// the emulator.
     pub(crate) fn start(ns: Option<Arc<NsFds>>, n: usize) -> std::io::Result<FsWorker> {
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
@@ -1032,14 +1038,19 @@ impl FsWorker {
                         let pid_ns = ns.pid.as_ref().map_or(-1, |fd| fd.as_raw_fd());
                         // SAFETY: unshare/setns affect only this thread's fs context and
                         // the PID namespace of its future children.
+                        let cgroup_ns = ns.cgroup.as_ref().map_or(-1, |(_, fd)| fd.as_raw_fd());
                         let r = unsafe {
                             if libc::unshare(libc::CLONE_FS) != 0
                                 || libc::setns(ns.mnt.as_raw_fd(), libc::CLONE_NEWNS) != 0
                                 || (pid_ns >= 0 && libc::setns(pid_ns, libc::CLONE_NEWPID) != 0)
+                                || libc::setns(ns.net.as_raw_fd(), libc::CLONE_NEWNET) != 0
+                                || libc::setns(ns.uts.as_raw_fd(), libc::CLONE_NEWUTS) != 0
+                                || (cgroup_ns >= 0
+                                    && libc::setns(cgroup_ns, libc::CLONE_NEWCGROUP) != 0)
                             {
                                 Err(errno())
                             } else {
-                                Ok(())
+                                ns.limits.join_self()
                             }
                         };
                         let failed = r.is_err();

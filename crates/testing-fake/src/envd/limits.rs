@@ -3,9 +3,9 @@
 //!
 //! Applied with the cgroup v1 controllers `cpu`, `memory` and `pids` where the host mounts
 //! them (`/sys/fs/cgroup/<controller>`): one group per sandbox below the emulator's own,
-//! joined by every sandbox process before it enters the sandbox's user namespace (through
-//! `tasks`, moving its one thread: no RCU grace period to wait for, unlike
-//! `cgroup.procs`), removed once the sandbox is gone. A controller the host does not offer this
+//! joined by the sandbox's holder and by the emulator's threads that fork its processes
+//! (through `tasks`, moving one thread: no RCU grace period to wait for, unlike
+//! `cgroup.procs`), so every process is born in it; removed once the sandbox is gone. A controller the host does not offer this
 //! way is tried with cgroup v2 on the sandbox's subtree
 //! ([`SandboxCgroup::apply_limits`](super::cgroup::SandboxCgroup::apply_limits): `cpu.max`,
 //! `memory.max`, `pids.max`, the emulator moving into a leaf of its group so the group can
@@ -158,8 +158,8 @@ impl Limits {
         out
     }
 
-    /// In a forked child (raw syscalls only, a single thread): move the calling process
-    /// into every group.
+    /// Move the calling thread into every group (raw syscalls only: also in a forked
+    /// child, whose one thread is the process).
     pub(crate) fn join_self(&self) -> std::io::Result<()> {
         for fd in &self.procs {
             // SAFETY: one byte from a static buffer to a descriptor opened before fork.

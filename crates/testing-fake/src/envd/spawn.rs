@@ -4,8 +4,8 @@
 //! Moving a process between cgroups (`cgroup.procs`) takes a lock whose write side waits
 //! for an RCU grace period when none was taken within about one grace period before: on a
 //! quiet host every command's start paid that (about 7 ms here, against 0.01 ms back to
-//! back). A child born in the subtree pays nothing; the cgroup v1 limit groups are joined
-//! by the child moving its one thread (`tasks`), which takes no such lock.
+//! back). A child born in the subtree pays nothing; the cgroup v1 limit groups are those
+//! of the forking thread, which joined them (`tasks`, no such lock).
 //!
 //! The child is a fork (its own copy of our memory, not `CLONE_VM`): it must join the
 //! sandbox's time namespace, which the kernel refuses to a process sharing its memory.
@@ -66,6 +66,28 @@ impl Child {
             match pidfd {
                 Some(fd) => exec_world_sys::reap::wait(pid, fd).await,
                 None => Err(std::io::Error::other("the child was already waited for")),
+            }
+        }
+    }
+
+    /// A pidfd of the child of its own (for signals and liveness checks).
+    pub(crate) fn pidfd(&self) -> std::io::Result<OwnedFd> {
+        self.killer.try_clone()
+    }
+
+    /// Block until the child exits and reap it (on a thread of its own, not the runtime).
+    pub(crate) fn wait_blocking(mut self) -> std::io::Result<ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        let _fd = self.pidfd.take();
+        let mut st = 0;
+        loop {
+            // SAFETY: waitpid on our own child, reaped only here (its pidfd was taken).
+            if unsafe { libc::waitpid(self.pid as c_int, &mut st, 0) } >= 0 {
+                return Ok(ExitStatus::from_raw(st));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
             }
         }
     }

@@ -558,3 +558,66 @@ except OSError:
     let (out, err, code) = root_sh(&b, "echo alive").await;
     assert_eq!((out.as_str(), code), ("alive\n", 0), "{err}");
 }
+
+/// A sandbox whose memory group is full of files keeps its init. Memory held in a file of
+/// the sandbox's own `/dev/shm` belongs to no process: the writer is killed, envd's own
+/// write of more goes wherever the kernel charges it, and init (in the memory group, so
+/// that commands start in a cgroup set it keeps) is not the out-of-memory killer's pick
+/// (`oom_score_adj` -1000 where the host lets root lower it, else the emulator's own,
+/// below the 100 of every command). Once the files are removed through envd's file call,
+/// a new command runs beside the same init.
+#[tokio::test]
+async fn a_sandbox_whose_memory_is_held_in_files_keeps_its_init() {
+    let a = boot("base", None).await;
+    require_isolation(&a);
+    let missing = a.envd.missing_limits();
+    if !missing.is_empty() {
+        eprintln!("SKIPPED: this host applies no {missing:?} limits to sandboxes");
+        return;
+    }
+    // base: 512 MiB; the writer is killed with its file at the limit.
+    let (_, _, code) = root_sh(&a, "head -c 700M /dev/zero > /dev/shm/fill").await;
+    assert_ne!(code, 0, "700 MiB fit in a 512 MiB sandbox");
+    let more = vec![7u8; 96 << 20];
+    let _ = upload(&a, "/dev/shm/more", "root", &more).await;
+    for path in ["/dev/shm/fill", "/dev/shm/more"] {
+        let (status, body) = a
+            .unary(
+                "/filesystem.Filesystem/Remove",
+                &serde_json::json!({ "path": path }),
+                Some("root"),
+            )
+            .await;
+        assert!(status == 200 || path.ends_with("more"), "{status} {body}");
+    }
+    let (out, err, code) = root_sh(&a, "tr '\\0' ' ' < /proc/1/cmdline").await;
+    assert_eq!((out.as_str(), code), ("/bin/sleep infinity ", 0), "{err}");
+}
+
+/// A command starts in the very cgroups of the sandbox's init (limit groups and subtree
+/// alike), so the kernel finds their set instead of building one at every start.
+#[tokio::test]
+async fn commands_start_in_the_cgroups_of_init() {
+    let a = boot("base", None).await;
+    require_isolation(&a);
+    let (out, err, code) = root_sh(&a, "cat /proc/1/cgroup; echo ==; cat /proc/self/cgroup").await;
+    assert_eq!(code, 0, "{err}");
+    let (init, cmd) = out.split_once("==\n").unwrap();
+    assert_eq!(init, cmd);
+    if a.envd.missing_limits().is_empty() {
+        for ctrl in ["memory", "pids"] {
+            let line = init
+                .lines()
+                .find(|l| {
+                    l.split(':')
+                        .nth(1)
+                        .is_some_and(|c| c.split(',').any(|c| c == ctrl))
+                })
+                .unwrap_or_else(|| panic!("no {ctrl} line in {init}"));
+            assert!(
+                line.contains("e2b-local-"),
+                "init is not in its sandbox's {ctrl} group: {line}"
+            );
+        }
+    }
+}
