@@ -157,11 +157,23 @@ impl Step {
 pub struct BoundaryError {
     step: Step,
     source: std::io::Error,
+    /// What to do, when not the step's usual cure ([`Step::how`]).
+    how: Option<&'static str>,
 }
 
 impl BoundaryError {
     pub(crate) fn new(step: Step, source: std::io::Error) -> BoundaryError {
-        BoundaryError { step, source }
+        BoundaryError {
+            step,
+            source,
+            how: None,
+        }
+    }
+
+    /// A failure with a cure of its own instead of the step's usual one.
+    pub(crate) fn with_how(mut self, how: &'static str) -> BoundaryError {
+        self.how = Some(how);
+        self
     }
 
     /// The part that is missing.
@@ -178,7 +190,7 @@ impl std::fmt::Display for BoundaryError {
             self.step.name(),
             self.step.what(),
             self.source,
-            self.step.how()
+            self.how.unwrap_or(self.step.how())
         )
     }
 }
@@ -317,11 +329,12 @@ impl Parts {
         if let Some(lower) = &layout.idmapped_lower {
             std::fs::create_dir_all(lower).map_err(mount_err)?;
         }
-        let ops = rootfs::plan(&Layout {
+        let plan = rootfs::plan(&Layout {
             cgroup2: self.cgroup_ns.is_some(),
             ..layout.clone()
         })
         .map_err(|e| BoundaryError::new(Step::Overlay, e))?;
+        let ops = &plan;
         let nr = rootfs::cstr(&layout.newroot);
         let read_only = layout.overlay.is_none();
         let user_raw = self.user.as_ref().map_or(-1, |fd| fd.as_raw_fd());
@@ -338,10 +351,10 @@ impl Parts {
                 // mount only: the child ends once the root is built).
                 let cgroup_ns =
                     cgroup_ns_raw >= 0 && libc::setns(cgroup_ns_raw, libc::CLONE_NEWCGROUP) == 0;
-                match rootfs::execute(&ops, &nr, read_only, cgroup_ns, user_raw) {
+                match rootfs::execute(ops, &nr, read_only, cgroup_ns, user_raw) {
                     Ok(()) => 0,
-                    Err((step, e)) => {
-                        let e = report(fail_w_raw, step, e);
+                    Err((step, e, op)) => {
+                        let e = report(fail_w_raw, step, op, e);
                         e.raw_os_error().unwrap_or(libc::EIO)
                     }
                 }
@@ -354,7 +367,31 @@ impl Parts {
         );
         drop(fail_w);
         self.mnt = Some(built.map_err(|e| {
-            BoundaryError::new(read_failure(&fail_r).unwrap_or(Step::MountNamespace), e)
+            let (step, op) = read_failure(&fail_r).unwrap_or((Step::MountNamespace, None));
+            // The path the failing step acts on, as the sandbox names it.
+            match op.and_then(|i| ops.get(i)) {
+                Some(op) if e.raw_os_error() == Some(libc::ELOOP) => BoundaryError::new(
+                    step,
+                    std::io::Error::new(
+                        e.kind(),
+                        format!(
+                            "{}: a symbolic link lies on the way",
+                            rootfs::op_path(op, &layout.newroot)
+                        ),
+                    ),
+                )
+                .with_how(
+                    "a sandbox made that link in its own files or in a volume, and the boundary builds through none: remove it where it was made (a running sandbox with the same volume), or mount at another path",
+                ),
+                Some(op) => BoundaryError::new(
+                    step,
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("{}: {e}", rootfs::op_path(op, &layout.newroot)),
+                    ),
+                ),
+                None => BoundaryError::new(step, e),
+            }
         })?);
         Ok(())
     }
@@ -527,22 +564,31 @@ fn failure_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// In the holder's `pre_exec`: write `step`'s index to the failure pipe, return `e`.
-fn report(fd: libc::c_int, step: Step, e: std::io::Error) -> std::io::Error {
-    let i = Step::ALL.iter().position(|s| *s == step).unwrap_or(0) as u8;
-    // SAFETY: one byte from a local to an fd opened before fork.
-    unsafe { libc::write(fd, (&i as *const u8).cast(), 1) };
+/// In a forked child building the boundary: write `step`'s index to the failure pipe,
+/// then the index of the failing [`rootfs::Op`] when there is one; return `e`.
+fn report(fd: libc::c_int, step: Step, op: Option<usize>, e: std::io::Error) -> std::io::Error {
+    let mut msg = [0u8; 5];
+    msg[0] = Step::ALL.iter().position(|s| *s == step).unwrap_or(0) as u8;
+    let len = match op.and_then(|i| u32::try_from(i).ok()) {
+        Some(i) => {
+            msg[1..].copy_from_slice(&i.to_le_bytes());
+            5
+        }
+        None => 1,
+    };
+    // SAFETY: bytes from a local to an fd opened before fork.
+    unsafe { libc::write(fd, msg.as_ptr().cast(), len) };
     e
 }
 
-/// The step the holder's `pre_exec` reported, if any.
-fn read_failure(fd: &OwnedFd) -> Option<Step> {
-    let mut b = 0u8;
-    // SAFETY: reading one byte into a local from a non-blocking pipe.
-    let n = unsafe { libc::read(fd.as_raw_fd(), (&mut b as *mut u8).cast(), 1) };
-    (n == 1)
-        .then(|| Step::ALL.get(b as usize).copied())
-        .flatten()
+/// The step a forked child reported, if any, and the index of its failing op.
+fn read_failure(fd: &OwnedFd) -> Option<(Step, Option<usize>)> {
+    let mut msg = [0u8; 5];
+    // SAFETY: reading into a local from a non-blocking pipe.
+    let n = unsafe { libc::read(fd.as_raw_fd(), msg.as_mut_ptr().cast(), msg.len()) };
+    let step = Step::ALL.get(*msg.first()? as usize).copied();
+    let op = (n == 5).then(|| u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]]) as usize);
+    (n >= 1).then_some(step?).map(|s| (s, op))
 }
 
 impl Isolation {
@@ -694,14 +740,14 @@ impl Isolation {
                             enter_new_time(off);
                         }
                         if libc::setns(net_raw, libc::CLONE_NEWNET) != 0 {
-                            return Err(report(fail_w_raw, Step::NetworkNamespace, errno()));
+                            return Err(report(fail_w_raw, Step::NetworkNamespace, None, errno()));
                         }
                         // Its own host name, E2B's; owned by the host's user namespace
                         // like the others, so the sandbox's root cannot rename the host.
                         if libc::unshare(libc::CLONE_NEWUTS) != 0
                             || libc::sethostname(HOSTNAME.as_ptr().cast(), HOSTNAME.len()) != 0
                         {
-                            return Err(report(fail_w_raw, Step::UtsNamespace, errno()));
+                            return Err(report(fail_w_raw, Step::UtsNamespace, None, errno()));
                         }
                         // The cgroup namespace rooted at the sandbox's subtree.
                         if cgroup_ns_raw >= 0 {
@@ -712,10 +758,10 @@ impl Isolation {
                         if libc::setns(mnt_raw, libc::CLONE_NEWNS) != 0
                             || libc::chdir(c"/".as_ptr()) != 0
                         {
-                            return Err(report(fail_w_raw, Step::MountNamespace, errno()));
+                            return Err(report(fail_w_raw, Step::MountNamespace, None, errno()));
                         }
                         rootfs::run(&proc_ops, None, true, -1)
-                            .map_err(|(step, e)| report(fail_w_raw, step, e))
+                            .map_err(|(step, e, _)| report(fail_w_raw, step, None, e))
                     }
                 };
                 let born_in = holder_cg.as_ref().map(|cg| cg.dir_fd());
@@ -728,7 +774,7 @@ impl Isolation {
                     Ok(c) => c,
                     Err(e) => {
                         drop_cg();
-                        let step = read_failure(&fail_r).unwrap_or(Step::MountNamespace);
+                        let step = read_failure(&fail_r).map_or(Step::MountNamespace, |(s, _)| s);
                         let _ = tx.send(Err(BoundaryError::new(step, e)));
                         return;
                     }

@@ -406,6 +406,25 @@ unsafe fn open_tree_clone(path: &CStr) -> libc::c_int {
     }
 }
 
+/// `move_mount` of the detached mount `fd` onto the file `target` is open on (an
+/// `O_PATH` fd); 0, or -1 with errno set.
+///
+/// # Safety
+/// A raw syscall on fds.
+unsafe fn attach_at(fd: libc::c_int, target: libc::c_int) -> libc::c_int {
+    // SAFETY: see the function's contract.
+    unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd,
+            c"".as_ptr(),
+            target,
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        ) as libc::c_int
+    }
+}
+
 /// `move_mount` of the detached mount `fd` onto `target`; 0, or -1 with errno set.
 ///
 /// # Safety
@@ -526,8 +545,8 @@ pub(super) fn execute(
     read_only_root: bool,
     cgroup_ns: bool,
     userns: libc::c_int,
-) -> Result<(), (Step, std::io::Error)> {
-    let ns = |e| (Step::MountNamespace, e);
+) -> Result<(), Failed> {
+    let ns = |e| (Step::MountNamespace, e, None);
     // SAFETY: plain syscalls on NUL-terminated strings prepared before fork.
     unsafe {
         let root = c"/";
@@ -574,50 +593,75 @@ pub(super) fn execute(
     Ok(())
 }
 
-/// Run `ops` (raw syscalls only, no allocation); a failure names its [`Step`]. `cgroup_ns`
-/// and `userns`: see [`execute`].
+/// A step of a plan that failed: the part of the boundary it builds, its error, and the
+/// index of its [`Op`] when one failed (see [`op_path`]).
+pub(super) type Failed = (Step, std::io::Error, Option<usize>);
+
+/// Run `ops` (raw syscalls only, no allocation); a failure names its [`Step`] and op.
+/// `cgroup_ns` and `userns`: see [`execute`].
 ///
-/// With `below` (the new root, before `pivot_root`), an op whose path lies below it is
-/// refused (`ELOOP`) when a component of that path under the new root is a symbolic link:
-/// those directories are the sandbox's own (its upper layer, its tree, a volume), and a
-/// link planted there would point the host's root at a host path (a cold boot found a
-/// directory created on the host that way, through a volume mounted below `/home`).
+/// With `below` (the new root, before `pivot_root`), an op whose path lies below it acts
+/// on what `openat2` resolves there with no symbolic link on the way
+/// (`RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH`): the op gets the resolved file itself (an
+/// fd, or its `/proc/self/fd` path), or the resolved parent directory of the name it
+/// creates. Those directories are the sandbox's own (its upper layer, its tree, a volume
+/// another sandbox may share and change at any moment), and a link planted there, before
+/// or during the boot, would point the host's root at a host path (a cold boot once
+/// created a directory on the host that way, through a volume mounted below `/home`).
+/// A link on the way fails the op with `ELOOP`.
 pub(super) fn run(
     ops: &[Op],
     below: Option<&CStr>,
     cgroup_ns: bool,
     userns: libc::c_int,
-) -> Result<(), (Step, std::io::Error)> {
-    for op in ops {
+) -> Result<(), Failed> {
+    // The new root, open: reopened after an op on the root itself (a mount there).
+    let mut rootfd = -1;
+    for (i, op) in ops.iter().enumerate() {
         if matches!(op, Op::Cgroup2(_)) && !cgroup_ns {
             continue;
         }
-        if let (Some(root), Some((path, last))) = (below, target(op))
-            && !no_link_below(path, root.to_bytes(), last)
-        {
-            return Err((
-                Step::MountNamespace,
-                std::io::Error::from_raw_os_error(libc::ELOOP),
-            ));
-        }
+        let rel = below.and_then(|root| beneath(target(op), root.to_bytes()));
         // SAFETY: raw syscalls on the op's NUL-terminated strings and fds.
-        let rc = unsafe { run_op(op, userns) };
-        if rc != 0 {
+        let rc = unsafe {
+            match (below, rel) {
+                (Some(root), Some(rel)) => {
+                    if rootfd < 0 {
+                        rootfd = libc::open(
+                            root.as_ptr(),
+                            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                        );
+                    }
+                    if rootfd < 0 {
+                        -1
+                    } else {
+                        run_op_beneath(op, rootfd, rel, userns)
+                    }
+                }
+                _ => {
+                    close_all(&[rootfd]);
+                    rootfd = -1;
+                    run_op(op, None, userns)
+                }
+            }
+        };
+        if rc != 0 && !tolerated(op, last_errno()) {
+            close_all(&[rootfd]);
             let step = match op {
                 Op::Overlay(..) => Step::Overlay,
                 Op::IdmappedTree(..) => Step::IdmappedMount,
                 _ => Step::MountNamespace,
             };
-            return Err((step, errno()));
+            return Err((step, errno(), Some(i)));
         }
     }
+    close_all(&[rootfd]);
     Ok(())
 }
 
-/// The path `op` acts on, and whether its last component is to be checked too (not for a
-/// link the op creates there).
-fn target(op: &Op) -> Option<(&CStr, bool)> {
-    Some(match op {
+/// The path `op` acts on (the mount point, the file, or the name it creates).
+fn target(op: &Op) -> &CStr {
+    match op {
         Op::Overlay(p, _)
         | Op::Whiteout(p)
         | Op::Opaque(p)
@@ -629,191 +673,340 @@ fn target(op: &Op) -> Option<(&CStr, bool)> {
         | Op::Devpts(p)
         | Op::Mkdir(p)
         | Op::Touch(p)
+        | Op::Symlink(_, p)
         | Op::Bind(_, p)
         | Op::RemountRo(p, _)
         | Op::Chmod(p, _)
         | Op::Hide(p)
         | Op::Mask(p)
-        | Op::Cgroup2(p) => (p.as_c_str(), true),
-        Op::Symlink(_, p) => (p.as_c_str(), false),
-    })
+        | Op::Cgroup2(p) => p.as_c_str(),
+    }
 }
 
-/// True unless a component of `path` below `root` (a prefix of it, ending before a `/`)
-/// is a symbolic link; the last component is looked at when `last`. A missing component
-/// ends the walk (nothing below it exists to follow). Raw syscalls, no allocation.
-fn no_link_below(path: &CStr, root: &[u8], last: bool) -> bool {
+/// Where `op` acts, as the sandbox names it (`root`, the new root, taken off): for an
+/// error.
+pub(super) fn op_path(op: &Op, root: &Path) -> String {
+    let p = Path::new(std::ffi::OsStr::from_bytes(target(op).to_bytes()));
+    match p.strip_prefix(root) {
+        Ok(rel) => Path::new("/").join(rel).display().to_string(),
+        Err(_) => p.display().to_string(),
+    }
+}
+
+/// `path` below `root` (a prefix of it, ending before a `/`), without the `/`s that
+/// follow the root: `None` for the root itself or a path outside it.
+fn beneath<'a>(path: &'a CStr, root: &[u8]) -> Option<&'a [u8]> {
     let bytes = path.to_bytes();
-    if !bytes.starts_with(root) || bytes.get(root.len()) != Some(&b'/') {
-        return true;
-    }
-    let mut buf = [0u8; 4096];
-    if bytes.len() >= buf.len() {
-        return false;
-    }
-    let mut end = root.len() + 1;
-    while end <= bytes.len() {
-        end += bytes[end..]
-            .iter()
-            .position(|b| *b == b'/')
-            .unwrap_or(bytes.len() - end);
-        if end == bytes.len() && !last {
-            return true;
-        }
-        buf[..end].copy_from_slice(&bytes[..end]);
-        buf[end] = 0;
-        // SAFETY: lstat on a NUL-terminated buffer into a stat we own.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::lstat(buf.as_ptr().cast(), &mut st) } != 0 {
-            return true;
-        }
-        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
-            return false;
-        }
-        end += 1;
-    }
-    true
+    let rest = bytes.strip_prefix(root)?.strip_prefix(b"/")?;
+    let start = rest.iter().position(|b| *b != b'/')?;
+    Some(&rest[start..])
 }
 
-/// One step; 0 on success (errno set otherwise).
+/// What an op tolerates as done (errno of its last system call).
+fn tolerated(op: &Op, errno: libc::c_int) -> bool {
+    match op {
+        Op::Mkdir(_) | Op::Symlink(..) => errno == libc::EEXIST,
+        // Already there (a device node or a read-only mount point).
+        Op::Touch(_) => matches!(errno, libc::EEXIST | libc::EISDIR | libc::EROFS),
+        // Mounts hidden below a sandbox path or vanished: nothing to protect.
+        Op::RemountRo(..) | Op::Mask(_) => errno == libc::ENOENT,
+        Op::Hide(_) => matches!(errno, libc::ENOENT | libc::ENOTDIR),
+        _ => false,
+    }
+}
+
+/// A NUL-terminated copy of `bytes` in `buf`; `None` when it does not fit.
+fn nul_terminated<'b>(bytes: &[u8], buf: &'b mut [u8]) -> Option<&'b CStr> {
+    if bytes.len() >= buf.len() || bytes.contains(&0) {
+        return None;
+    }
+    buf[..bytes.len()].copy_from_slice(bytes);
+    buf[bytes.len()] = 0;
+    CStr::from_bytes_with_nul(&buf[..=bytes.len()]).ok()
+}
+
+/// `openat2(dirfd, path, flags | O_CLOEXEC)` with no symbolic link (nor magic link) on
+/// the way and nothing above `dirfd`; the fd, or -1 with errno set. No allocation (the
+/// path is a `CStr`).
+///
+/// # Safety
+/// `dirfd` is an open fd.
+unsafe fn open_beneath(dirfd: libc::c_int, path: &CStr, flags: libc::c_int) -> libc::c_int {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    use std::os::fd::{BorrowedFd, IntoRawFd};
+    // SAFETY: see the function's contract.
+    let dir = unsafe { BorrowedFd::borrow_raw(dirfd) };
+    let opened = rustix::fs::openat2(
+        dir,
+        path,
+        OFlags::from_bits_retain(flags as u32) | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    );
+    match opened {
+        Ok(fd) => fd.into_raw_fd(),
+        Err(e) => {
+            // SAFETY: writing the thread's errno.
+            unsafe { *libc::__errno_location() = e.raw_os_error() };
+            -1
+        }
+    }
+}
+
+/// `/proc/self/fd/<fd>` in `buf`: a path the kernel resolves to that very file.
+fn fd_path(fd: libc::c_int, buf: &mut [u8; 32]) -> &CStr {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    buf[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 10];
+    let mut n = fd.max(0) as u32;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[PREFIX.len() + i] = digits[len - 1 - i];
+    }
+    buf[PREFIX.len() + len] = 0;
+    CStr::from_bytes_with_nul(&buf[..=PREFIX.len() + len]).unwrap_or(c"/proc/self/fd/-1")
+}
+
+/// Close `fds` (the negative ones are not), keeping errno.
+fn close_all(fds: &[libc::c_int]) {
+    let saved = last_errno();
+    for &fd in fds {
+        if fd >= 0 {
+            // SAFETY: closing fds this module opened.
+            unsafe { libc::close(fd) };
+        }
+    }
+    // SAFETY: writing the thread's errno.
+    unsafe { *libc::__errno_location() = saved };
+}
+
+/// [`run`]'s step for an op at `rel` below the root `rootfd` is open on (opened after
+/// the last mount on the root itself): resolved by [`open_beneath`], the name an op
+/// creates made in its resolved parent, any other op given the resolved file. 0 on
+/// success (errno set otherwise).
+///
+/// # Safety
+/// Raw syscalls on NUL-terminated strings and the op's fds.
+unsafe fn run_op_beneath(
+    op: &Op,
+    rootfd: libc::c_int,
+    rel: &[u8],
+    userns: libc::c_int,
+) -> libc::c_int {
+    let fail = |e: libc::c_int| {
+        // SAFETY: writing the thread's errno.
+        unsafe { *libc::__errno_location() = e };
+        -1
+    };
+    let mut rel_buf = [0u8; 4096];
+    let Some(rel_c) = nul_terminated(rel, &mut rel_buf) else {
+        return fail(libc::ENAMETOOLONG);
+    };
+    // SAFETY: see the function's contract.
+    unsafe {
+        if matches!(
+            op,
+            Op::Mkdir(_) | Op::Touch(_) | Op::Symlink(..) | Op::Whiteout(_)
+        ) {
+            let trimmed = rel_c.to_bytes();
+            let trimmed = &trimmed[..trimmed
+                .iter()
+                .rposition(|b| *b != b'/')
+                .map_or(0, |i| i + 1)];
+            let (parent, name) = match trimmed.iter().rposition(|b| *b == b'/') {
+                Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+                None => (&b""[..], trimmed),
+            };
+            let mut parent_buf = [0u8; 4096];
+            let mut name_buf = [0u8; 256];
+            let (Some(parent_c), Some(name_c)) = (
+                nul_terminated(
+                    if parent.is_empty() { b"." } else { parent },
+                    &mut parent_buf,
+                ),
+                nul_terminated(name, &mut name_buf),
+            ) else {
+                return fail(libc::ENAMETOOLONG);
+            };
+            let dir = open_beneath(rootfd, parent_c, libc::O_PATH | libc::O_DIRECTORY);
+            if dir < 0 {
+                return -1;
+            }
+            let rc = match op {
+                Op::Mkdir(_) => libc::mkdirat(dir, name_c.as_ptr(), 0o755),
+                Op::Touch(_) => {
+                    // Never a planted FIFO's open that waits for a reader, nor a link.
+                    let fd = libc::openat(
+                        dir,
+                        name_c.as_ptr(),
+                        libc::O_CREAT
+                            | libc::O_WRONLY
+                            | libc::O_NOFOLLOW
+                            | libc::O_NONBLOCK
+                            | libc::O_CLOEXEC,
+                        0o644,
+                    );
+                    if fd >= 0 {
+                        libc::close(fd);
+                        0
+                    } else {
+                        -1
+                    }
+                }
+                Op::Symlink(t, _) => libc::symlinkat(t.as_ptr(), dir, name_c.as_ptr()),
+                _ => libc::mknodat(dir, name_c.as_ptr(), libc::S_IFCHR, libc::makedev(0, 0)),
+            };
+            close_all(&[dir]);
+            return rc;
+        }
+        let fd = open_beneath(rootfd, rel_c, libc::O_PATH);
+        if fd < 0 {
+            return -1;
+        }
+        let rc = match op {
+            Op::Attach(detached, _) => attach_at(*detached, fd),
+            Op::IdmappedTree(src, _) => {
+                let detached = idmapped_clone(src, userns);
+                if detached < 0 {
+                    -1
+                } else {
+                    let rc = attach_at(detached, fd);
+                    close_all(&[detached]);
+                    rc
+                }
+            }
+            Op::Chown(_, uid, gid) => {
+                libc::fchownat(fd, c"".as_ptr(), *uid, *gid, libc::AT_EMPTY_PATH)
+            }
+            _ => {
+                let mut buf = [0u8; 32];
+                run_op(op, Some(fd_path(fd, &mut buf)), userns)
+            }
+        };
+        close_all(&[fd]);
+        rc
+    }
+}
+
+/// One step, at its own path or at `at` (the `/proc/self/fd` path of what
+/// [`run_op_beneath`] resolved); 0 on success (errno set otherwise; [`tolerated`] says
+/// which errors are none).
 ///
 /// # Safety
 /// Raw syscalls on the op's NUL-terminated strings.
-unsafe fn run_op(op: &Op, userns: libc::c_int) -> libc::c_int {
+unsafe fn run_op(op: &Op, at: Option<&CStr>, userns: libc::c_int) -> libc::c_int {
     let tmpfs = c"tmpfs";
     let none = std::ptr::null::<libc::c_char>();
+    let p = at.unwrap_or(target(op)).as_ptr();
     // SAFETY: see the function's contract.
     unsafe {
         match op {
-            Op::Overlay(p, opts) => libc::mount(
+            Op::Overlay(_, opts) => libc::mount(
                 c"overlay".as_ptr(),
-                p.as_ptr(),
+                p,
                 c"overlay".as_ptr(),
                 0,
                 opts.as_ptr().cast(),
             ),
-            Op::IdmappedTree(src, p) => idmapped_tree(src, p, userns),
-            Op::Tmpfs(p, opts) => libc::mount(
+            Op::IdmappedTree(src, _) => {
+                let fd = idmapped_clone(src, userns);
+                if fd < 0 {
+                    return -1;
+                }
+                let rc = attach(fd, CStr::from_ptr(p));
+                close_all(&[fd]);
+                rc
+            }
+            Op::Tmpfs(_, opts) => libc::mount(
                 tmpfs.as_ptr(),
-                p.as_ptr(),
+                p,
                 tmpfs.as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV,
                 opts.as_ptr().cast(),
             ),
-            Op::Proc(p) => libc::mount(
+            Op::Proc(_) => libc::mount(
                 c"proc".as_ptr(),
-                p.as_ptr(),
+                p,
                 c"proc".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 std::ptr::null(),
             ),
-            Op::Attach(fd, p) => attach(*fd, p),
-            Op::Devpts(p) => libc::mount(
+            Op::Attach(fd, _) => attach(*fd, CStr::from_ptr(p)),
+            Op::Devpts(_) => libc::mount(
                 c"devpts".as_ptr(),
-                p.as_ptr(),
+                p,
                 c"devpts".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NOEXEC,
                 c"newinstance,ptmxmode=0666,mode=0620".as_ptr().cast(),
             ),
-            Op::Mkdir(p) => {
-                let rc = libc::mkdir(p.as_ptr(), 0o755);
-                if rc != 0 && last_errno() == libc::EEXIST {
-                    0
-                } else {
-                    rc
-                }
-            }
-            Op::Touch(p) => {
+            Op::Mkdir(_) => libc::mkdir(p, 0o755),
+            Op::Touch(_) => {
                 let fd = libc::open(
-                    p.as_ptr(),
-                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    p,
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
                     0o644,
                 );
                 if fd >= 0 {
                     libc::close(fd);
                     0
-                } else if matches!(last_errno(), libc::EEXIST | libc::EISDIR | libc::EROFS) {
-                    // Already there (a device node or a read-only mount point).
-                    0
                 } else {
                     fd
                 }
             }
-            Op::Symlink(t, p) => {
-                let rc = libc::symlink(t.as_ptr(), p.as_ptr());
-                if rc != 0 && last_errno() == libc::EEXIST {
-                    0
-                } else {
-                    rc
-                }
-            }
-            Op::Bind(src, dst) => libc::mount(
+            Op::Symlink(t, _) => libc::symlink(t.as_ptr(), p),
+            Op::Bind(src, _) => libc::mount(
                 src.as_ptr(),
-                dst.as_ptr(),
+                p,
                 none,
                 libc::MS_BIND | libc::MS_REC,
                 std::ptr::null(),
             ),
-            Op::RemountRo(p, flags) => {
-                let rc = libc::mount(
-                    none,
-                    p.as_ptr(),
-                    none,
-                    libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | flags,
-                    std::ptr::null(),
-                );
-                // Mounts hidden below a sandbox path or vanished: nothing to protect.
-                if rc != 0 && last_errno() == libc::ENOENT {
-                    0
-                } else {
-                    rc
-                }
-            }
-            Op::Chmod(p, mode) => libc::chmod(p.as_ptr(), *mode),
-            Op::Chown(p, uid, gid) => libc::lchown(p.as_ptr(), *uid, *gid),
-            Op::Whiteout(p) => libc::mknod(p.as_ptr(), libc::S_IFCHR, libc::makedev(0, 0)),
-            Op::Opaque(p) => libc::setxattr(
-                p.as_ptr(),
+            Op::RemountRo(_, flags) => libc::mount(
+                none,
+                p,
+                none,
+                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | flags,
+                std::ptr::null(),
+            ),
+            Op::Chmod(_, mode) => libc::chmod(p, *mode),
+            Op::Chown(_, uid, gid) => libc::lchown(p, *uid, *gid),
+            Op::Whiteout(_) => libc::mknod(p, libc::S_IFCHR, libc::makedev(0, 0)),
+            Op::Opaque(_) => libc::setxattr(
+                p,
                 c"trusted.overlay.opaque".as_ptr(),
                 b"y".as_ptr().cast(),
                 1,
                 0,
             ),
-            Op::Hide(p) => {
-                let rc = libc::mount(
-                    tmpfs.as_ptr(),
-                    p.as_ptr(),
-                    tmpfs.as_ptr(),
-                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                    c"mode=0755,size=4k".as_ptr().cast(),
-                );
-                if rc != 0 && matches!(last_errno(), libc::ENOENT | libc::ENOTDIR) {
-                    0
-                } else {
-                    rc
-                }
-            }
-            Op::Cgroup2(p) => libc::mount(
+            Op::Hide(_) => libc::mount(
+                tmpfs.as_ptr(),
+                p,
+                tmpfs.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c"mode=0755,size=4k".as_ptr().cast(),
+            ),
+            Op::Cgroup2(_) => libc::mount(
                 c"cgroup2".as_ptr(),
-                p.as_ptr(),
+                p,
                 c"cgroup2".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 std::ptr::null(),
             ),
-            Op::Mask(p) => {
-                let rc = libc::mount(
-                    c"/dev/null".as_ptr(),
-                    p.as_ptr(),
-                    none,
-                    libc::MS_BIND,
-                    std::ptr::null(),
-                );
-                if rc != 0 && last_errno() == libc::ENOENT {
-                    0
-                } else {
-                    rc
-                }
-            }
+            Op::Mask(_) => libc::mount(
+                c"/dev/null".as_ptr(),
+                p,
+                none,
+                libc::MS_BIND,
+                std::ptr::null(),
+            ),
         }
     }
 }
@@ -832,13 +1025,15 @@ const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 
-/// [`Op::IdmappedTree`]: clone the mount at `source` (not its submounts), idmap it with
-/// the user namespace `userns`, attach it at `target`. 0 on success (errno set otherwise).
+/// [`Op::IdmappedTree`]'s detached mount: a clone of the mount at `source` (not its
+/// submounts), idmapped with the user namespace `userns`, read-only; its fd, or -1 with
+/// errno set.
 ///
 /// # Safety
-/// Raw syscalls on NUL-terminated strings.
-unsafe fn idmapped_tree(source: &CStr, target: &CStr, userns: libc::c_int) -> libc::c_int {
+/// Raw syscalls on a NUL-terminated string.
+unsafe fn idmapped_clone(source: &CStr, userns: libc::c_int) -> libc::c_int {
     if userns < 0 {
         // SAFETY: writing the thread's errno.
         unsafe { *libc::__errno_location() = libc::EINVAL };
@@ -856,43 +1051,117 @@ unsafe fn idmapped_tree(source: &CStr, target: &CStr, userns: libc::c_int) -> li
             propagation: 0,
             userns_fd: userns as u64,
         };
-        let mut rc = libc::syscall(
+        let rc = libc::syscall(
             libc::SYS_mount_setattr,
             fd,
             c"".as_ptr(),
             libc::AT_EMPTY_PATH,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
-        ) as libc::c_int;
-        if rc == 0 {
-            rc = attach(fd, target);
+        );
+        if rc != 0 {
+            close_all(&[fd]);
+            return -1;
         }
-        let saved = last_errno();
-        libc::close(fd);
-        *libc::__errno_location() = saved;
-        rc
+        fd
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
-    fn a_link_below_the_root_is_found_on_the_way_and_at_the_end() {
+    fn a_link_below_the_root_is_never_followed_on_the_way_nor_at_the_end() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("newroot");
+        let outside = dir.path().join("host");
         std::fs::create_dir_all(root.join("home/user")).unwrap();
-        std::os::unix::fs::symlink("/etc", root.join("planted")).unwrap();
-        let r = root.as_os_str().as_bytes();
-        let check = |rel: &str, last| no_link_below(&cstr(&root.join(rel)), r, last);
-        assert!(check("home/user/vol", true), "a missing last component");
-        assert!(check("home/user", true));
-        assert!(!check("planted/vol", true), "a link on the way");
-        assert!(!check("planted", true), "a link at the end");
-        assert!(check("planted", false), "a link the op itself makes");
-        // Outside the root (and the root itself) is not the sandbox's.
-        assert!(no_link_below(&cstr(Path::new("/proc/self/cwd")), r, true));
-        assert!(no_link_below(&cstr(&root), r, true));
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("planted")).unwrap();
+        let nr = cstr(&root);
+        let at = |rel: &str| cstr(&root.join(rel));
+        let run1 =
+            |op: Op| run(&[op], Some(&nr), false, -1).map_err(|(_, e, i)| (e.raw_os_error(), i));
+        // The sandbox's own paths resolve; a made name is made there.
+        assert_eq!(run1(Op::Mkdir(at("home/user/vol"))), Ok(()));
+        assert!(root.join("home/user/vol").is_dir());
+        assert_eq!(
+            run1(Op::Symlink(c"vol".into(), at("home/user/link"))),
+            Ok(())
+        );
+        assert_eq!(run1(Op::Touch(at("home/user/file"))), Ok(()));
+        // A link on the way, or at the end of a path an op acts on: ELOOP, nothing done
+        // outside, and the failing op is named.
+        let mkdir = Op::Mkdir(at("planted/vol"));
+        assert_eq!(op_path(&mkdir, &root), "/planted/vol");
+        assert_eq!(run1(mkdir), Err((Some(libc::ELOOP), Some(0))));
+        assert_eq!(
+            run1(Op::Chmod(at("planted"), 0o777)),
+            Err((Some(libc::ELOOP), Some(0)))
+        );
+        assert_eq!(
+            run1(Op::Touch(at("planted/f"))),
+            Err((Some(libc::ELOOP), Some(0)))
+        );
+        assert_eq!(
+            run1(Op::Chmod(at("home/user/link"), 0o777)),
+            Err((Some(libc::ELOOP), Some(0)))
+        );
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        assert_eq!(std::fs::metadata(&outside).unwrap().mode() & 0o777, 0o700);
+        // A planted FIFO where a file is touched fails at once (no reader to wait for).
+        let fifo = cstr(&root.join("home/user/fifo"));
+        // SAFETY: mkfifo on a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        assert_eq!(run1(Op::Touch(fifo)), Err((Some(libc::ENXIO), Some(0))));
+        // The root itself and paths outside it are the emulator's: not resolved beneath.
+        assert_eq!(beneath(&nr, nr.to_bytes()), None);
+        assert_eq!(beneath(c"/proc/self/cwd", nr.to_bytes()), None);
+        let doubled = cstr(Path::new(&format!("{}//a", root.display())));
+        assert_eq!(beneath(&doubled, nr.to_bytes()), Some(&b"a"[..]));
+    }
+
+    /// Another sandbox sharing a volume swaps a directory of it for a link to the host,
+    /// back and forth, while a boot makes directories through it: not one lands outside.
+    #[test]
+    fn a_directory_swapped_for_a_link_during_the_steps_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("newroot");
+        let outside = dir.path().join("host");
+        let shared = root.join("vol/a");
+        std::fs::create_dir_all(&shared).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let (stop, shared, outside) = (stop.clone(), shared.clone(), outside.clone());
+            let aside = root.join("vol/a.aside");
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if std::fs::rename(&shared, &aside).is_ok() {
+                        let _ = std::os::unix::fs::symlink(&outside, &shared);
+                        let _ = std::fs::remove_file(&shared);
+                        let _ = std::fs::rename(&aside, &shared);
+                    }
+                }
+            })
+        };
+        let nr = cstr(&root);
+        for i in 0..3000 {
+            let op = Op::Mkdir(cstr(&shared.join(format!("d{i}"))));
+            let _ = run(&[op], Some(&nr), false, -1);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().unwrap();
+        let landed: Vec<_> = std::fs::read_dir(&outside).unwrap().flatten().collect();
+        assert!(
+            landed.is_empty(),
+            "{} directories made on the host",
+            landed.len()
+        );
+        // The directories that were made are the shared directory's.
+        assert!(std::fs::read_dir(&shared).unwrap().count() > 0);
     }
 }

@@ -191,7 +191,7 @@ async fn cold_boot_keeps_the_root_and_changes_the_boot_id() {
 /// the sandbox could change while it ran: a volume mounted below `/home` is attached
 /// inside the sandbox's writable `/home`. A link the sandbox's root planted in its place
 /// must not take that work onto the host: the host directory the link names stays empty,
-/// and the boot fails, naming the mount namespace.
+/// and the boot fails, naming the mount namespace and the path.
 #[tokio::test]
 async fn a_link_planted_on_a_mount_path_does_not_reach_the_host_at_a_cold_boot() {
     let target = tempfile::tempdir().unwrap();
@@ -218,6 +218,15 @@ async fn a_link_planted_on_a_mount_path_does_not_reach_the_host_at_a_cold_boot()
     assert!(left.is_empty(), "the cold boot wrote {left:?} on the host");
     assert_eq!(a.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", a.text);
     assert!(a.text.contains("mount-namespace"), "{}", a.text);
+    // The error names the path, as the sandbox names it, the cause, and no cure that
+    // does not apply (the emulator is root and has namespaces).
+    assert!(!a.text.contains("run e2b-local as root"), "{}", a.text);
+    assert!(
+        a.text
+            .contains("/home/user/vol: a symbolic link lies on the way"),
+        "{}",
+        a.text
+    );
     env.emu.shutdown().await;
 }
 
