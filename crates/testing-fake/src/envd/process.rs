@@ -707,7 +707,7 @@ async fn launch(
         }
     };
     let proc_ = Arc::new(Proc {
-        pid: isolation::ns_pid(host_pid),
+        pid: child.ns_pid(),
         host_pid,
         config: req.process.clone(),
         tag: req.tag.clone(),

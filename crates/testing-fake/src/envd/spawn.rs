@@ -42,6 +42,8 @@ pub(crate) struct Spawn {
 /// A started child: our ends of its pipes, and its pidfd.
 pub(crate) struct Child {
     pid: u32,
+    /// Its pid in its own PID namespace (the sandbox's), as it reported it.
+    ns_pid: u32,
     /// Taken by [`Child::wait`]; a child dropped without a wait is reaped in the background.
     pidfd: Option<OwnedFd>,
     /// Signals the child (a duplicate of the pidfd, usable while a wait holds the other).
@@ -55,6 +57,11 @@ impl Child {
     /// The child's pid on the host.
     pub(crate) fn id(&self) -> u32 {
         self.pid
+    }
+
+    /// The child's pid as its PID namespace (the sandbox's) numbers it.
+    pub(crate) fn ns_pid(&self) -> u32 {
+        self.ns_pid
     }
 
     /// A future that reaps the child (to await once; see [`Child::killer`] for signals
@@ -136,7 +143,7 @@ fn cstring(s: String) -> std::io::Result<CString> {
     })
 }
 
-/// The child's mark that it ran (an errno follows on failure).
+/// The child's mark that it ran (its own pid follows, then an errno on failure).
 const RAN: u8 = b'R';
 
 impl Spawn {
@@ -195,7 +202,7 @@ impl Spawn {
             child_ends[2].as_raw_fd(),
         ];
         let program = program.as_ptr();
-        let fork = |into: Option<BorrowedFd<'_>>| -> std::io::Result<Option<(u32, OwnedFd)>> {
+        let fork = |into: Option<BorrowedFd<'_>>| -> std::io::Result<Option<(u32, u32, OwnedFd)>> {
             let (mark_r, mark_w) = pipe()?;
             let mut pidfd: c_int = -1;
             let mut args = CloneArgs {
@@ -238,7 +245,8 @@ impl Spawn {
             drop(mark_w);
             // SAFETY: a pidfd the kernel just gave us.
             let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-            let mut buf = [0u8; 5];
+            // RAN and the child's own pid, then an errno on failure.
+            let mut buf = [0u8; 9];
             let mut got = 0;
             loop {
                 let n = rustix::io::read(&mark_r, &mut buf[got..]);
@@ -265,12 +273,18 @@ impl Spawn {
                     reap();
                     Ok(None)
                 }
-                5 => {
+                9 => {
                     reap();
-                    let code = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
+                    let code = i32::from_ne_bytes([buf[5], buf[6], buf[7], buf[8]]);
                     Err(std::io::Error::from_raw_os_error(code))
                 }
-                _ => Ok(Some((pid as u32, pidfd))),
+                _ => {
+                    let own = match got {
+                        5.. => u32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]),
+                        _ => pid as u32,
+                    };
+                    Ok(Some((pid as u32, own, pidfd)))
+                }
             }
         };
         let started = match cgroup {
@@ -284,11 +298,12 @@ impl Spawn {
                 .ok_or_else(|| std::io::Error::other("the child was killed before it started"))?,
         };
         drop(child_ends);
-        let (pid, pidfd) = started;
+        let (pid, ns_pid, pidfd) = started;
         let killer = pidfd.try_clone()?;
         let [stdin, stdout, stderr] = ours;
         Ok(Child {
             pid,
+            ns_pid,
             pidfd: Some(pidfd),
             killer,
             stdin: stdin
@@ -320,7 +335,12 @@ unsafe fn child(
 ) -> ! {
     // SAFETY: raw system calls on descriptors and strings prepared before the clone.
     unsafe {
-        libc::write(mark, [RAN].as_ptr().cast(), 1);
+        // The mark, then the pid as the child's own PID namespace numbers it (the
+        // sandbox's: it was born there).
+        let mut hello = [RAN, 0, 0, 0, 0];
+        let own = libc::syscall(libc::SYS_getpid) as u32;
+        hello[1..].copy_from_slice(&own.to_ne_bytes());
+        libc::write(mark, hello.as_ptr().cast(), hello.len());
         let fail = |e: c_int| -> ! {
             let b = e.to_ne_bytes();
             libc::write(mark, b.as_ptr().cast(), 4);
