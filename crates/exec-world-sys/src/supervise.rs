@@ -498,8 +498,15 @@ fn write_all(fd: RawFd, mut data: &[u8]) -> bool {
     true
 }
 
-/// Formats `n` into `out` in decimal; returns the length. No allocation.
-fn fmt_num(out: &mut [u8], n: i64) -> usize {
+/// Formats `n` into `out` in decimal; returns the length. No allocation (usable between
+/// `fork` and `exec`).
+///
+/// ```
+/// let mut b = [0u8; 20];
+/// let n = exec_world_sys::supervise::fmt_num(&mut b, -42);
+/// assert_eq!(&b[..n], b"-42");
+/// ```
+pub fn fmt_num(out: &mut [u8], n: i64) -> usize {
     let mut digits = [0u8; 20];
     let mut len = 0;
     let mut v = n.unsigned_abs();

@@ -757,20 +757,7 @@ unsafe fn open_beneath(dirfd: libc::c_int, path: &CStr, flags: libc::c_int) -> l
 fn fd_path(fd: libc::c_int, buf: &mut [u8; 32]) -> &CStr {
     const PREFIX: &[u8] = b"/proc/self/fd/";
     buf[..PREFIX.len()].copy_from_slice(PREFIX);
-    let mut digits = [0u8; 10];
-    let mut n = fd.max(0) as u32;
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for i in 0..len {
-        buf[PREFIX.len() + i] = digits[len - 1 - i];
-    }
+    let len = exec_world_sys::supervise::fmt_num(&mut buf[PREFIX.len()..], i64::from(fd));
     buf[PREFIX.len() + len] = 0;
     CStr::from_bytes_with_nul(&buf[..=PREFIX.len() + len]).unwrap_or(c"/proc/self/fd/-1")
 }
