@@ -711,6 +711,9 @@ impl Isolation {
                         if libc::signal(libc::SIGCHLD, libc::SIG_IGN) == libc::SIG_ERR {
                             return Err(errno());
                         }
+                        // The usual priority, whatever the thread that made the spare
+                        // ran at (`spare::BACKGROUND_NICE`).
+                        libc::setpriority(libc::PRIO_PROCESS, 0, 0);
                         // In a new PID namespace the parent is outside it: ppid reads 0.
                         let ppid = libc::getppid();
                         if !(ppid as u32 == parent || ppid == 0) {
@@ -1080,6 +1083,12 @@ impl FsWorker {
             std::thread::Builder::new()
                 .name(format!("envd-fs-{i}"))
                 .spawn(move || {
+                    // The usual priority, whatever the thread that made this one (a
+                    // spare's builder) ran at: the sandbox's processes it forks keep it.
+                    // SAFETY: setpriority on this thread only.
+                    unsafe {
+                        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 0)
+                    };
                     if let Some(ns) = ns {
                         let pid_ns = ns.pid.as_ref().map_or(-1, |fd| fd.as_raw_fd());
                         // SAFETY: unshare/setns affect only this thread's fs context and

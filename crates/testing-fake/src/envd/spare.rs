@@ -261,6 +261,30 @@ fn renice(tid: libc::pid_t, nice: libc::c_int) {
     unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
 }
 
+/// Whether this process may give a thread back the usual priority once it lowered it
+/// (`CAP_SYS_NICE`): probed once, by raising the calling thread's priority one step and
+/// restoring it. Without it, spares are made at the usual priority: what their threads
+/// start (a sandbox's commands, through its file workers) would keep the lower one.
+fn can_undo_nice() -> bool {
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| {
+        // SAFETY: getpriority/setpriority/gettid on the calling thread.
+        unsafe {
+            let tid = libc::gettid() as libc::id_t;
+            *libc::__errno_location() = 0;
+            let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+            if *libc::__errno_location() != 0 {
+                return false;
+            }
+            let raised = libc::setpriority(libc::PRIO_PROCESS, tid, now - 1) == 0;
+            if raised {
+                libc::setpriority(libc::PRIO_PROCESS, tid, now);
+            }
+            raised
+        }
+    })
+}
+
 impl Spares {
     /// The spares of an emulator whose sandboxes live in `dir`.
     pub(crate) fn new(dir: PathBuf) -> Arc<Spares> {
@@ -355,7 +379,9 @@ impl Spares {
     fn make(&self, go: &Go, kind: Kind, making: PathBuf, ready: PathBuf) {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
-        renice(tid, BACKGROUND_NICE);
+        if can_undo_nice() {
+            renice(tid, BACKGROUND_NICE);
+        }
         go.wait();
         let begun = match self.state.lock() {
             Ok(mut state) => {

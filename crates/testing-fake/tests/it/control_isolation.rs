@@ -406,6 +406,12 @@ async fn a_sandbox_made_from_a_spare_is_its_own() {
         rest.len() == 1 && rest[0].contains("No such file"),
         "{rest:?}"
     );
+    // Made at a lower priority, the sandbox runs at the usual one: its commands (started
+    // by threads the spare's builder made) and its init.
+    let (frames, _) = env
+        .run_frames(&b, "nice; cut -d' ' -f19 /proc/1/stat")
+        .await;
+    assert_eq!(stdout_of(&frames), "0\n0\n", "{frames:?}");
 
     // Spares are made at a lower priority; the pasta processes that carry the sandboxes'
     // traffic (theirs included) run at the usual one.
