@@ -586,9 +586,12 @@ fn read_failure(fd: &OwnedFd) -> Option<(Step, Option<usize>)> {
     let mut msg = [0u8; 5];
     // SAFETY: reading into a local from a non-blocking pipe.
     let n = unsafe { libc::read(fd.as_raw_fd(), msg.as_mut_ptr().cast(), msg.len()) };
-    let step = Step::ALL.get(*msg.first()? as usize).copied();
+    if n < 1 {
+        return None;
+    }
+    let step = Step::ALL.get(usize::from(msg[0])).copied()?;
     let op = (n == 5).then(|| u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]]) as usize);
-    (n >= 1).then_some(step?).map(|s| (s, op))
+    Some((step, op))
 }
 
 impl Isolation {
@@ -722,10 +725,12 @@ impl Isolation {
                         // The holder is in the groups its sandbox's processes are born
                         // in (the limit groups through `tasks`, the subtree from birth),
                         // so the kernel keeps their cgroup set while the sandbox lives
-                        // and a command's start finds it instead of building it.
-                        holder_limits.join_self()?;
+                        // and a command's start finds it instead of building it. Best
+                        // effort: the limits hold on the processes either way (their
+                        // worker threads joined the groups, or the sandbox has none).
+                        let _ = holder_limits.join_self();
                         if join_cgroup && let Some(cg) = &holder_cg {
-                            cg.join_self()?;
+                            let _ = cg.join_self();
                         }
                         // Never the out-of-memory killer's pick when the memory group is
                         // full (as a real init): with only init left in the group, the
@@ -1021,6 +1026,7 @@ pub(crate) fn join_in_child(ns: &NsFds, join_cgroup: bool) -> std::io::Result<()
             return Err(errno());
         }
     }
+    // Last: from here on the process's capabilities are the sandbox's only.
     if let Some(fd) = &ns.user {
         // SAFETY: setns on an fd opened before fork; the child is single-threaded.
         if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWUSER) } != 0 {
@@ -1091,9 +1097,11 @@ impl FsWorker {
                     };
                     if let Some(ns) = ns {
                         let pid_ns = ns.pid.as_ref().map_or(-1, |fd| fd.as_raw_fd());
-                        // SAFETY: unshare/setns affect only this thread's fs context and
-                        // the PID namespace of its future children.
                         let cgroup_ns = ns.cgroup.as_ref().map_or(-1, |(_, fd)| fd.as_raw_fd());
+                        // SAFETY: unshare/setns affect only this thread (its fs context,
+                        // its namespaces, the PID namespace of its future children), and
+                        // `tasks` moves only this thread. The thread stays in the host's
+                        // user namespace, with the host root's rights.
                         let r = unsafe {
                             if libc::unshare(libc::CLONE_FS) != 0
                                 || libc::setns(ns.mnt.as_raw_fd(), libc::CLONE_NEWNS) != 0
