@@ -858,6 +858,8 @@ unsafe fn run_op_beneath(
         if fd < 0 {
             return -1;
         }
+        // By fd where the call by path would not follow the `/proc/self/fd` link to the
+        // file (`move_mount` without `MOVE_MOUNT_T_SYMLINKS`, `lchown`); the rest by it.
         let rc = match op {
             Op::Attach(detached, _) => attach_at(*detached, fd),
             Op::IdmappedTree(src, _) => {
