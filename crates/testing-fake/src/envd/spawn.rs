@@ -335,6 +335,11 @@ unsafe fn child(
 ) -> ! {
     // SAFETY: raw system calls on descriptors and strings prepared before the clone.
     unsafe {
+        // Until its `execve` the child is a copy of the emulator's memory (the host's
+        // environment, every sandbox's buffers in flight). Once it joins a sandbox's user
+        // namespace, that sandbox's root may ptrace it or read it (`process_vm_readv`) if
+        // it is dumpable; not dumpable, that takes CAP_SYS_PTRACE over the host's user
+        // namespace. `execve` makes the new program dumpable again as usual.
         // The mark, then the pid as the child's own PID namespace numbers it (the
         // sandbox's: it was born there).
         let mut hello = [RAN, 0, 0, 0, 0];
@@ -346,6 +351,9 @@ unsafe fn child(
             libc::write(mark, b.as_ptr().cast(), 4);
             libc::_exit(127)
         };
+        if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
+            fail(errno());
+        }
         for (target, &src) in stdio.iter().enumerate() {
             // Every source is above 2; dup2 clears close-on-exec on the copy.
             if libc::dup2(src, target as c_int) < 0 {

@@ -627,3 +627,81 @@ async fn commands_start_in_the_cgroups_of_init() {
         }
     }
 }
+
+/// Between its fork and its `execve` a command is a copy of the emulator's memory (the
+/// host's environment, every sandbox's buffers). Sandbox root races for each new pid,
+/// reading its `/proc/N/environ` the moment the kernel lets it: it never gets the copy.
+#[tokio::test]
+async fn a_command_being_started_never_shows_the_emulators_memory() {
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    // For each new pid: its `stat` (which shows where its environment lies only to a
+    // process allowed to ptrace it), then `process_vm_readv` of that range while the
+    // process is still the emulator's fork (named after the emulator's thread). Prints
+    // the execs seen, the environments read that were the emulator's, and the forks the
+    // racer was allowed to ptrace. With the fork dumpable: "602 90 299".
+    let racer = r#"
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+class Iov(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+def top():
+    return max(int(p) for p in os.listdir("/proc") if p.isdigit())
+n, seen, forks, leaks, tries = top() + 1, 0, 0, 0, 0
+end = time.time() + 60
+while time.time() < end and not os.path.exists("/tmp/stop-racer"):
+    try:
+        with open("/proc/%d/stat" % n, "rb") as f:
+            st = f.read()
+        comm = st[st.index(b"(") + 1:st.rindex(b")")]
+        fields = st[st.rindex(b")") + 2:].split()
+        env_start, env_end = int(fields[47]), int(fields[48])
+    except (OSError, ValueError, IndexError):
+        env_start = 0
+    if env_start == 0:
+        tries += 1
+        if tries % 256 == 0 and top() > n:
+            n, tries = n + 1, 0
+        continue
+    if not comm.startswith(b"envd"):
+        seen, n, tries = seen + 1, n + 1, 0
+        continue
+    forks += 1
+    size = min(env_end - env_start, 1 << 20)
+    buf = ctypes.create_string_buffer(size)
+    local = Iov(ctypes.cast(buf, ctypes.c_void_p), size)
+    remote = Iov(env_start, size)
+    got = libc.process_vm_readv(n, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    if got > 0 and b"CARGO_MANIFEST_DIR" in buf.raw[:got]:
+        leaks += 1
+print(seen, leaks, forks)
+"#;
+    let racer_cmd = format!("python3 -c '{racer}'");
+    let race = root_sh(&fake, &racer_cmd);
+    let starts = async {
+        // Let the racer find its first pid.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        for _ in 0..300 {
+            let (_, _, end) = run(&fake, "true", Some("user")).await;
+            assert_eq!(exit_code(&end), 0);
+        }
+        let (_, _, end) = run(&fake, "touch /tmp/stop-racer", Some("root")).await;
+        assert_eq!(exit_code(&end), 0);
+    };
+    let ((out, err, code), ()) = tokio::join!(race, starts);
+    assert_eq!(code, 0, "{err}");
+    let counts: Vec<u64> = out.split_whitespace().map(|v| v.parse().unwrap()).collect();
+    assert!(
+        counts[0] >= 100,
+        "the racer saw only {} starts: {out}",
+        counts[0]
+    );
+    assert_eq!(
+        counts[1], 0,
+        "sandbox root read the emulator's environment: {out}"
+    );
+    assert_eq!(
+        counts[2], 0,
+        "sandbox root could ptrace the emulator's fork: {out}"
+    );
+}
