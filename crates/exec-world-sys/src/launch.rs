@@ -111,6 +111,12 @@ pub fn launch(l: &Launch<'_>) -> io::Result<Outcome> {
 
 /// `CLONE_PIDFD`: `clone3` stores a pidfd of the child at [`CloneArgs::pidfd`].
 pub const CLONE_PIDFD: u64 = 0x1000;
+/// `CLONE_VM`: the child runs on our memory (until it execs).
+pub const CLONE_VM: u64 = 0x100;
+/// `CLONE_VFORK`: the call returns once the child has exec'd or exited.
+pub const CLONE_VFORK: u64 = 0x4000;
+/// `CLONE_PARENT`: the child's parent is our parent (it is our sibling).
+pub const CLONE_PARENT: u64 = 0x8000;
 /// `CLONE_CLEAR_SIGHAND`: every handled signal is reset to its default in the child.
 pub const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
 /// `CLONE_INTO_CGROUP`: the child is born in the cgroup v2 directory [`CloneArgs::cgroup`].
@@ -386,6 +392,8 @@ pub(crate) unsafe fn exec_along(
 mod clone3;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 use clone3::run;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use clone3::{ChildStack, clone3_entry};
 
 /// No `clone3` child entry for this platform: std's spawn.
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]

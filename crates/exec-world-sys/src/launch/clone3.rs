@@ -4,20 +4,29 @@
 
 use super::*;
 
-const CLONE_VM: u64 = 0x100;
-const CLONE_VFORK: u64 = 0x4000;
-
 /// The child's stack size (it makes a handful of calls before `exec`).
 const STACK: usize = 64 * 1024;
 /// A guard page below it.
 const GUARD: usize = 4096;
 
-/// A child stack with a guard page, kept per thread: `clone3` with `CLONE_VFORK`
-/// returns only once the child has exec'd or exited, so it is free again then.
-struct Stack(*mut c_void);
+/// A child's stack with a guard page below it, unmapped on drop. With `CLONE_VFORK`
+/// `clone3` returns only once the child has exec'd or exited, so one stack serves every
+/// child its owner starts (`launch` keeps one per thread).
+///
+/// ```
+/// let stack = exec_world_sys::launch::ChildStack::new().unwrap();
+/// let mut args = exec_world_sys::launch::CloneArgs::default();
+/// stack.set_on(&mut args);
+/// assert!(args.stack != 0 && args.stack_size > 0);
+/// ```
+pub struct ChildStack(*mut c_void);
 
-impl Stack {
-    fn new() -> io::Result<Stack> {
+// SAFETY: a private mapping owned by the value; nothing else refers to it.
+unsafe impl Send for ChildStack {}
+
+impl ChildStack {
+    /// Maps a fresh stack.
+    pub fn new() -> io::Result<ChildStack> {
         // SAFETY: a fresh anonymous private mapping; the guard page is made
         // inaccessible before any use.
         unsafe {
@@ -32,16 +41,22 @@ impl Stack {
             if p == libc::MAP_FAILED {
                 return Err(io::Error::last_os_error());
             }
-            let stack = Stack(p);
+            let stack = ChildStack(p);
             if libc::mprotect(p, GUARD, libc::PROT_NONE) != 0 {
                 return Err(io::Error::last_os_error());
             }
             Ok(stack)
         }
     }
+
+    /// Names this stack (the usable part, above the guard page) in `args`.
+    pub fn set_on(&self, args: &mut CloneArgs) {
+        args.stack = self.0 as u64 + GUARD as u64;
+        args.stack_size = STACK as u64;
+    }
 }
 
-impl Drop for Stack {
+impl Drop for ChildStack {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping made in `new`, no longer in use.
         unsafe { libc::munmap(self.0, GUARD + STACK) };
@@ -49,14 +64,17 @@ impl Drop for Stack {
 }
 
 thread_local! {
-    static STACKS: std::cell::RefCell<Option<Stack>> = const { std::cell::RefCell::new(None) };
+    static STACKS: std::cell::RefCell<Option<ChildStack>> = const { std::cell::RefCell::new(None) };
 }
 
 /// `clone3(args)`; in the child, `f(arg)` on the stack `args` names (never returns).
+/// Returns what the system call returned in the parent (the child's pid, or `-errno`).
 ///
 /// # Safety
-/// `args` must name a valid stack (16-byte aligned top) and `f` must never return.
-unsafe fn clone3(
+/// `args` must name a valid stack (16-byte aligned top, see [`ChildStack::set_on`]) that
+/// no other child uses meanwhile, and `f` must never return. With `CLONE_VM`, `f` runs
+/// on our memory while any other thread of ours may be anywhere: raw system calls only.
+pub unsafe fn clone3_entry(
     args: &mut CloneArgs,
     f: unsafe extern "C" fn(*mut c_void) -> !,
     arg: *mut c_void,
@@ -124,18 +142,17 @@ pub(super) fn run(
     let ret = STACKS.with(|cell| -> io::Result<i64> {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
-            *slot = Some(Stack::new()?);
+            *slot = Some(ChildStack::new()?);
         }
-        let base = slot.as_ref().map_or(std::ptr::null_mut(), |s| s.0);
         let mut args = CloneArgs {
             flags: CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_CLEAR_SIGHAND,
             pidfd: &mut pidfd as *mut c_int as u64,
             exit_signal: libc::SIGCHLD as u64,
-            // The usable part, above the guard page (its top is page-aligned).
-            stack: base as u64 + GUARD as u64,
-            stack_size: STACK as u64,
             ..CloneArgs::default()
         };
+        if let Some(stack) = slot.as_ref() {
+            stack.set_on(&mut args);
+        }
         if let Some(cg) = cgroup {
             args.flags |= CLONE_INTO_CGROUP;
             args.cgroup = cg.as_raw_fd() as u64;
@@ -144,7 +161,7 @@ pub(super) fn run(
         // child of this thread is gone or exec'd); child_main never returns and
         // reads only `child`, which lives until clone3 returned here.
         Ok(unsafe {
-            clone3(
+            clone3_entry(
                 &mut args,
                 child_main,
                 &child as *const ChildArgs as *mut c_void,

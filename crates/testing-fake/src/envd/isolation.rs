@@ -444,6 +444,37 @@ pub(crate) struct NsFds {
 }
 
 impl NsFds {
+    /// Join what a thread may: the mount, network, UTS and cgroup namespaces, the PID
+    /// namespace of the processes the caller forks, and the limit groups (cgroup v1
+    /// groups hold single threads). Raw system calls only: callable in a forked child.
+    /// The caller must not share its fs context (a thread: `unshare(CLONE_FS)` first).
+    fn join_shared(&self) -> std::io::Result<()> {
+        let pid_ns = self.pid.as_ref().map_or(-1, |fd| fd.as_raw_fd());
+        let cgroup_ns = self.cgroup.as_ref().map_or(-1, |(_, fd)| fd.as_raw_fd());
+        // SAFETY: setns on fds we own; each affects only the calling thread (its
+        // namespaces, the PID namespace of its future children).
+        unsafe {
+            if libc::setns(self.mnt.as_raw_fd(), libc::CLONE_NEWNS) != 0
+                || (pid_ns >= 0 && libc::setns(pid_ns, libc::CLONE_NEWPID) != 0)
+                || libc::setns(self.net.as_raw_fd(), libc::CLONE_NEWNET) != 0
+                || libc::setns(self.uts.as_raw_fd(), libc::CLONE_NEWUTS) != 0
+                || (cgroup_ns >= 0 && libc::setns(cgroup_ns, libc::CLONE_NEWCGROUP) != 0)
+            {
+                return Err(errno());
+            }
+        }
+        self.limits.join_self()
+    }
+
+    /// In a forked, single-threaded child that never execs the emulator's way (the
+    /// sandbox's starter, [`zygote`](super::zygote)): join everything a command's worker
+    /// thread and child together join ([`NsFds::join_shared`], then [`join_in_child`]:
+    /// the user namespace last, then the bounding set dropped). Raw system calls only.
+    pub(crate) fn enter_process(&self, join_cgroup: bool) -> std::io::Result<()> {
+        self.join_shared()?;
+        join_in_child(self, join_cgroup)
+    }
+
     /// The sandbox's cgroup subtree, for a child to be born in (`None` without one).
     pub(crate) fn cgroup_dir(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.cgroup.as_ref().map(|(cg, _)| cg.dir_fd())
@@ -470,6 +501,8 @@ pub(crate) struct Isolation {
     ns: Option<Arc<NsFds>>,
     ns_ino: Option<u64>,
     writable_root: bool,
+    /// The sandbox's starter: commands start through it (`None`: they fork).
+    zygote: Option<Arc<super::zygote::Zygote>>,
 }
 
 impl std::fmt::Debug for Isolation {
@@ -610,6 +643,7 @@ impl Isolation {
             ns: None,
             ns_ino: None,
             writable_root: false,
+            zygote: None,
         }
     }
 
@@ -813,6 +847,7 @@ impl Isolation {
             ns: None,
             ns_ino: None,
             writable_root: writable,
+            zygote: None,
         };
         // A namespace of the holder that differs from ours is the sandbox's own.
         let open = |kind: &str| -> std::io::Result<Option<(OwnedFd, u64)>> {
@@ -877,7 +912,7 @@ impl Isolation {
             p.ready()
                 .map_err(|e| BoundaryError::new(Step::UserModeNetwork, e))?;
         }
-        iso.ns = Some(Arc::new(NsFds {
+        let ns = Arc::new(NsFds {
             mnt,
             pid: pid_ns,
             net,
@@ -887,7 +922,17 @@ impl Isolation {
             user,
             limits,
             unlimited,
-        }));
+        });
+        // Best effort: without a starter, commands fork the emulator (slower, the same
+        // boundary).
+        iso.zygote = match super::zygote::Zygote::start(&ns) {
+            Ok(z) => Some(Arc::new(z)),
+            Err(e) => {
+                tracing::debug!("sandbox starter not made ({e}); commands fork");
+                None
+            }
+        };
+        iso.ns = Some(ns);
         iso.ns_ino = Some(ino);
         Ok(iso)
     }
@@ -941,6 +986,11 @@ impl Isolation {
         self.ns.clone()
     }
 
+    /// The sandbox's starter, when it has one.
+    pub(crate) fn zygote(&self) -> Option<Arc<super::zygote::Zygote>> {
+        self.zygote.clone()
+    }
+
     /// Pids of every process living in the namespace except the holder.
     pub(crate) fn members(&self) -> Vec<i32> {
         let Some(ino) = self.ns_ino else {
@@ -955,7 +1005,10 @@ impl Isolation {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
                 continue;
             };
-            if pid == me || Some(pid) == self.holder_pid {
+            if pid == me
+                || Some(pid) == self.holder_pid
+                || self.zygote.as_ref().is_some_and(|z| z.pid() == pid)
+            {
                 continue;
             }
             if let Ok(md) = std::fs::metadata(format!("/proc/{pid}/ns/mnt"))
@@ -976,6 +1029,9 @@ impl Isolation {
         if let Some(h) = holder {
             let _ = exec_world_sys::supervise::pidfd_signal(h.pidfd.as_fd(), libc::SIGKILL);
             drop(h.thread);
+        }
+        if let Some(z) = &self.zygote {
+            z.stop();
         }
         if let Some(p) = &self.uplink {
             p.stop();
@@ -1096,25 +1152,13 @@ impl FsWorker {
                         libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 0)
                     };
                     if let Some(ns) = ns {
-                        let pid_ns = ns.pid.as_ref().map_or(-1, |fd| fd.as_raw_fd());
-                        let cgroup_ns = ns.cgroup.as_ref().map_or(-1, |(_, fd)| fd.as_raw_fd());
-                        // SAFETY: unshare/setns affect only this thread (its fs context,
-                        // its namespaces, the PID namespace of its future children), and
-                        // `tasks` moves only this thread. The thread stays in the host's
-                        // user namespace, with the host root's rights.
-                        let r = unsafe {
-                            if libc::unshare(libc::CLONE_FS) != 0
-                                || libc::setns(ns.mnt.as_raw_fd(), libc::CLONE_NEWNS) != 0
-                                || (pid_ns >= 0 && libc::setns(pid_ns, libc::CLONE_NEWPID) != 0)
-                                || libc::setns(ns.net.as_raw_fd(), libc::CLONE_NEWNET) != 0
-                                || libc::setns(ns.uts.as_raw_fd(), libc::CLONE_NEWUTS) != 0
-                                || (cgroup_ns >= 0
-                                    && libc::setns(cgroup_ns, libc::CLONE_NEWCGROUP) != 0)
-                            {
-                                Err(errno())
-                            } else {
-                                ns.limits.join_self()
-                            }
+                        // SAFETY: unshare affects only this thread's fs context, which
+                        // `join_shared` then moves; the thread stays in the host's user
+                        // namespace, with the host root's rights.
+                        let r = if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+                            Err(errno())
+                        } else {
+                            ns.join_shared()
                         };
                         let failed = r.is_err();
                         let _ = ready_tx.send(r);

@@ -34,6 +34,7 @@ mod spawn;
 mod uplink_pool;
 mod userns;
 mod watch;
+mod zygote;
 
 pub(crate) use auth::json_error;
 pub(crate) use files::{has_signature, signed_with};
@@ -746,6 +747,23 @@ impl Envd {
             Some(m) => (m.peak.saturating_sub(m.cache), m.cache),
             None => (rss(&self.all_pids()), 0),
         }
+    }
+
+    /// The sandbox's starter (the process inside the sandbox's namespaces that starts
+    /// its commands without forking the emulator): its host pid and how many commands
+    /// it started; `None` without one (no isolation, or it could not be made or died:
+    /// commands then fork the emulator).
+    ///
+    /// ```no_run
+    /// # fn f(envd: &testing_fake::envd::Envd) {
+    /// if let Some((pid, started)) = envd.starter() {
+    ///     println!("starter {pid} started {started} commands");
+    /// }
+    /// # }
+    /// ```
+    pub fn starter(&self) -> Option<(u32, u64)> {
+        let z = self.iso.zygote()?;
+        Some((z.pid(), z.started()?))
     }
 
     /// True when processes and file operations run in a private mount namespace.

@@ -829,6 +829,7 @@ async fn spawn_in_sandbox(
         pty,
     };
     let rt = tokio::runtime::Handle::current();
+    let zygote = envd.iso.zygote();
     let spawned = envd
         .fs
         .run(move || {
@@ -837,8 +838,14 @@ async fn spawn_in_sandbox(
             }
             let _entered = rt.enter();
             let cgroup = setup.ns.as_ref().and_then(|ns| ns.cgroup_dir());
+            let via = zygote.as_deref().map(|z| spawn::Via {
+                zygote: z,
+                cwd: &setup.cwd,
+                creds: setup.creds,
+                pty: setup.pty,
+            });
             // `ChildSetup::run` performs only raw syscalls on data prepared before fork.
-            Some(cmd.start(cgroup, &|join| setup.run(join)))
+            Some(cmd.start_via(via, cgroup, &|join| setup.run(join)))
         })
         .await;
     match spawned {

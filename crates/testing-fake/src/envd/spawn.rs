@@ -39,6 +39,17 @@ pub(crate) struct Spawn {
     pub(crate) stdio: [Io; 3],
 }
 
+/// How the sandbox's starter starts a command ([`Spawn::start_via`]).
+pub(crate) struct Via<'a> {
+    pub(crate) zygote: &'a super::zygote::Zygote,
+    /// The working directory, as the sandbox names it.
+    pub(crate) cwd: &'a std::ffi::CStr,
+    /// `(uid, gid)` to take.
+    pub(crate) creds: Option<(u32, u32)>,
+    /// stdin is a PTY's slave to make the controlling terminal.
+    pub(crate) pty: bool,
+}
+
 /// A started child: our ends of its pipes, and its pidfd.
 pub(crate) struct Child {
     pid: u32,
@@ -54,6 +65,20 @@ pub(crate) struct Child {
 }
 
 impl Child {
+    /// A child started another way (the sandbox's starter, `zygote.rs`), known by its
+    /// pid and pidfd: waited for, signalled and reaped like one of ours, no pipes.
+    pub(crate) fn adopt(pid: u32, pidfd: OwnedFd) -> std::io::Result<Child> {
+        Ok(Child {
+            pid,
+            ns_pid: pid,
+            killer: pidfd.try_clone()?,
+            pidfd: Some(pidfd),
+            stdin: None,
+            stdout: None,
+            stderr: None,
+        })
+    }
+
     /// The child's pid on the host.
     pub(crate) fn id(&self) -> u32 {
         self.pid
@@ -153,6 +178,18 @@ impl Spawn {
     /// it itself), then `execve`. An error is the child's own (`setup`'s or `execve`'s).
     pub(crate) fn start(
         self,
+        cgroup: Option<BorrowedFd<'_>>,
+        setup: &(dyn Fn(bool) -> std::io::Result<()> + Sync),
+    ) -> std::io::Result<Child> {
+        self.start_via(None, cgroup, setup)
+    }
+
+    /// [`Spawn::start`], through the sandbox's starter when `via` names one that takes
+    /// it (then `setup` is not run: the starter's child does what `via` says); else
+    /// forked as there.
+    pub(crate) fn start_via(
+        self,
+        via: Option<Via<'_>>,
         cgroup: Option<BorrowedFd<'_>>,
         setup: &(dyn Fn(bool) -> std::io::Result<()> + Sync),
     ) -> std::io::Result<Child> {
@@ -287,14 +324,26 @@ impl Spawn {
                 }
             }
         };
-        let started = match cgroup {
-            Some(cg) => match fork(Some(cg))? {
+        let by_starter = match &via {
+            Some(v) => v.zygote.spawn(&super::zygote::Request {
+                argv: &argv,
+                env: &env,
+                cwd: v.cwd,
+                creds: v.creds,
+                pty: v.pty,
+                stdio,
+            })?,
+            None => None,
+        };
+        let started = match (by_starter, cgroup) {
+            (Some(s), _) => s,
+            (None, Some(cg)) => match fork(Some(cg))? {
                 Some(s) => s,
                 None => fork(None)?.ok_or_else(|| {
                     std::io::Error::other("the child was killed before it started")
                 })?,
             },
-            None => fork(None)?
+            (None, None) => fork(None)?
                 .ok_or_else(|| std::io::Error::other("the child was killed before it started"))?,
         };
         drop(child_ends);

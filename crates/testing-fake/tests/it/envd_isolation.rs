@@ -705,3 +705,90 @@ print(seen, leaks, forks)
         "sandbox root could ptrace the emulator's fork: {out}"
     );
 }
+
+/// `key`'s value in kB from `/proc/<pid>/status`.
+fn status_kb(pid: u32, key: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {s}"))
+}
+
+/// Commands start through the sandbox's starter: a process in every namespace and group
+/// of the sandbox, not dumpable, invisible from inside, holding no copy of the
+/// emulator's heap. Killed, commands still start (by forking the emulator).
+#[tokio::test]
+async fn commands_start_through_a_starter_that_holds_nothing_of_the_emulator() {
+    // 64 MiB of the emulator's heap, written (resident) before the sandbox is made.
+    let ballast = std::hint::black_box(vec![7u8; 64 << 20]);
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    let (pid, before) = fake
+        .envd
+        .starter()
+        .expect("an isolated sandbox has a starter");
+    let (out, err, code) = root_sh(
+        &fake,
+        "readlink /proc/self/ns/pid /proc/self/ns/user /proc/self/ns/mnt /proc/self/ns/net \
+         /proc/self/ns/time; cat /proc/self/cgroup; ls /proc | grep -c '^[0-9]'",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let (_, after) = fake.envd.starter().unwrap();
+    assert_eq!(
+        after,
+        before + 1,
+        "the command did not go through the starter"
+    );
+    // The starter is in the sandbox's namespaces (its PID namespace for its children)
+    // and cgroups.
+    let ns = |kind: &str| {
+        std::fs::read_link(format!("/proc/{pid}/ns/{kind}"))
+            .unwrap()
+            .display()
+            .to_string()
+    };
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some(ns("pid_for_children").as_str()));
+    for kind in ["user", "mnt", "net", "time"] {
+        assert_eq!(lines.next(), Some(ns(kind).as_str()), "{kind}: {out}");
+    }
+    // Seen from the host, its cgroups are the sandbox's (a command's own, seen from
+    // inside, are init's: `commands_start_in_the_cgroups_of_init`).
+    let theirs = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let rest: Vec<&str> = lines.collect();
+    let (count, cgroups) = rest.split_last().unwrap();
+    assert_eq!(cgroups.len(), theirs.lines().count(), "{out}");
+    let sandbox_group = |ctrl: &str| {
+        theirs.lines().any(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrls, path) = (f.next(), f.next().unwrap_or(""), f.next().unwrap_or(""));
+            ctrls.split(',').any(|c| c == ctrl) && path.contains("e2b-local-")
+        })
+    };
+    if fake.envd.missing_limits().is_empty() {
+        assert!(sandbox_group("memory") && sandbox_group("pids"), "{theirs}");
+    }
+    // From inside, only init and the command itself (`ls`, `grep` and the shell): the
+    // starter has no pid there.
+    assert!(count.parse::<u32>().unwrap() <= 4, "{out}");
+    // Not dumpable: its /proc files belong to the host's root, whatever its credentials.
+    let dumpable = std::fs::metadata(format!("/proc/{pid}/environ")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&dumpable), 0);
+    // It gave back the emulator's heap and its other threads' memory.
+    let own = status_kb(pid, "RssAnon:");
+    let emulator = status_kb(std::process::id(), "RssAnon:");
+    eprintln!("starter RssAnon {own} kB, emulator {emulator} kB");
+    assert!(
+        own < 8 * 1024 && emulator > 64 * 1024,
+        "the starter holds {own} kB of anonymous memory (the emulator {emulator} kB)"
+    );
+    drop(ballast);
+    // Gone, the next command forks the emulator and runs all the same.
+    // SAFETY: kill on the starter, a child of this process that the sandbox owns.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let (out, err, code) = root_sh(&fake, "echo still").await;
+    assert_eq!((out.as_str(), code), ("still\n", 0), "{err}");
+    assert_eq!(fake.envd.starter(), None);
+}
