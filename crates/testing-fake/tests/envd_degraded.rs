@@ -65,3 +65,32 @@ async fn processes_and_files_work_without_isolation() {
         .unwrap();
     assert_eq!(r.bytes().await.unwrap().as_ref(), b"up");
 }
+
+/// Without isolation a command starts on the emulator's memory (`CLONE_VM`, no copy):
+/// its PTY is its controlling terminal, a missing working directory is refused, and
+/// many starts in a row each run their own program.
+#[tokio::test]
+async fn commands_start_on_the_emulators_memory_with_a_pty_and_a_cwd() {
+    degrade();
+    let fake = boot("base", None).await;
+    assert!(!fake.envd.is_isolated());
+    let body = json!({"process":{"cmd":"/bin/sh","args":["-c","tty; test -t 0 && echo term; ps -o sid= -p $$; echo $$"]},"pty":{"size":{"cols":80,"rows":24}}});
+    let mut s = fake.stream("/process.Process/Start", &body, &[]).await;
+    let (msgs, _) = s.collect().await;
+    let (_, _, pty, end) = envd_support::outputs(&msgs);
+    let text = String::from_utf8_lossy(&pty).replace('\r', "");
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    assert!(lines[0].starts_with("/dev/pts/"), "{text}");
+    assert_eq!(lines[1], "term", "{text}");
+    // It leads its own session (setsid before TIOCSCTTY).
+    assert_eq!(lines[2], lines[3], "{text}");
+    assert_eq!(end.unwrap()["status"], "exit status 0");
+    let body = json!({"process":{"cmd":"/bin/true","cwd":"/nope"}});
+    let mut s = fake.stream("/process.Process/Start", &body, &[]).await;
+    let (_, end) = s.collect().await;
+    assert_eq!(end["error"]["message"], "cwd '/nope' does not exist");
+    for i in 0..50 {
+        let (out, _, _) = run(&fake, &format!("echo {i}"), None).await;
+        assert_eq!(String::from_utf8(out).unwrap(), format!("{i}\n"));
+    }
+}

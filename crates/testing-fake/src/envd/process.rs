@@ -838,12 +838,17 @@ async fn spawn_in_sandbox(
             }
             let _entered = rt.enter();
             let cgroup = setup.ns.as_ref().and_then(|ns| ns.cgroup_dir());
-            let via = zygote.as_deref().map(|z| spawn::Via {
-                zygote: z,
-                cwd: &setup.cwd,
-                creds: setup.creds,
-                pty: setup.pty,
-            });
+            let via = match (zygote.as_deref(), &setup.ns) {
+                (Some(z), _) => spawn::Via::Starter {
+                    zygote: z,
+                    cwd: &setup.cwd,
+                    creds: setup.creds,
+                    pty: setup.pty,
+                },
+                // Joins no namespace: nothing to copy our memory for.
+                (None, None) => spawn::Via::SharedMemory,
+                (None, Some(_)) => spawn::Via::Fork,
+            };
             // `ChildSetup::run` performs only raw syscalls on data prepared before fork.
             Some(cmd.start_via(via, cgroup, &|join| setup.run(join)))
         })

@@ -19,7 +19,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::process::ExitStatus;
 
 use exec_world_sys::launch::{
-    CLONE_CLEAR_SIGHAND, CLONE_INTO_CGROUP, CLONE_PIDFD, CloneArgs, above_stdio, pipe,
+    CLONE_CLEAR_SIGHAND, CLONE_INTO_CGROUP, CLONE_PIDFD, CLONE_VFORK, CLONE_VM, CloneArgs,
+    above_stdio, pipe,
 };
 
 /// One of the child's standard descriptors.
@@ -39,15 +40,26 @@ pub(crate) struct Spawn {
     pub(crate) stdio: [Io; 3],
 }
 
-/// How the sandbox's starter starts a command ([`Spawn::start_via`]).
-pub(crate) struct Via<'a> {
-    pub(crate) zygote: &'a super::zygote::Zygote,
-    /// The working directory, as the sandbox names it.
-    pub(crate) cwd: &'a std::ffi::CStr,
-    /// `(uid, gid)` to take.
-    pub(crate) creds: Option<(u32, u32)>,
-    /// stdin is a PTY's slave to make the controlling terminal.
-    pub(crate) pty: bool,
+/// How a child is made ([`Spawn::start_via`]).
+pub(crate) enum Via<'a> {
+    /// A fork: the child has its own copy of our memory, so its setup may join any
+    /// namespace (the time namespace refuses a process that shares its memory).
+    Fork,
+    /// `clone3(CLONE_VM | CLONE_VFORK)`: the child runs on our memory until it execs,
+    /// so no page table is copied. Its setup must change nothing of the memory's state
+    /// (no time namespace, no `prctl` on it): for a child that joins no namespace.
+    SharedMemory,
+    /// Through the sandbox's starter (`zygote.rs`), which does what these say instead of
+    /// the setup; a request the starter cannot take is forked.
+    Starter {
+        zygote: &'a super::zygote::Zygote,
+        /// The working directory, as the sandbox names it.
+        cwd: &'a std::ffi::CStr,
+        /// `(uid, gid)` to take.
+        creds: Option<(u32, u32)>,
+        /// stdin is a PTY's slave to make the controlling terminal.
+        pty: bool,
+    },
 }
 
 /// A started child: our ends of its pipes, and its pidfd.
@@ -181,15 +193,14 @@ impl Spawn {
         cgroup: Option<BorrowedFd<'_>>,
         setup: &(dyn Fn(bool) -> std::io::Result<()> + Sync),
     ) -> std::io::Result<Child> {
-        self.start_via(None, cgroup, setup)
+        self.start_via(Via::Fork, cgroup, setup)
     }
 
-    /// [`Spawn::start`], through the sandbox's starter when `via` names one that takes
-    /// it (then `setup` is not run: the starter's child does what `via` says); else
-    /// forked as there.
+    /// [`Spawn::start`], the child made as `via` says (with [`Via::Starter`], `setup` is
+    /// not run unless the starter cannot take the request and it is forked).
     pub(crate) fn start_via(
         self,
-        via: Option<Via<'_>>,
+        via: Via<'_>,
         cgroup: Option<BorrowedFd<'_>>,
         setup: &(dyn Fn(bool) -> std::io::Result<()> + Sync),
     ) -> std::io::Result<Child> {
@@ -239,6 +250,7 @@ impl Spawn {
             child_ends[2].as_raw_fd(),
         ];
         let program = program.as_ptr();
+        let shared = matches!(via, Via::SharedMemory);
         let fork = |into: Option<BorrowedFd<'_>>| -> std::io::Result<Option<(u32, u32, OwnedFd)>> {
             let (mark_r, mark_w) = pipe()?;
             let mut pidfd: c_int = -1;
@@ -252,33 +264,38 @@ impl Spawn {
                 args.flags |= CLONE_INTO_CGROUP;
                 args.cgroup = cg.as_raw_fd() as u64;
             }
-            let mark_w_raw = mark_w.as_raw_fd();
-            // SAFETY: clone3 with fork semantics (no CLONE_VM): the child has its own copy
-            // of our memory and runs only raw system calls up to execve or _exit.
-            let pid = unsafe {
-                libc::syscall(
-                    libc::SYS_clone3,
-                    &mut args as *mut CloneArgs,
-                    std::mem::size_of::<CloneArgs>(),
-                )
+            let frame = Frame {
+                mark: mark_w.as_raw_fd(),
+                stdio: &stdio,
+                setup,
+                join_cgroup: into.is_none() && cgroup.is_some(),
+                program,
+                argv: argv_p.as_ptr(),
+                envp: env_p.as_ptr(),
+                shared,
             };
-            if pid == 0 {
-                // SAFETY: in the child, see above.
-                unsafe {
-                    child(
-                        mark_w_raw,
-                        &stdio,
-                        setup,
-                        into.is_none() && cgroup.is_some(),
-                        program,
-                        argv_p.as_ptr(),
-                        env_p.as_ptr(),
+            let pid = if shared {
+                args.flags |= CLONE_VM | CLONE_VFORK;
+                shared_clone(&mut args, &frame)?
+            } else {
+                // SAFETY: clone3 with fork semantics (no CLONE_VM): the child has its own
+                // copy of our memory and runs only raw system calls up to execve or _exit.
+                let pid = unsafe {
+                    libc::syscall(
+                        libc::SYS_clone3,
+                        &mut args as *mut CloneArgs,
+                        std::mem::size_of::<CloneArgs>(),
                     )
+                };
+                if pid == 0 {
+                    // SAFETY: in the child, see above.
+                    unsafe { child(&frame) }
                 }
-            }
-            if pid < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+                if pid < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                pid
+            };
             drop(mark_w);
             // SAFETY: a pidfd the kernel just gave us.
             let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
@@ -325,15 +342,20 @@ impl Spawn {
             }
         };
         let by_starter = match &via {
-            Some(v) => v.zygote.spawn(&super::zygote::Request {
+            Via::Starter {
+                zygote,
+                cwd,
+                creds,
+                pty,
+            } => zygote.spawn(&super::zygote::Request {
                 argv: &argv,
                 env: &env,
-                cwd: v.cwd,
-                creds: v.creds,
-                pty: v.pty,
+                cwd,
+                creds: *creds,
+                pty: *pty,
                 stdio,
             })?,
-            None => None,
+            _ => None,
         };
         let started = match (by_starter, cgroup) {
             (Some(s), _) => s,
@@ -368,27 +390,74 @@ impl Spawn {
     }
 }
 
-/// The child, between `clone3` and `execve`: its mark, its stdio, the default signal
-/// state, `setup`, `execve`; a failure writes its errno after the mark and exits 127.
-///
-/// # Safety
-/// Only in the child of a fork-like clone; the arrays are NULL-terminated.
-unsafe fn child(
+/// What the child reads: prepared before the clone, alive until it execs or exits.
+struct Frame<'a> {
+    /// The write end of the mark pipe.
     mark: RawFd,
-    stdio: &[RawFd; 3],
-    setup: &(dyn Fn(bool) -> std::io::Result<()> + Sync),
+    stdio: &'a [RawFd; 3],
+    setup: &'a (dyn Fn(bool) -> std::io::Result<()> + Sync),
     join_cgroup: bool,
     program: *const c_char,
+    /// NULL-terminated arrays.
     argv: *const *const c_char,
     envp: *const *const c_char,
-) -> ! {
+    /// The child runs on our memory ([`Via::SharedMemory`]).
+    shared: bool,
+}
+
+thread_local! {
+    /// This thread's stack for its [`Via::SharedMemory`] children (free again once
+    /// `clone3` with `CLONE_VFORK` returns).
+    static STACK: std::cell::RefCell<Option<exec_world_sys::launch::ChildStack>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `clone3(args)` (with `CLONE_VM | CLONE_VFORK`) whose child runs [`child`] on this
+/// thread's child stack; the child's pid.
+fn shared_clone(args: &mut CloneArgs, frame: &Frame<'_>) -> std::io::Result<i64> {
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
+    }
+    /// The child's entry on its own stack.
+    ///
+    /// # Safety
+    /// `arg` is the [`Frame`] of the `clone3` call, alive until the child execs.
+    unsafe extern "C" fn entry(arg: *mut std::ffi::c_void) -> ! {
+        // SAFETY: see above.
+        unsafe { child(&*(arg as *const Frame<'_>)) }
+    }
+    STACK.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(exec_world_sys::launch::ChildStack::new()?);
+        }
+        if let Some(stack) = slot.as_ref() {
+            stack.set_on(args);
+        }
+        // SAFETY: this thread's stack, unused (CLONE_VFORK: its previous child exec'd or
+        // exited); `entry` never returns and reads only `frame`, alive until clone3
+        // returns here; the child makes raw system calls only and changes nothing of
+        // our memory but its mark's bytes on the pipe.
+        let ret = unsafe {
+            exec_world_sys::launch::clone3_entry(args, entry, frame as *const Frame<'_> as *mut _)
+        };
+        if ret < 0 {
+            return Err(std::io::Error::from_raw_os_error((-ret) as i32));
+        }
+        Ok(ret)
+    })
+}
+
+/// The child, between `clone3` and `execve`: not dumpable (unless it shares our
+/// memory), its mark, its stdio, the default signal state, `setup`, `execve`; a failure
+/// writes its errno after the mark and exits 127.
+///
+/// # Safety
+/// Only in the child of a clone; the frame's arrays are NULL-terminated.
+unsafe fn child(f: &Frame<'_>) -> ! {
+    let mark = f.mark;
     // SAFETY: raw system calls on descriptors and strings prepared before the clone.
     unsafe {
-        // Until its `execve` the child is a copy of the emulator's memory (the host's
-        // environment, every sandbox's buffers in flight). Once it joins a sandbox's user
-        // namespace, that sandbox's root may ptrace it or read it (`process_vm_readv`) if
-        // it is dumpable; not dumpable, that takes CAP_SYS_PTRACE over the host's user
-        // namespace. `execve` makes the new program dumpable again as usual.
         // The mark, then the pid as the child's own PID namespace numbers it (the
         // sandbox's: it was born there).
         let mut hello = [RAN, 0, 0, 0, 0];
@@ -400,10 +469,17 @@ unsafe fn child(
             libc::write(mark, b.as_ptr().cast(), 4);
             libc::_exit(127)
         };
-        if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
+        // Until its `execve` the child is a copy of the emulator's memory (the host's
+        // environment, every sandbox's buffers in flight). Once it joins a sandbox's user
+        // namespace, that sandbox's root may ptrace it or read it (`process_vm_readv`) if
+        // it is dumpable; not dumpable, that takes CAP_SYS_PTRACE over the host's user
+        // namespace. `execve` makes the new program dumpable again as usual.
+        // A child on our memory joins no user namespace (and would make the emulator
+        // itself not dumpable): it stays as it is.
+        if !f.shared && libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
             fail(errno());
         }
-        for (target, &src) in stdio.iter().enumerate() {
+        for (target, &src) in f.stdio.iter().enumerate() {
             // Every source is above 2; dup2 clears close-on-exec on the copy.
             if libc::dup2(src, target as c_int) < 0 {
                 fail(errno());
@@ -414,10 +490,10 @@ unsafe fn child(
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        if let Err(e) = setup(join_cgroup) {
+        if let Err(e) = (f.setup)(f.join_cgroup) {
             fail(e.raw_os_error().unwrap_or(libc::EIO));
         }
-        libc::execve(program, argv, envp);
+        libc::execve(f.program, f.argv, f.envp);
         fail(errno())
     }
 }
