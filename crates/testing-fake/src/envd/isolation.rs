@@ -441,6 +441,10 @@ pub(crate) struct NsFds {
     limits: Arc<Limits>,
     /// Limits set with cgroup v2 on a subtree the sandbox's processes do not join.
     unlimited: Vec<&'static str>,
+    /// The sandbox's `/dev/null`, opened once: a command's null stdio is a copy of it
+    /// (opened in the emulator's own mount namespace, the sandbox would see it under
+    /// another name).
+    dev_null: Option<OwnedFd>,
 }
 
 impl NsFds {
@@ -473,6 +477,11 @@ impl NsFds {
     pub(crate) fn enter_process(&self, join_cgroup: bool) -> std::io::Result<()> {
         self.join_shared()?;
         join_in_child(self, join_cgroup)
+    }
+
+    /// The sandbox's `/dev/null` (`None`: open it inside the sandbox's mount namespace).
+    pub(crate) fn dev_null(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.dev_null.as_ref().map(|fd| fd.as_fd())
     }
 
     /// The sandbox's cgroup subtree, for a child to be born in (`None` without one).
@@ -533,6 +542,20 @@ pub(crate) fn require_root() -> Result<(), BoundaryError> {
         ));
     }
     Ok(())
+}
+
+/// The `/dev/null` of the sandbox whose init is `holder`, as its root shows it: no link
+/// followed at its end, and only the null device (1:3) is taken.
+fn open_dev_null(holder: u32) -> Option<OwnedFd> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(format!("/proc/{holder}/root/dev/null"))
+        .ok()?;
+    let md = f.metadata().ok()?;
+    (md.file_type().is_char_device() && md.rdev() == libc::makedev(1, 3)).then(|| f.into())
 }
 
 /// The inode of this process's namespace `kind` (`pid`, `net`, …).
@@ -912,6 +935,7 @@ impl Isolation {
             p.ready()
                 .map_err(|e| BoundaryError::new(Step::UserModeNetwork, e))?;
         }
+        let dev_null = open_dev_null(pid);
         let ns = Arc::new(NsFds {
             mnt,
             pid: pid_ns,
@@ -922,6 +946,7 @@ impl Isolation {
             user,
             limits,
             unlimited,
+            dev_null,
         });
         // Best effort: without a starter, commands fork the emulator (slower, the same
         // boundary).

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use super::auth::ActingUser;
 use super::connect::{self, RpcError, StreamTx};
-use super::{Envd, SANDBOX_PATH, isolation, paths, pty, spawn};
+use super::{Envd, SANDBOX_PATH, isolation, paths, pty, spawn, zygote};
 use crate::template::TemplateUser;
 
 const STD_CHUNK: usize = 32 << 10;
@@ -809,10 +809,12 @@ fn attach_pipes(cmd: &mut spawn::Spawn, stdin: bool) {
     cmd.stdio = [input, spawn::Io::Piped, spawn::Io::Piped];
 }
 
-/// Checks that `cwd` exists, then spawns `cmd` as `user` in it, all in one job of a
-/// sandbox worker thread: the child is born in the sandbox's PID namespace and joins its
-/// other namespaces (`ChildSetup`). The command (and with it the parent's copies of a pty
-/// slave) is dropped there.
+/// Spawns `cmd` as `user` in `cwd`, which must exist: through the sandbox's starter
+/// when it has one (the starter's child is born in every namespace and group of the
+/// sandbox); else in one job of a sandbox worker thread, which checks `cwd` and forks
+/// (or, without isolation, clones on our memory) a child born in the sandbox's PID
+/// namespace that joins its other namespaces (`ChildSetup`). The command (and with it
+/// our copies of a pty slave) is dropped once the child has its own.
 async fn spawn_in_sandbox(
     envd: &Envd,
     cmd: spawn::Spawn,
@@ -821,6 +823,13 @@ async fn spawn_in_sandbox(
     pty: bool,
     req: &StartRequest,
 ) -> Result<spawn::Child, RpcError> {
+    let failed = |e: std::io::Error| {
+        RpcError::invalid(format!(
+            "error starting process '{}': {e}",
+            user_command(&req.process)
+        ))
+    };
+    let missing = || RpcError::invalid(format!("cwd '{cwd}' does not exist"));
     let host_cwd = envd.host_path(cwd);
     let setup = ChildSetup {
         ns: envd.iso.ns_fds(),
@@ -828,8 +837,27 @@ async fn spawn_in_sandbox(
         creds: envd.iso.enabled().then_some((user.uid, user.gid)),
         pty,
     };
+    let null = setup.ns.as_ref().and_then(|ns| ns.dev_null());
+    let prepared = cmd.prepare(null).map_err(failed)?;
+    let prepared = match envd.iso.zygote() {
+        Some(z) => {
+            let how = zygote::Setup {
+                cwd: setup.cwd.clone(),
+                creds: setup.creds,
+                pty,
+            };
+            match z.start_command(prepared, how).await.map_err(failed)? {
+                zygote::Outcome::Started(child) => return Ok(child),
+                zygote::Outcome::Failed {
+                    missing_cwd: true, ..
+                } => return Err(missing()),
+                zygote::Outcome::Failed { error, .. } => return Err(failed(error)),
+                zygote::Outcome::Unavailable(prepared) => prepared,
+            }
+        }
+        None => prepared,
+    };
     let rt = tokio::runtime::Handle::current();
-    let zygote = envd.iso.zygote();
     let spawned = envd
         .fs
         .run(move || {
@@ -838,28 +866,20 @@ async fn spawn_in_sandbox(
             }
             let _entered = rt.enter();
             let cgroup = setup.ns.as_ref().and_then(|ns| ns.cgroup_dir());
-            let via = match (zygote.as_deref(), &setup.ns) {
-                (Some(z), _) => spawn::Via::Starter {
-                    zygote: z,
-                    cwd: &setup.cwd,
-                    creds: setup.creds,
-                    pty: setup.pty,
-                },
-                // Joins no namespace: nothing to copy our memory for.
-                (None, None) => spawn::Via::SharedMemory,
-                (None, Some(_)) => spawn::Via::Fork,
+            // Joining no namespace, the child needs no copy of our memory.
+            let via = if setup.ns.is_none() {
+                spawn::Via::SharedMemory
+            } else {
+                spawn::Via::Fork
             };
             // `ChildSetup::run` performs only raw syscalls on data prepared before fork.
-            Some(cmd.start_via(via, cgroup, &|join| setup.run(join)))
+            Some(prepared.start(via, cgroup, &|join| setup.run(join)))
         })
         .await;
     match spawned {
         Ok(Some(Ok(child))) => Ok(child),
-        Ok(None) => Err(RpcError::invalid(format!("cwd '{cwd}' does not exist"))),
-        Ok(Some(Err(e))) | Err(e) => Err(RpcError::invalid(format!(
-            "error starting process '{}': {e}",
-            user_command(&req.process)
-        ))),
+        Ok(None) => Err(missing()),
+        Ok(Some(Err(e))) | Err(e) => Err(failed(e)),
     }
 }
 

@@ -40,8 +40,8 @@ pub(crate) struct Spawn {
     pub(crate) stdio: [Io; 3],
 }
 
-/// How a child is made ([`Spawn::start_via`]).
-pub(crate) enum Via<'a> {
+/// How a child is made ([`Prepared::start`]).
+pub(crate) enum Via {
     /// A fork: the child has its own copy of our memory, so its setup may join any
     /// namespace (the time namespace refuses a process that shares its memory).
     Fork,
@@ -49,17 +49,6 @@ pub(crate) enum Via<'a> {
     /// so no page table is copied. Its setup must change nothing of the memory's state
     /// (no time namespace, no `prctl` on it): for a child that joins no namespace.
     SharedMemory,
-    /// Through the sandbox's starter (`zygote.rs`), which does what these say instead of
-    /// the setup; a request the starter cannot take is forked.
-    Starter {
-        zygote: &'a super::zygote::Zygote,
-        /// The working directory, as the sandbox names it.
-        cwd: &'a std::ffi::CStr,
-        /// `(uid, gid)` to take.
-        creds: Option<(u32, u32)>,
-        /// stdin is a PTY's slave to make the controlling terminal.
-        pty: bool,
-    },
 }
 
 /// A started child: our ends of its pipes, and its pidfd.
@@ -143,8 +132,11 @@ impl Child {
 }
 
 impl Drop for Child {
+    /// A child nobody waited for (its start was abandoned: the caller went away) is
+    /// killed; every child is reaped once it exits, so none stays a zombie.
     fn drop(&mut self) {
         let Some(fd) = self.pidfd.take() else { return };
+        self.start_kill();
         let pid = self.pid;
         // Reaped when it exits, so it never stays a zombie.
         match tokio::runtime::Handle::try_current() {
@@ -193,17 +185,13 @@ impl Spawn {
         cgroup: Option<BorrowedFd<'_>>,
         setup: &(dyn Fn(bool) -> std::io::Result<()> + Sync),
     ) -> std::io::Result<Child> {
-        self.start_via(Via::Fork, cgroup, setup)
+        self.prepare(None)?.start(Via::Fork, cgroup, setup)
     }
 
-    /// [`Spawn::start`], the child made as `via` says (with [`Via::Starter`], `setup` is
-    /// not run unless the starter cannot take the request and it is forked).
-    pub(crate) fn start_via(
-        self,
-        via: Via<'_>,
-        cgroup: Option<BorrowedFd<'_>>,
-        setup: &(dyn Fn(bool) -> std::io::Result<()> + Sync),
-    ) -> std::io::Result<Child> {
+    /// The strings as C strings and the child's descriptors: what any way of starting
+    /// it needs ([`Prepared::start`], or the sandbox's starter). A null stdio is a copy
+    /// of `null` when given, else `/dev/null` opened here.
+    pub(crate) fn prepare(self, null: Option<BorrowedFd<'_>>) -> std::io::Result<Prepared> {
         let argv: Vec<CString> = self
             .argv
             .into_iter()
@@ -214,26 +202,25 @@ impl Spawn {
             .into_iter()
             .map(|(k, v)| cstring(format!("{k}={v}")))
             .collect::<std::io::Result<_>>()?;
-        let Some(program) = argv.first() else {
+        if argv.is_empty() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "no program",
             ));
-        };
-        let mut argv_p: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-        argv_p.push(std::ptr::null());
-        let mut env_p: Vec<*const c_char> = env.iter().map(|e| e.as_ptr()).collect();
-        env_p.push(std::ptr::null());
+        }
         // The child's ends (given to it, closed here after the clone) and ours.
         let mut child_ends: Vec<OwnedFd> = Vec::new();
         let mut ours: [Option<OwnedFd>; 3] = [None, None, None];
         for (i, io) in self.stdio.into_iter().enumerate() {
             let end = match io {
-                Io::Null => above_stdio(rustix::fs::open(
-                    "/dev/null",
-                    rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
-                    rustix::fs::Mode::empty(),
-                )?)?,
+                Io::Null => match null {
+                    Some(fd) => rustix::io::fcntl_dupfd_cloexec(fd, 3)?,
+                    None => above_stdio(rustix::fs::open(
+                        "/dev/null",
+                        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+                        rustix::fs::Mode::empty(),
+                    )?)?,
+                },
                 Io::Piped => {
                     let (r, w) = pipe()?;
                     let (theirs, mine) = if i == 0 { (r, w) } else { (w, r) };
@@ -244,12 +231,54 @@ impl Spawn {
             };
             child_ends.push(end);
         }
-        let stdio: [RawFd; 3] = [
-            child_ends[0].as_raw_fd(),
-            child_ends[1].as_raw_fd(),
-            child_ends[2].as_raw_fd(),
-        ];
-        let program = program.as_ptr();
+        Ok(Prepared {
+            argv,
+            env,
+            child_ends,
+            ours,
+        })
+    }
+}
+
+/// A [`Spawn`] ready to start: its C strings, the child's descriptors and ours.
+pub(crate) struct Prepared {
+    argv: Vec<CString>,
+    env: Vec<CString>,
+    /// stdin, stdout, stderr as the child gets them (all above 2).
+    child_ends: Vec<OwnedFd>,
+    ours: [Option<OwnedFd>; 3],
+}
+
+impl Prepared {
+    /// `argv` (its first is the program's path; never empty).
+    pub(crate) fn argv(&self) -> &[CString] {
+        &self.argv
+    }
+
+    /// The environment, `NAME=value` each.
+    pub(crate) fn env(&self) -> &[CString] {
+        &self.env
+    }
+
+    /// The child's stdin, stdout and stderr.
+    pub(crate) fn stdio(&self) -> [RawFd; 3] {
+        let fd = |i: usize| self.child_ends.get(i).map_or(-1, |f| f.as_raw_fd());
+        [fd(0), fd(1), fd(2)]
+    }
+
+    /// Start the child as `via` says (see [`Spawn::start`]).
+    pub(crate) fn start(
+        self,
+        via: Via,
+        cgroup: Option<BorrowedFd<'_>>,
+        setup: &(dyn Fn(bool) -> std::io::Result<()> + Sync),
+    ) -> std::io::Result<Child> {
+        let mut argv_p: Vec<*const c_char> = self.argv.iter().map(|a| a.as_ptr()).collect();
+        argv_p.push(std::ptr::null());
+        let mut env_p: Vec<*const c_char> = self.env.iter().map(|e| e.as_ptr()).collect();
+        env_p.push(std::ptr::null());
+        let stdio = self.stdio();
+        let program = argv_p[0];
         let shared = matches!(via, Via::SharedMemory);
         let fork = |into: Option<BorrowedFd<'_>>| -> std::io::Result<Option<(u32, u32, OwnedFd)>> {
             let (mark_r, mark_w) = pipe()?;
@@ -341,37 +370,26 @@ impl Spawn {
                 }
             }
         };
-        let by_starter = match &via {
-            Via::Starter {
-                zygote,
-                cwd,
-                creds,
-                pty,
-            } => zygote.spawn(&super::zygote::Request {
-                argv: &argv,
-                env: &env,
-                cwd,
-                creds: *creds,
-                pty: *pty,
-                stdio,
-            })?,
-            _ => None,
-        };
-        let started = match (by_starter, cgroup) {
-            (Some(s), _) => s,
-            (None, Some(cg)) => match fork(Some(cg))? {
+        let started = match cgroup {
+            Some(cg) => match fork(Some(cg))? {
                 Some(s) => s,
                 None => fork(None)?.ok_or_else(|| {
                     std::io::Error::other("the child was killed before it started")
                 })?,
             },
-            (None, None) => fork(None)?
+            None => fork(None)?
                 .ok_or_else(|| std::io::Error::other("the child was killed before it started"))?,
         };
-        drop(child_ends);
         let (pid, ns_pid, pidfd) = started;
+        self.finish(pid, ns_pid, pidfd)
+    }
+
+    /// The [`Child`] started from this (pid `pid` on the host, `ns_pid` in its PID
+    /// namespace): the child's descriptors are closed here, ours go to the child.
+    pub(crate) fn finish(self, pid: u32, ns_pid: u32, pidfd: OwnedFd) -> std::io::Result<Child> {
+        drop(self.child_ends);
         let killer = pidfd.try_clone()?;
-        let [stdin, stdout, stderr] = ours;
+        let [stdin, stdout, stderr] = self.ours;
         Ok(Child {
             pid,
             ns_pid,

@@ -21,7 +21,7 @@
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use exec_world_sys::launch::{
@@ -30,7 +30,7 @@ use exec_world_sys::launch::{
 };
 
 use super::isolation::NsFds;
-use super::spawn::Child;
+use super::spawn::{Child, Prepared};
 
 /// The largest request (strings) the starter takes; a larger one is forked the old way.
 const MAX_REQUEST: usize = 256 * 1024;
@@ -43,30 +43,56 @@ const FLAG_PTY: u32 = 2;
 const HEADER: usize = 24;
 /// The child's mark that it ran (an errno replaces it on failure; 0: it never ran).
 const RAN: i32 = -1;
+/// The answer: pid on the host (or -1), pid in the sandbox, errno, step.
+const REPLY: usize = 16;
 
 /// What one command needs from the starter besides its program and environment.
-pub(crate) struct Request<'a> {
+struct Request<'a> {
     /// `argv[0]` is the program's path.
-    pub(crate) argv: &'a [CString],
+    argv: &'a [CString],
     /// `NAME=value` entries: the whole environment.
-    pub(crate) env: &'a [CString],
+    env: &'a [CString],
     /// The working directory, as the sandbox names it.
-    pub(crate) cwd: &'a CStr,
+    cwd: &'a CStr,
+    /// `(uid, gid)` to take, as the sandbox numbers them.
+    creds: Option<(u32, u32)>,
+    /// stdin is a PTY's slave to make the controlling terminal (a new session).
+    pty: bool,
+}
+
+/// How a command's start through the starter went.
+pub(crate) enum Outcome {
+    /// It runs.
+    Started(Child),
+    /// Its child failed before `execve` (or the kernel refused the clone): nothing runs.
+    /// `missing_cwd`: its working directory does not exist (as the sandbox's root sees).
+    Failed {
+        missing_cwd: bool,
+        error: std::io::Error,
+    },
+    /// The starter cannot take it (too large, or the starter is gone): start it another
+    /// way; nothing was started.
+    Unavailable(Prepared),
+}
+
+/// What a command's start is, as the starter sets it up.
+pub(crate) struct Setup {
+    /// The working directory, as the sandbox names it.
+    pub(crate) cwd: CString,
     /// `(uid, gid)` to take, as the sandbox numbers them.
     pub(crate) creds: Option<(u32, u32)>,
     /// stdin is a PTY's slave to make the controlling terminal (a new session).
     pub(crate) pty: bool,
-    /// The child's stdin, stdout and stderr (above 2).
-    pub(crate) stdio: [RawFd; 3],
 }
 
-/// A started command: its pid on the host, its pid in the sandbox, a pidfd.
-pub(crate) type Started = (u32, u32, OwnedFd);
+/// The answer's `step`: the child's `chdir` failed and the directory does not exist.
+const STEP_NO_CWD: u32 = 1;
 
 /// The starter of one sandbox, from the emulator's side.
 pub(crate) struct Zygote {
-    /// Our end of its socket; `None` once it broke (then every start forks).
-    sock: Mutex<Option<OwnedFd>>,
+    /// Our end of its socket (non-blocking); `None` once it broke (then every start
+    /// forks). Held for a whole exchange: one request at a time.
+    sock: tokio::sync::Mutex<Option<OwnedFd>>,
     /// The starter process (reaped in the background once dropped).
     child: Child,
     /// Commands it started.
@@ -196,8 +222,10 @@ impl Zygote {
             child.start_kill();
             return Err(std::io::Error::from_raw_os_error(code));
         }
+        let flags = rustix::fs::fcntl_getfl(&ours)?;
+        rustix::fs::fcntl_setfl(&ours, flags | rustix::fs::OFlags::NONBLOCK)?;
         Ok(Zygote {
-            sock: Mutex::new(Some(ours)),
+            sock: tokio::sync::Mutex::new(Some(ours)),
             child,
             started: std::sync::atomic::AtomicU64::new(0),
         })
@@ -205,7 +233,7 @@ impl Zygote {
 
     /// End the starter (its socket closed, and killed); commands fork from now on.
     pub(crate) fn stop(&self) {
-        if let Ok(mut g) = self.sock.lock() {
+        if let Ok(mut g) = self.sock.try_lock() {
             g.take();
         }
         self.child.start_kill();
@@ -218,47 +246,66 @@ impl Zygote {
 
     /// How many commands it started; `None` once it is gone (commands fork).
     pub(crate) fn started(&self) -> Option<u64> {
-        let alive = self.sock.lock().ok().is_some_and(|g| g.is_some());
+        let alive = self.sock.try_lock().map_or(true, |g| g.is_some());
         alive.then(|| self.started.load(Ordering::Relaxed))
     }
 
-    /// Start `req` through the starter. `Ok(None)`: the starter cannot take it (too
-    /// large, or the starter is gone): start it another way. An error is the child's
-    /// own (its `chdir`, credentials or `execve`) or the kernel's refusal of the clone.
-    pub(crate) fn spawn(&self, req: &Request<'_>) -> std::io::Result<Option<Started>> {
-        let Some(msg) = encode(req) else {
-            return Ok(None);
+    /// Start `prepared` through the starter, set up as `setup` says. The exchange runs
+    /// as a task of its own: a caller that goes away mid-way leaves no command running
+    /// (the task's [`Child`], never waited for, is killed when it drops).
+    pub(crate) async fn start_command(
+        self: Arc<Self>,
+        prepared: Prepared,
+        setup: Setup,
+    ) -> std::io::Result<Outcome> {
+        tokio::spawn(async move { self.exchange(prepared, setup).await })
+            .await
+            .map_err(std::io::Error::other)?
+    }
+
+    async fn exchange(&self, prepared: Prepared, setup: Setup) -> std::io::Result<Outcome> {
+        let req = Request {
+            argv: prepared.argv(),
+            env: prepared.env(),
+            cwd: &setup.cwd,
+            creds: setup.creds,
+            pty: setup.pty,
         };
-        let Ok(mut guard) = self.sock.lock() else {
-            return Ok(None);
+        let Some(msg) = encode(&req) else {
+            return Ok(Outcome::Unavailable(prepared));
         };
-        let Some(sock) = guard.as_ref() else {
-            return Ok(None);
+        let mut guard = self.sock.lock().await;
+        let Some(sock) = guard.take() else {
+            return Ok(Outcome::Unavailable(prepared));
         };
-        let reply = match exchange(sock.as_raw_fd(), &msg, &req.stdio) {
+        // Registered for this exchange only: a starter made on one runtime serves
+        // another (a spare), and a dropped exchange closes the socket with it (the
+        // starter then ends, and later starts fork).
+        // SAFETY: an OwnedFd is a valid open descriptor, owned by the AsyncFd until
+        // `into_inner` gives it back.
+        let fd = unsafe { tokio::io::unix::AsyncFd::register(sock) }?;
+        let reply = match talk(&fd, &msg, &prepared.stdio()).await {
             Ok(r) => r,
             Err(_) => {
                 // Gone (killed with its cgroup, or the sandbox is ending): fork from now on.
-                *guard = None;
+                drop(fd);
                 self.child.start_kill();
-                return Ok(None);
+                return Ok(Outcome::Unavailable(prepared));
             }
         };
+        *guard = Some(fd.into_inner());
         drop(guard);
-        let (pid, ns_pid, code) = reply;
+        let (pid, ns_pid, code, step) = reply;
         if pid <= 0 {
-            return Err(std::io::Error::from_raw_os_error(code));
+            return Ok(Outcome::Failed {
+                missing_cwd: false,
+                error: std::io::Error::from_raw_os_error(code),
+            });
         }
-        if code != 0 {
-            // It exited (127) before its exec, or never ran: reap it.
-            let mut st = 0;
-            // SAFETY: waitpid on our own child (CLONE_PARENT made it ours).
-            unsafe { libc::waitpid(pid, &mut st, 0) };
-            return Err(std::io::Error::from_raw_os_error(code));
-        }
-        // SAFETY: pidfd_open on our own child, not yet reaped (so its pid is not reused).
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
+        // SAFETY: pidfd_open on our own child (CLONE_PARENT made it ours), not yet
+        // reaped, so its pid is not reused.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if raw < 0 {
             let e = std::io::Error::last_os_error();
             // SAFETY: signal and reap our own child: a command we cannot follow must not run.
             unsafe {
@@ -269,9 +316,17 @@ impl Zygote {
             return Err(e);
         }
         // SAFETY: a fresh pidfd we own.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+        let child = prepared.finish(pid as u32, ns_pid, pidfd)?;
+        if code != 0 {
+            // It exited (127) before its exec, or never ran: `child` reaps it.
+            return Ok(Outcome::Failed {
+                missing_cwd: step == STEP_NO_CWD,
+                error: std::io::Error::from_raw_os_error(code),
+            });
+        }
         self.started.fetch_add(1, Ordering::Relaxed);
-        Ok(Some((pid as u32, ns_pid, pidfd)))
+        Ok(Outcome::Started(child))
     }
 }
 
@@ -320,9 +375,38 @@ fn encode(req: &Request<'_>) -> Option<Vec<u8>> {
 }
 
 /// Send `msg` with the three descriptors and read the answer: (pid on the host or -1,
-/// pid in the sandbox, errno). An error: the starter is gone.
-fn exchange(sock: RawFd, msg: &[u8], fds: &[RawFd; 3]) -> std::io::Result<(i32, u32, i32)> {
-    // SAFETY: sendmsg/recv on locals; the control buffer is aligned and large enough for
+/// pid in the sandbox, errno, step). An error: the starter is gone.
+async fn talk(
+    fd: &tokio::io::unix::AsyncFd<OwnedFd>,
+    msg: &[u8],
+    fds: &[RawFd; 3],
+) -> std::io::Result<(i32, u32, i32, u32)> {
+    loop {
+        let mut ready = fd.writable().await?;
+        match ready.try_io(|inner| send_request(inner.as_raw_fd(), msg, fds)) {
+            Ok(sent) => break sent?,
+            Err(_would_block) => continue,
+        }
+    }
+    let reply = loop {
+        let mut ready = fd.readable().await?;
+        match ready.try_io(|inner| recv_reply(inner.as_raw_fd())) {
+            Ok(r) => break r?,
+            Err(_would_block) => continue,
+        }
+    };
+    let word = |i: usize| [reply[i], reply[i + 1], reply[i + 2], reply[i + 3]];
+    Ok((
+        i32::from_ne_bytes(word(0)),
+        u32::from_ne_bytes(word(4)),
+        i32::from_ne_bytes(word(8)),
+        u32::from_ne_bytes(word(12)),
+    ))
+}
+
+/// One `sendmsg` of `msg` with `fds` (`WouldBlock` when the socket is full).
+fn send_request(sock: RawFd, msg: &[u8], fds: &[RawFd; 3]) -> std::io::Result<()> {
+    // SAFETY: sendmsg on locals; the control buffer is aligned and large enough for
     // three descriptors.
     unsafe {
         let mut iov = libc::iovec {
@@ -341,34 +425,36 @@ fn exchange(sock: RawFd, msg: &[u8], fds: &[RawFd; 3]) -> std::io::Result<(i32, 
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
         (*cmsg).cmsg_len = libc::CMSG_LEN((3 * std::mem::size_of::<c_int>()) as u32) as usize;
         std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast::<c_int>(), 3);
-        loop {
-            let n = libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL);
-            if n == msg.len() as isize {
-                break;
-            }
-            if n < 0 && errno() == libc::EINTR {
-                continue;
-            }
+        let n = libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
+        if n == msg.len() as isize {
+            return Ok(());
+        }
+        if n < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        let mut reply = [0u8; 12];
-        loop {
-            let n = libc::recv(sock, reply.as_mut_ptr().cast(), reply.len(), 0);
-            if n == 12 {
-                break;
-            }
-            if n < 0 && errno() == libc::EINTR {
-                continue;
-            }
-            return Err(std::io::Error::other("the starter is gone"));
-        }
-        let word = |i: usize| [reply[i], reply[i + 1], reply[i + 2], reply[i + 3]];
-        Ok((
-            i32::from_ne_bytes(word(0)),
-            u32::from_ne_bytes(word(4)),
-            i32::from_ne_bytes(word(8)),
-        ))
+        Err(std::io::Error::other("a short send on a packet socket"))
     }
+}
+
+/// The starter's answer (`WouldBlock` before it came; an error once it is gone).
+fn recv_reply(sock: RawFd) -> std::io::Result<[u8; REPLY]> {
+    let mut reply = [0u8; REPLY];
+    // SAFETY: reading into a local.
+    let n = unsafe {
+        libc::recv(
+            sock,
+            reply.as_mut_ptr().cast(),
+            reply.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n == REPLY as isize {
+        return Ok(reply);
+    }
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Err(std::io::Error::other("the starter is gone"))
 }
 
 /// The starter: enter the sandbox, trim, say it is ready, serve. Never returns.
@@ -503,21 +589,23 @@ unsafe fn serve(sock: RawFd, buf: *mut u8, ptrs: *mut *const c_char, stack: &Chi
                 cmsg = libc::CMSG_NXTHDR(&hdr, cmsg);
             }
             let whole = hdr.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) == 0;
-            let (pid, ns_pid, code) = if whole && got == 3 {
+            let (pid, ns_pid, code, step) = if whole && got == 3 {
                 start(buf, n as usize, ptrs, fds, stack)
             } else {
-                (-1, 0, libc::E2BIG)
+                (-1, 0, libc::E2BIG, 0)
             };
             for fd in fds {
                 if fd >= 0 {
                     libc::close(fd);
                 }
             }
-            let mut reply = [0u8; 12];
+            let mut reply = [0u8; REPLY];
             reply[0..4].copy_from_slice(&pid.to_ne_bytes());
             reply[4..8].copy_from_slice(&ns_pid.to_ne_bytes());
             reply[8..12].copy_from_slice(&code.to_ne_bytes());
-            if libc::send(sock, reply.as_ptr().cast(), 12, libc::MSG_NOSIGNAL) != 12 {
+            reply[12..16].copy_from_slice(&step.to_ne_bytes());
+            if libc::send(sock, reply.as_ptr().cast(), REPLY, libc::MSG_NOSIGNAL) != REPLY as isize
+            {
                 libc::_exit(1);
             }
         }
@@ -537,10 +625,12 @@ struct ChildArgs {
     error: AtomicI32,
     /// Its pid as the sandbox numbers it.
     ns_pid: AtomicU32,
+    /// [`STEP_NO_CWD`] when it failed at a working directory that does not exist.
+    step: AtomicU32,
 }
 
 /// Parse the request in `buf[..len]` and start it: (pid on the host or -1, pid in the
-/// sandbox, errno).
+/// sandbox, errno, step).
 ///
 /// # Safety
 /// In the starter only, with [`serve`]'s buffers.
@@ -550,18 +640,18 @@ unsafe fn start(
     ptrs: *mut *const c_char,
     stdio: [RawFd; 3],
     stack: &ChildStack,
-) -> (i32, u32, i32) {
+) -> (i32, u32, i32, u32) {
     // SAFETY: reads within `buf[..len]`, writes within `ptrs`' capacity (at most one
     // pointer per byte of strings, plus two NULLs).
     unsafe {
         if len < HEADER {
-            return (-1, 0, libc::EINVAL);
+            return (-1, 0, libc::EINVAL, 0);
         }
         let word = |i: usize| std::ptr::read_unaligned(buf.add(4 * i).cast::<u32>());
         let (magic, flags, uid, gid) = (word(0), word(1), word(2), word(3));
         let (argc, envc) = (word(4) as usize, word(5) as usize);
         if magic != MAGIC || argc == 0 {
-            return (-1, 0, libc::EINVAL);
+            return (-1, 0, libc::EINVAL, 0);
         }
         // The strings: cwd, argc of argv, envc of env, each NUL-terminated, filling the
         // message exactly.
@@ -586,7 +676,7 @@ unsafe fn start(
             at += 1;
         }
         if found != want || begin != len {
-            return (-1, 0, libc::EINVAL);
+            return (-1, 0, libc::EINVAL, 0);
         }
         *ptrs.add(argc) = std::ptr::null();
         *ptrs.add(argc + 1 + envc) = std::ptr::null();
@@ -599,6 +689,7 @@ unsafe fn start(
             pty: flags & FLAG_PTY != 0,
             error: AtomicI32::new(0),
             ns_pid: AtomicU32::new(0),
+            step: AtomicU32::new(0),
         };
         let mut clone = CloneArgs {
             flags: CLONE_VM | CLONE_VFORK | CLONE_PARENT | CLONE_CLEAR_SIGHAND,
@@ -613,13 +704,14 @@ unsafe fn start(
             &args as *const ChildArgs as *mut c_void,
         );
         if ret < 0 {
-            return (-1, 0, (-ret) as i32);
+            return (-1, 0, (-ret) as i32, 0);
         }
         let pid = ret as i32;
+        let step = args.step.load(Ordering::Relaxed);
         match args.error.load(Ordering::Relaxed) {
-            RAN => (pid, args.ns_pid.load(Ordering::Relaxed), 0),
-            0 => (pid, 0, libc::ECHILD),
-            e => (pid, 0, e),
+            RAN => (pid, args.ns_pid.load(Ordering::Relaxed), 0, 0),
+            0 => (pid, 0, libc::ECHILD, 0),
+            e => (pid, 0, e, step),
         }
     }
 }
@@ -650,7 +742,13 @@ unsafe extern "C" fn child_main(arg: *mut c_void) -> ! {
             fail(errno());
         }
         if libc::chdir(a.cwd) != 0 {
-            fail(errno());
+            let e = errno();
+            // Missing (as a stat sees it, links followed), or there but not enterable.
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::stat(a.cwd, &mut st) != 0 {
+                a.step.store(STEP_NO_CWD, Ordering::Relaxed);
+            }
+            fail(e);
         }
         if let Some((uid, gid)) = a.creds {
             // Raw system calls: glibc's would try to change every thread it believes
@@ -814,7 +912,6 @@ mod tests {
             cwd: c"/",
             creds: Some((1000, 1000)),
             pty: true,
-            stdio: [3, 4, 5],
         };
         let msg = encode(&fits).unwrap_or_default();
         assert_eq!(msg.len(), HEADER + 2 + 10);
@@ -826,7 +923,6 @@ mod tests {
             cwd: c"/",
             creds: None,
             pty: false,
-            stdio: [3, 4, 5],
         };
         assert!(encode(&over).is_none());
         let none = Request {
@@ -835,7 +931,6 @@ mod tests {
             cwd: c"/",
             creds: None,
             pty: false,
-            stdio: [3, 4, 5],
         };
         assert!(encode(&none).is_none());
     }

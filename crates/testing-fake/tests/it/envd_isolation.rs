@@ -785,10 +785,13 @@ async fn commands_start_through_a_starter_that_holds_nothing_of_the_emulator() {
         "the starter holds {own} kB of anonymous memory (the emulator {emulator} kB)"
     );
     drop(ballast);
+    // Its null stdin is /dev/null, by that name.
+    let (out, err, code) = root_sh(&fake, "readlink /proc/self/fd/0").await;
+    assert_eq!((out.as_str(), code), ("/dev/null\n", 0), "{err}");
     // Gone, the next command forks the emulator and runs all the same.
     // SAFETY: kill on the starter, a child of this process that the sandbox owns.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    let (out, err, code) = root_sh(&fake, "echo still").await;
-    assert_eq!((out.as_str(), code), ("still\n", 0), "{err}");
+    let (out, err, code) = root_sh(&fake, "readlink /proc/self/fd/0").await;
+    assert_eq!((out.as_str(), code), ("/dev/null\n", 0), "{err}");
     assert_eq!(fake.envd.starter(), None);
 }
