@@ -35,7 +35,7 @@
 //! kernel refuses (PID, time) degrades alone, with a warning naming it.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex, Once, mpsc};
 
@@ -447,36 +447,98 @@ pub(crate) struct NsFds {
     dev_null: Option<OwnedFd>,
 }
 
-impl NsFds {
+/// The descriptors of a sandbox's namespaces and limit groups, raw (-1: none), as a
+/// process joins them: in a forked child, or sent to the starters' maker
+/// ([`zygote`](super::zygote)) that joins them for a new starter.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawNs {
+    pub(crate) mnt: RawFd,
+    pub(crate) pid: RawFd,
+    pub(crate) net: RawFd,
+    pub(crate) uts: RawFd,
+    pub(crate) cgroup_ns: RawFd,
+    pub(crate) time: RawFd,
+    pub(crate) user: RawFd,
+    /// The cgroup v1 limit groups' `tasks` files.
+    pub(crate) tasks: [RawFd; RawNs::MAX_TASKS],
+}
+
+impl RawNs {
+    /// The most limit groups a sandbox has (CPU, memory, process count).
+    pub(crate) const MAX_TASKS: usize = 3;
+
     /// Join what a thread may: the mount, network, UTS and cgroup namespaces, the PID
     /// namespace of the processes the caller forks, and the limit groups (cgroup v1
-    /// groups hold single threads). Raw system calls only: callable in a forked child.
-    /// The caller must not share its fs context (a thread: `unshare(CLONE_FS)` first).
-    fn join_shared(&self) -> std::io::Result<()> {
-        let pid_ns = self.pid.as_ref().map_or(-1, |fd| fd.as_raw_fd());
-        let cgroup_ns = self.cgroup.as_ref().map_or(-1, |(_, fd)| fd.as_raw_fd());
-        // SAFETY: setns on fds we own; each affects only the calling thread (its
-        // namespaces, the PID namespace of its future children).
+    /// groups hold single threads: the caller's thread moves). Raw system calls only:
+    /// callable in a forked child. The caller must not share its fs context (a thread:
+    /// `unshare(CLONE_FS)` first).
+    pub(crate) fn join_shared(&self) -> std::io::Result<()> {
+        // SAFETY: setns and write on descriptors the caller keeps open; each affects only
+        // the calling thread (its namespaces, the PID namespace of its future children,
+        // its groups).
         unsafe {
-            if libc::setns(self.mnt.as_raw_fd(), libc::CLONE_NEWNS) != 0
-                || (pid_ns >= 0 && libc::setns(pid_ns, libc::CLONE_NEWPID) != 0)
-                || libc::setns(self.net.as_raw_fd(), libc::CLONE_NEWNET) != 0
-                || libc::setns(self.uts.as_raw_fd(), libc::CLONE_NEWUTS) != 0
-                || (cgroup_ns >= 0 && libc::setns(cgroup_ns, libc::CLONE_NEWCGROUP) != 0)
+            if libc::setns(self.mnt, libc::CLONE_NEWNS) != 0
+                || (self.pid >= 0 && libc::setns(self.pid, libc::CLONE_NEWPID) != 0)
+                || libc::setns(self.net, libc::CLONE_NEWNET) != 0
+                || libc::setns(self.uts, libc::CLONE_NEWUTS) != 0
+                || (self.cgroup_ns >= 0 && libc::setns(self.cgroup_ns, libc::CLONE_NEWCGROUP) != 0)
             {
                 return Err(errno());
             }
+            for fd in self.tasks.into_iter().filter(|fd| *fd >= 0) {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(errno());
+                }
+            }
         }
-        self.limits.join_self()
+        Ok(())
     }
 
-    /// In a forked, single-threaded child that never execs the emulator's way (the
-    /// sandbox's starter, [`zygote`](super::zygote)): join everything a command's worker
-    /// thread and child together join ([`NsFds::join_shared`], then [`join_in_child`]:
-    /// the user namespace last, then the bounding set dropped). Raw system calls only.
-    pub(crate) fn enter_process(&self, join_cgroup: bool) -> std::io::Result<()> {
-        self.join_shared()?;
-        join_in_child(self, join_cgroup)
+    /// What only a process may join, after [`RawNs::join_shared`]: the time namespace,
+    /// then the user namespace, then [`DROPPED_CAPS`] dropped from the bounding set (a
+    /// joined user namespace resets it). Raw system calls only, in a single-threaded
+    /// process with memory of its own.
+    pub(crate) fn join_rest(&self) -> std::io::Result<()> {
+        // SAFETY: setns and prctl on this (forked, single-threaded) process only.
+        unsafe {
+            if self.time >= 0 && libc::setns(self.time, libc::CLONE_NEWTIME) != 0 {
+                return Err(errno());
+            }
+            // Last: from here on the process's capabilities are the sandbox's only.
+            if self.user >= 0 && libc::setns(self.user, libc::CLONE_NEWUSER) != 0 {
+                return Err(errno());
+            }
+            for cap in DROPPED_CAPS {
+                // EINVAL: a capability this kernel does not know, nothing to drop.
+                let rc = libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
+                if rc != 0 && errno().raw_os_error() != Some(libc::EINVAL) {
+                    return Err(errno());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl NsFds {
+    /// The raw descriptors, for a forked child or the starters' maker (valid while
+    /// `self` lives).
+    pub(crate) fn raw(&self) -> RawNs {
+        let fd = |f: Option<&OwnedFd>| f.map_or(-1, |f| f.as_raw_fd());
+        let mut tasks = [-1; RawNs::MAX_TASKS];
+        for (slot, t) in tasks.iter_mut().zip(self.limits.tasks_fds()) {
+            *slot = t;
+        }
+        RawNs {
+            mnt: self.mnt.as_raw_fd(),
+            pid: fd(self.pid.as_ref()),
+            net: self.net.as_raw_fd(),
+            uts: self.uts.as_raw_fd(),
+            cgroup_ns: fd(self.cgroup.as_ref().map(|(_, f)| f)),
+            time: fd(self.time.as_ref()),
+            user: fd(self.user.as_ref()),
+            tasks,
+        }
     }
 
     /// The sandbox's `/dev/null` (`None`: open it inside the sandbox's mount namespace).
@@ -1091,38 +1153,16 @@ const DROPPED_CAPS: [libc::c_int; 13] = [
 ];
 
 /// In a forked child: join the sandbox's cgroup subtree (when `join_cgroup`: a child not
-/// born there, see [`NsFds::cgroup_dir`]), its time namespace and last its user namespace,
-/// then drop [`DROPPED_CAPS`] from its bounding set (raw syscalls only). The rest (limit
-/// groups, mount, PID, network, UTS and cgroup namespaces) the child has from the forking
-/// [`FsWorker`] thread.
-pub(crate) fn join_in_child(ns: &NsFds, join_cgroup: bool) -> std::io::Result<()> {
+/// born there, see [`NsFds::cgroup_dir`]), then [`RawNs::join_rest`] (its time and user
+/// namespaces, the bounding set). The rest (limit groups, mount, PID, network, UTS and
+/// cgroup namespaces) the child has from the forking [`FsWorker`] thread.
+pub(crate) fn join_in_child(ns: &NsFds, raw: &RawNs, join_cgroup: bool) -> std::io::Result<()> {
     if let Some((cg, _)) = &ns.cgroup {
         if join_cgroup {
             cg.join_self()?;
         }
     }
-    if let Some(fd) = &ns.time {
-        // SAFETY: setns on an fd opened before fork; the child is single-threaded.
-        if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWTIME) } != 0 {
-            return Err(errno());
-        }
-    }
-    // Last: from here on the process's capabilities are the sandbox's only.
-    if let Some(fd) = &ns.user {
-        // SAFETY: setns on an fd opened before fork; the child is single-threaded.
-        if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWUSER) } != 0 {
-            return Err(errno());
-        }
-    }
-    for cap in DROPPED_CAPS {
-        // SAFETY: prctl on this (forked) process only. EINVAL: a capability this kernel
-        // does not know, nothing to drop.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-        if rc != 0 && errno().raw_os_error() != Some(libc::EINVAL) {
-            return Err(errno());
-        }
-    }
-    Ok(())
+    raw.join_rest()
 }
 
 /// The pid of host process `host_pid` in its innermost PID namespace (the sandbox's), from
@@ -1183,7 +1223,7 @@ impl FsWorker {
                         let r = if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
                             Err(errno())
                         } else {
-                            ns.join_shared()
+                            ns.raw().join_shared()
                         };
                         let failed = r.is_err();
                         let _ = ready_tx.send(r);

@@ -160,6 +160,11 @@ impl Limits {
 
     /// Move the calling thread into every group (raw syscalls only: also in a forked
     /// child, whose one thread is the process).
+    /// The groups' `tasks` descriptors (see [`Limits::join_self`]).
+    pub(crate) fn tasks_fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
+        self.procs.iter().map(|fd| fd.as_raw_fd())
+    }
+
     pub(crate) fn join_self(&self) -> std::io::Result<()> {
         for fd in &self.procs {
             // SAFETY: one byte from a static buffer to a descriptor opened before fork.

@@ -29,7 +29,7 @@ use exec_world_sys::launch::{
     ChildStack, CloneArgs, clone3_entry,
 };
 
-use super::isolation::NsFds;
+use super::isolation::{NsFds, RawNs};
 use super::spawn::{Child, Prepared};
 
 /// The largest request (strings) the starter takes; a larger one is forked the old way.
@@ -113,62 +113,113 @@ fn errno() -> c_int {
         .unwrap_or(libc::EIO)
 }
 
-/// What the forked starter needs, prepared before the fork (on the forking thread's
-/// stack, which the starter keeps).
-struct Boot<'a> {
-    sock: RawFd,
-    ns: &'a NsFds,
-    join_cgroup: bool,
-}
-
-impl Zygote {
-    /// Fork the starter of the sandbox `ns` describes and wait until it is ready (inside
-    /// the sandbox, trimmed). An error: it could not be made; commands then fork.
-    pub(crate) fn start(ns: &NsFds) -> std::io::Result<Zygote> {
-        if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
-            return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
-        }
-        let mut pair = [0 as c_int; 2];
-        // SAFETY: socketpair writes two fds into an array we own.
-        if unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                pair.as_mut_ptr(),
-            )
-        } != 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: fresh fds we own.
-        let (ours, theirs) =
-            unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
-        // Room for the largest request in flight (root may raise the default).
-        let size = (2 * MAX_REQUEST) as c_int;
+/// A `SOCK_SEQPACKET` pair (close-on-exec), each end's buffer large enough for the
+/// largest request.
+fn packet_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut pair = [0 as c_int; 2];
+    // SAFETY: socketpair writes two fds into an array we own.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            pair.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh fds we own.
+    let (a, b) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+    // Room for the largest request in flight (root may raise the default; best effort).
+    let size = (2 * MAX_REQUEST) as c_int;
+    for (fd, opt) in [(&a, libc::SO_SNDBUFFORCE), (&b, libc::SO_RCVBUFFORCE)] {
         // SAFETY: setsockopt with a local int.
         unsafe {
             libc::setsockopt(
-                ours.as_raw_fd(),
+                fd.as_raw_fd(),
                 libc::SOL_SOCKET,
-                libc::SO_SNDBUFFORCE,
+                opt,
                 (&size as *const c_int).cast(),
                 std::mem::size_of::<c_int>() as libc::socklen_t,
-            );
-            libc::setsockopt(
-                theirs.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&size as *const c_int).cast(),
-                std::mem::size_of::<c_int>() as libc::socklen_t,
-            );
-        }
-        let cgroup = ns.cgroup_dir();
-        let boot = Boot {
-            sock: theirs.as_raw_fd(),
-            ns,
-            join_cgroup: false,
+            )
         };
+    }
+    Ok((a, b))
+}
+
+/// Wait for a new process's first word on `sock`: 0 once ready, else the errno of what
+/// failed. Nothing (the socket closed): it died, or was killed at birth.
+fn await_ready(sock: &OwnedFd) -> std::io::Result<()> {
+    let mut word = [0u8; 4];
+    loop {
+        // SAFETY: reading into a local.
+        let n = unsafe { libc::recv(sock.as_raw_fd(), word.as_mut_ptr().cast(), 4, 0) };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        if n != 4 {
+            return Err(std::io::Error::other("it died before it was ready"));
+        }
+        break;
+    }
+    match i32::from_ne_bytes(word) {
+        0 => Ok(()),
+        code => Err(std::io::Error::from_raw_os_error(code)),
+    }
+}
+
+/// Our child `pid`, now followed by a pidfd (it is ours and not yet reaped, so the pid
+/// cannot have been reused).
+fn adopt(pid: i32) -> std::io::Result<Child> {
+    // SAFETY: pidfd_open on our own unreaped child.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if raw < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: kill and reap our own child, which we cannot follow.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            let mut st = 0;
+            libc::waitpid(pid, &mut st, 0);
+        }
+        return Err(e);
+    }
+    // SAFETY: a fresh pidfd we own.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+    Child::adopt(pid as u32, pidfd)
+}
+
+/// The starters' maker: one process per emulator, forked from it once and trimmed
+/// ([`trim`]), that forks each sandbox's starter (a fork of a small process, where a
+/// fork of the emulator copies page tables that grow with every sandbox alive, and a
+/// trim that gives them back costs as much again). Its starters are the emulator's
+/// children (`CLONE_PARENT`).
+struct Maker {
+    sock: OwnedFd,
+    /// Kept so the maker is killed and reaped when it is replaced.
+    _process: Child,
+}
+
+/// The maker, made at the first starter; `None` again once it is gone (made anew).
+static MAKER: std::sync::Mutex<Option<Maker>> = std::sync::Mutex::new(None);
+
+/// The first word of a request to the maker.
+const MAGIC_MAKE: u32 = 0x6d61_6b65;
+/// Which optional descriptors a request to the maker carries, in this order after the
+/// starter's socket and the mount, network and UTS namespaces.
+const HAS_PID: u32 = 1;
+const HAS_CGROUP_NS: u32 = 2;
+const HAS_TIME: u32 = 4;
+const HAS_USER: u32 = 8;
+const HAS_CGROUP_DIR: u32 = 16;
+/// Descriptors in one request to the maker, at most.
+const MAX_MAKE_FDS: usize = 9 + RawNs::MAX_TASKS;
+
+impl Maker {
+    /// Fork the maker from the emulator and wait until it is ready.
+    fn start() -> std::io::Result<Maker> {
+        let (ours, theirs) = packet_pair()?;
+        let theirs_raw = theirs.as_raw_fd();
         let mut pidfd: c_int = -1;
         let mut args = CloneArgs {
             flags: CLONE_PIDFD | CLONE_CLEAR_SIGHAND,
@@ -176,12 +227,8 @@ impl Zygote {
             exit_signal: libc::SIGCHLD as u64,
             ..CloneArgs::default()
         };
-        if let Some(cg) = cgroup {
-            args.flags |= CLONE_INTO_CGROUP;
-            args.cgroup = cg.as_raw_fd() as u64;
-        }
         // SAFETY: clone3 with fork semantics (no CLONE_VM): the child has its own copy of
-        // our memory and runs only raw system calls (`main`), never returning.
+        // our memory and runs only raw system calls (`maker_main`), never returning.
         let pid = unsafe {
             libc::syscall(
                 libc::SYS_clone3,
@@ -191,7 +238,7 @@ impl Zygote {
         };
         if pid == 0 {
             // SAFETY: in the forked child, see above.
-            unsafe { main(&boot) }
+            unsafe { maker_main(theirs_raw) }
         }
         if pid < 0 {
             return Err(std::io::Error::last_os_error());
@@ -200,27 +247,106 @@ impl Zygote {
         // SAFETY: a pidfd the kernel just gave us.
         let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
         let child = Child::adopt(pid as u32, pidfd)?;
-        // Its first word: 0 once ready, else the errno of the step that failed. Nothing
-        // (the socket closed): it died, or was killed at birth.
-        let mut word = [0u8; 4];
-        let n = loop {
+        await_ready(&ours)?;
+        Ok(Maker {
+            sock: ours,
+            _process: child,
+        })
+    }
+
+    /// Ask for a starter joined to `raw` (born in `cgroup_dir` when given) that serves
+    /// `starter_sock`: its pid on the host.
+    fn make(&self, raw: &RawNs, cgroup_dir: RawFd, starter_sock: RawFd) -> std::io::Result<i32> {
+        let mut flags = 0;
+        let mut fds = [-1 as c_int; MAX_MAKE_FDS];
+        let mut n = 0;
+        let mut put = |fd: RawFd| {
+            if let Some(slot) = fds.get_mut(n) {
+                *slot = fd;
+                n += 1;
+            }
+        };
+        for fd in [starter_sock, raw.mnt, raw.net, raw.uts] {
+            put(fd);
+        }
+        for (bit, fd) in [
+            (HAS_PID, raw.pid),
+            (HAS_CGROUP_NS, raw.cgroup_ns),
+            (HAS_TIME, raw.time),
+            (HAS_USER, raw.user),
+            (HAS_CGROUP_DIR, cgroup_dir),
+        ] {
+            if fd >= 0 {
+                flags |= bit;
+                put(fd);
+            }
+        }
+        let tasks = raw.tasks.iter().filter(|fd| **fd >= 0).count() as u32;
+        for fd in raw.tasks.into_iter().filter(|fd| *fd >= 0) {
+            put(fd);
+        }
+        let mut msg = [0u8; 12];
+        msg[0..4].copy_from_slice(&MAGIC_MAKE.to_ne_bytes());
+        msg[4..8].copy_from_slice(&flags.to_ne_bytes());
+        msg[8..12].copy_from_slice(&tasks.to_ne_bytes());
+        send_with_fds(self.sock.as_raw_fd(), &msg, fds.get(..n).unwrap_or(&[]), 0)?;
+        let mut reply = [0u8; 8];
+        loop {
             // SAFETY: reading into a local.
-            let n = unsafe { libc::recv(ours.as_raw_fd(), word.as_mut_ptr().cast(), 4, 0) };
-            if n < 0 && errno() == libc::EINTR {
+            let got = unsafe { libc::recv(self.sock.as_raw_fd(), reply.as_mut_ptr().cast(), 8, 0) };
+            if got == 8 {
+                break;
+            }
+            if got < 0 && errno() == libc::EINTR {
                 continue;
             }
-            break n;
-        };
-        if n != 4 {
-            child.start_kill();
-            return Err(std::io::Error::other(
-                "the starter died before it was ready",
-            ));
+            return Err(std::io::Error::other("the starters' maker is gone"));
         }
-        let code = i32::from_ne_bytes(word);
-        if code != 0 {
-            child.start_kill();
+        let pid = i32::from_ne_bytes([reply[0], reply[1], reply[2], reply[3]]);
+        let code = i32::from_ne_bytes([reply[4], reply[5], reply[6], reply[7]]);
+        if pid <= 0 {
             return Err(std::io::Error::from_raw_os_error(code));
+        }
+        Ok(pid)
+    }
+}
+
+impl Zygote {
+    /// Have the sandbox `ns` describes get its starter (from the maker, made at the
+    /// first call) and wait until it is ready, inside the sandbox. An error: it could
+    /// not be made; commands then fork.
+    pub(crate) fn start(ns: &NsFds) -> std::io::Result<Zygote> {
+        if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
+        }
+        let (ours, theirs) = packet_pair()?;
+        let raw = ns.raw();
+        let cgroup_dir = ns.cgroup_dir().map_or(-1, |fd| fd.as_raw_fd());
+        let pid = {
+            let mut maker = MAKER
+                .lock()
+                .map_err(|_| std::io::Error::other("the starters' maker is poisoned"))?;
+            let made = match maker.as_ref() {
+                Some(m) => m.make(&raw, cgroup_dir, theirs.as_raw_fd()),
+                None => Err(std::io::Error::other("no maker yet")),
+            };
+            match made {
+                Ok(pid) => pid,
+                Err(_) => {
+                    // None yet, or gone: (re)make it once.
+                    *maker = None;
+                    let m = Maker::start()?;
+                    let pid = m.make(&raw, cgroup_dir, theirs.as_raw_fd());
+                    *maker = Some(m);
+                    pid?
+                }
+            }
+        };
+        drop(theirs);
+        let child = adopt(pid)?;
+        if let Err(e) = await_ready(&ours) {
+            child.start_kill();
+            return Err(e);
         }
         let flags = rustix::fs::fcntl_getfl(&ours)?;
         rustix::fs::fcntl_setfl(&ours, flags | rustix::fs::OFlags::NONBLOCK)?;
@@ -383,7 +509,7 @@ async fn talk(
 ) -> std::io::Result<(i32, u32, i32, u32)> {
     loop {
         let mut ready = fd.writable().await?;
-        match ready.try_io(|inner| send_request(inner.as_raw_fd(), msg, fds)) {
+        match ready.try_io(|inner| send_with_fds(inner.as_raw_fd(), msg, fds, libc::MSG_DONTWAIT)) {
             Ok(sent) => break sent?,
             Err(_would_block) => continue,
         }
@@ -404,35 +530,112 @@ async fn talk(
     ))
 }
 
-/// One `sendmsg` of `msg` with `fds` (`WouldBlock` when the socket is full).
-fn send_request(sock: RawFd, msg: &[u8], fds: &[RawFd; 3]) -> std::io::Result<()> {
+/// One `sendmsg` of `msg` with `fds` (at most [`MAX_MAKE_FDS`]) and `flags` besides
+/// `MSG_NOSIGNAL` (`WouldBlock` when a non-blocking send finds the socket full).
+fn send_with_fds(sock: RawFd, msg: &[u8], fds: &[RawFd], flags: c_int) -> std::io::Result<()> {
+    if fds.len() > MAX_MAKE_FDS {
+        return Err(std::io::Error::from_raw_os_error(libc::E2BIG));
+    }
+    let bytes = std::mem::size_of_val(fds);
     // SAFETY: sendmsg on locals; the control buffer is aligned and large enough for
-    // three descriptors.
+    // MAX_MAKE_FDS descriptors (checked above).
     unsafe {
         let mut iov = libc::iovec {
             iov_base: msg.as_ptr() as *mut c_void,
             iov_len: msg.len(),
         };
-        let mut control = [0u64; 4];
-        let space = libc::CMSG_SPACE((3 * std::mem::size_of::<c_int>()) as u32) as usize;
+        let mut control = [0u64; 2 + MAX_MAKE_FDS];
         let mut hdr: libc::msghdr = std::mem::zeroed();
         hdr.msg_iov = &mut iov;
         hdr.msg_iovlen = 1;
         hdr.msg_control = control.as_mut_ptr().cast();
-        hdr.msg_controllen = space;
+        hdr.msg_controllen = libc::CMSG_SPACE(bytes as u32) as usize;
         let cmsg = libc::CMSG_FIRSTHDR(&hdr);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN((3 * std::mem::size_of::<c_int>()) as u32) as usize;
-        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast::<c_int>(), 3);
-        let n = libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
-        if n == msg.len() as isize {
-            return Ok(());
+        (*cmsg).cmsg_len = libc::CMSG_LEN(bytes as u32) as usize;
+        std::ptr::copy_nonoverlapping(
+            fds.as_ptr(),
+            libc::CMSG_DATA(cmsg).cast::<c_int>(),
+            fds.len(),
+        );
+        loop {
+            let n = libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL | flags);
+            if n == msg.len() as isize {
+                return Ok(());
+            }
+            if n < 0 && errno() == libc::EINTR {
+                continue;
+            }
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            return Err(std::io::Error::other("a short send on a packet socket"));
         }
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
+    }
+}
+
+/// One `recvmsg` into `buf` (`cap` bytes) with up to `fds.len()` descriptors (more are
+/// closed): (bytes, descriptors, whole: neither the message nor its descriptors were
+/// cut). `None`: the socket closed or failed.
+///
+/// # Safety
+/// `buf` holds `cap` bytes. Raw system calls only (callable in the maker and starters).
+unsafe fn recv_with_fds(
+    sock: RawFd,
+    buf: *mut u8,
+    cap: usize,
+    fds: &mut [c_int],
+) -> Option<(usize, usize, bool)> {
+    // SAFETY: recvmsg into the caller's buffer and locals; the descriptors the kernel
+    // gave are either kept in `fds` or closed.
+    unsafe {
+        loop {
+            let mut iov = libc::iovec {
+                iov_base: buf.cast(),
+                iov_len: cap,
+            };
+            let mut control = [0u64; 2 + MAX_MAKE_FDS];
+            let mut hdr: libc::msghdr = std::mem::zeroed();
+            hdr.msg_iov = &mut iov;
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = control.as_mut_ptr().cast();
+            hdr.msg_controllen = std::mem::size_of_val(&control);
+            let n = libc::recvmsg(sock, &mut hdr, libc::MSG_CMSG_CLOEXEC);
+            if n == 0 {
+                return None;
+            }
+            if n < 0 {
+                if errno() == libc::EINTR {
+                    continue;
+                }
+                return None;
+            }
+            let mut got = 0;
+            let mut cmsg = libc::CMSG_FIRSTHDR(&hdr);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(cmsg).cast::<c_int>();
+                    let count = ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize)
+                        / std::mem::size_of::<c_int>();
+                    for i in 0..count {
+                        let fd = std::ptr::read_unaligned(data.add(i));
+                        match fds.get_mut(got) {
+                            Some(slot) => {
+                                *slot = fd;
+                                got += 1;
+                            }
+                            None => {
+                                libc::close(fd);
+                            }
+                        }
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(&hdr, cmsg);
+            }
+            let whole = hdr.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) == 0;
+            return Some((n as usize, got, whole));
         }
-        Err(std::io::Error::other("a short send on a packet socket"))
     }
 }
 
@@ -457,55 +660,196 @@ fn recv_reply(sock: RawFd) -> std::io::Result<[u8; REPLY]> {
     Err(std::io::Error::other("the starter is gone"))
 }
 
-/// The starter: enter the sandbox, trim, say it is ready, serve. Never returns.
+/// The first steps of the maker and of every starter, on `sock`: not dumpable (the
+/// sandbox's root must never read a copy of the emulator), the default signal state,
+/// the usual priority (whatever the forking thread ran at: a spare's builder), and 0, 1
+/// and 2 open (`/dev/null` where there were none) so received descriptors land above.
+/// An error is reported on `sock` and ends the process.
 ///
 /// # Safety
-/// Only in the child of a fork-like clone of the emulator (single-threaded, its own
-/// copy of our memory); raw system calls only, no allocation.
-unsafe fn main(boot: &Boot<'_>) -> ! {
-    let sock = boot.sock;
+/// In a forked child only; raw system calls.
+unsafe fn settle(sock: RawFd) {
     // SAFETY: raw system calls on this process.
     unsafe {
-        let fail = |e: c_int| -> ! {
-            let w = e.to_ne_bytes();
-            libc::send(sock, w.as_ptr().cast(), 4, libc::MSG_NOSIGNAL);
-            libc::_exit(1)
-        };
-        // First: the sandbox's root must never read this copy of the emulator.
         if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
-            fail(errno());
+            fail_ready(sock, errno());
         }
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        // The usual priority, whatever the thread that forked us ran at (a spare's builder).
         libc::setpriority(libc::PRIO_PROCESS, 0, 0);
-        // 0, 1 and 2 open (`/dev/null` where the emulator had none), so received
-        // descriptors land above them.
         for fd in 0..3 {
             if libc::fcntl(fd, libc::F_GETFD) < 0 {
                 libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
             }
         }
-        // Our maps, through the host's /proc (the sandbox's has no pid for us).
+    }
+}
+
+/// Report `e` as the answer to "ready?" on `sock` and exit.
+///
+/// # Safety
+/// In a forked child only.
+unsafe fn fail_ready(sock: RawFd, e: c_int) -> ! {
+    let w = e.to_ne_bytes();
+    // SAFETY: a send from a local, then _exit.
+    unsafe {
+        libc::send(sock, w.as_ptr().cast(), 4, libc::MSG_NOSIGNAL);
+        libc::_exit(1)
+    }
+}
+
+/// Close every descriptor but 0, 1, 2 and `keep`.
+///
+/// # Safety
+/// In a forked child only.
+unsafe fn close_all_but(keep: RawFd) {
+    // SAFETY: close_range on our own descriptor table.
+    unsafe {
+        if keep > 3 {
+            libc::syscall(libc::SYS_close_range, 3u32, (keep - 1) as u32, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, (keep + 1) as u32, !0u32, 0u32);
+    }
+}
+
+/// The maker: settle, give back the emulator's memory, say it is ready, then fork a
+/// starter for each request. Ends when its socket does.
+///
+/// # Safety
+/// Only in the child of a fork-like clone of the emulator (single-threaded, its own
+/// copy of our memory); raw system calls only, no allocation.
+unsafe fn maker_main(sock: RawFd) -> ! {
+    // SAFETY: raw system calls on this process and its buffers.
+    unsafe {
+        settle(sock);
+        // Our maps, through the host's /proc.
         let maps = libc::open(
             c"/proc/self/maps".as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC,
         );
-        if let Err(e) = boot.ns.enter_process(boot.join_cgroup) {
-            fail(e.raw_os_error().unwrap_or(libc::EIO));
-        }
         if maps >= 0 {
             trim(maps);
             libc::close(maps);
         }
-        // Only the socket and the standard descriptors stay.
-        let hi = !0u32;
-        if sock > 3 {
-            libc::syscall(libc::SYS_close_range, 3u32, (sock - 1) as u32, 0u32);
+        close_all_but(sock);
+        let ready = 0i32.to_ne_bytes();
+        if libc::send(sock, ready.as_ptr().cast(), 4, libc::MSG_NOSIGNAL) != 4 {
+            libc::_exit(1);
         }
-        libc::syscall(libc::SYS_close_range, (sock + 1) as u32, hi, 0u32);
+        let mut msg = [0u8; 12];
+        loop {
+            let mut fds = [-1 as c_int; MAX_MAKE_FDS];
+            let Some((n, got, whole)) = recv_with_fds(sock, msg.as_mut_ptr(), msg.len(), &mut fds)
+            else {
+                libc::_exit(0)
+            };
+            let (pid, code) = if whole && n == msg.len() {
+                make_starter(sock, &msg, fds.get(..got).unwrap_or(&[]))
+            } else {
+                (-1, libc::EINVAL)
+            };
+            for fd in fds.into_iter().filter(|fd| *fd >= 0) {
+                libc::close(fd);
+            }
+            let mut reply = [0u8; 8];
+            reply[0..4].copy_from_slice(&pid.to_ne_bytes());
+            reply[4..8].copy_from_slice(&code.to_ne_bytes());
+            if libc::send(sock, reply.as_ptr().cast(), 8, libc::MSG_NOSIGNAL) != 8 {
+                libc::_exit(1);
+            }
+        }
+    }
+}
+
+/// In the maker: fork the starter a request asks for: (its pid on the host or -1, errno).
+///
+/// # Safety
+/// In the maker only; `fds` are the request's descriptors, open.
+unsafe fn make_starter(maker_sock: RawFd, msg: &[u8; 12], fds: &[c_int]) -> (i32, c_int) {
+    let word = |i: usize| u32::from_ne_bytes([msg[i], msg[i + 1], msg[i + 2], msg[i + 3]]);
+    let (magic, flags, tasks) = (word(0), word(4), word(8) as usize);
+    let mut it = fds.iter().copied();
+    let mut next = |present: bool| if present { it.next() } else { Some(-1) };
+    let (Some(sock), Some(mnt), Some(net), Some(uts)) =
+        (next(true), next(true), next(true), next(true))
+    else {
+        return (-1, libc::EINVAL);
+    };
+    let (Some(pid), Some(cgroup_ns), Some(time), Some(user), Some(cgroup_dir)) = (
+        next(flags & HAS_PID != 0),
+        next(flags & HAS_CGROUP_NS != 0),
+        next(flags & HAS_TIME != 0),
+        next(flags & HAS_USER != 0),
+        next(flags & HAS_CGROUP_DIR != 0),
+    ) else {
+        return (-1, libc::EINVAL);
+    };
+    let mut raw = RawNs {
+        mnt,
+        pid,
+        net,
+        uts,
+        cgroup_ns,
+        time,
+        user,
+        tasks: [-1; RawNs::MAX_TASKS],
+    };
+    if magic != MAGIC_MAKE || tasks > RawNs::MAX_TASKS {
+        return (-1, libc::EINVAL);
+    }
+    for slot in raw.tasks.iter_mut().take(tasks) {
+        match next(true) {
+            Some(fd) => *slot = fd,
+            None => return (-1, libc::EINVAL),
+        }
+    }
+    let mut args = CloneArgs {
+        // Our sibling: the emulator's child, like the commands it will start.
+        flags: CLONE_PARENT | CLONE_CLEAR_SIGHAND,
+        exit_signal: 0,
+        ..CloneArgs::default()
+    };
+    if cgroup_dir >= 0 {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = cgroup_dir as u64;
+    }
+    // SAFETY: clone3 with fork semantics (no CLONE_VM): the child has its own copy of
+    // this small process and runs only raw system calls, never returning.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if ret == 0 {
+        // SAFETY: in the forked starter.
+        unsafe {
+            libc::close(maker_sock);
+            starter_main(sock, &raw)
+        }
+    }
+    if ret < 0 {
+        return (-1, errno());
+    }
+    (ret as i32, 0)
+}
+
+/// A starter, forked by the maker: settle, enter the sandbox `raw` names, say it is
+/// ready on `sock`, serve. Never returns.
+///
+/// # Safety
+/// Only in the child the maker forked; raw system calls only, no allocation.
+unsafe fn starter_main(sock: RawFd, raw: &RawNs) -> ! {
+    // SAFETY: raw system calls on this process and its own new mappings.
+    unsafe {
+        settle(sock);
+        if let Err(e) = raw.join_shared().and_then(|()| raw.join_rest()) {
+            fail_ready(sock, e.raw_os_error().unwrap_or(libc::EIO));
+        }
+        close_all_but(sock);
         let buf = libc::mmap(
             std::ptr::null_mut(),
             MAX_REQUEST,
@@ -525,11 +869,11 @@ unsafe fn main(boot: &Boot<'_>) -> ! {
             0,
         );
         if buf == libc::MAP_FAILED || ptrs == libc::MAP_FAILED {
-            fail(errno());
+            fail_ready(sock, errno());
         }
         let stack = match ChildStack::new() {
             Ok(s) => s,
-            Err(e) => fail(e.raw_os_error().unwrap_or(libc::ENOMEM)),
+            Err(e) => fail_ready(sock, e.raw_os_error().unwrap_or(libc::ENOMEM)),
         };
         let ready = 0i32.to_ne_bytes();
         if libc::send(sock, ready.as_ptr().cast(), 4, libc::MSG_NOSIGNAL) != 4 {
@@ -548,49 +892,12 @@ unsafe fn serve(sock: RawFd, buf: *mut u8, ptrs: *mut *const c_char, stack: &Chi
     // SAFETY: raw system calls on our own buffers; see the contract.
     unsafe {
         loop {
-            let mut iov = libc::iovec {
-                iov_base: buf.cast(),
-                iov_len: MAX_REQUEST,
-            };
-            let mut control = [0u64; 8];
-            let mut hdr: libc::msghdr = std::mem::zeroed();
-            hdr.msg_iov = &mut iov;
-            hdr.msg_iovlen = 1;
-            hdr.msg_control = control.as_mut_ptr().cast();
-            hdr.msg_controllen = std::mem::size_of_val(&control);
-            let n = libc::recvmsg(sock, &mut hdr, libc::MSG_CMSG_CLOEXEC);
-            if n == 0 {
-                libc::_exit(0);
-            }
-            if n < 0 {
-                if errno() == libc::EINTR {
-                    continue;
-                }
-                libc::_exit(1);
-            }
             let mut fds = [-1 as c_int; 3];
-            let mut got = 0;
-            let mut cmsg = libc::CMSG_FIRSTHDR(&hdr);
-            while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                    let data = libc::CMSG_DATA(cmsg).cast::<c_int>();
-                    let count = ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize)
-                        / std::mem::size_of::<c_int>();
-                    for i in 0..count {
-                        let fd = std::ptr::read_unaligned(data.add(i));
-                        if got < 3 {
-                            fds[got] = fd;
-                            got += 1;
-                        } else {
-                            libc::close(fd);
-                        }
-                    }
-                }
-                cmsg = libc::CMSG_NXTHDR(&hdr, cmsg);
-            }
-            let whole = hdr.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) == 0;
+            let Some((n, got, whole)) = recv_with_fds(sock, buf, MAX_REQUEST, &mut fds) else {
+                libc::_exit(0)
+            };
             let (pid, ns_pid, code, step) = if whole && got == 3 {
-                start(buf, n as usize, ptrs, fds, stack)
+                start(buf, n, ptrs, fds, stack)
             } else {
                 (-1, 0, libc::E2BIG, 0)
             };

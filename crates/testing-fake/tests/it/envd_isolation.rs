@@ -706,8 +706,8 @@ print(seen, leaks, forks)
     );
 }
 
-/// `key`'s value in kB from `/proc/<pid>/status`.
-fn status_kb(pid: u32, key: &str) -> u64 {
+/// The number `key` names in `/proc/<pid>/status` (a size in kB, without its unit).
+fn status_num(pid: u32, key: &str) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     s.lines()
         .find_map(|l| l.strip_prefix(key))
@@ -776,9 +776,11 @@ async fn commands_start_through_a_starter_that_holds_nothing_of_the_emulator() {
     // Not dumpable: its /proc files belong to the host's root, whatever its credentials.
     let dumpable = std::fs::metadata(format!("/proc/{pid}/environ")).unwrap();
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&dumpable), 0);
-    // It gave back the emulator's heap and its other threads' memory.
-    let own = status_kb(pid, "RssAnon:");
-    let emulator = status_kb(std::process::id(), "RssAnon:");
+    // Made by the starters' maker, yet the emulator's child (as are the commands).
+    assert_eq!(status_num(pid, "PPid:") as u32, std::process::id());
+    // It holds no copy of the emulator's heap nor of its other threads' memory.
+    let own = status_num(pid, "RssAnon:");
+    let emulator = status_num(std::process::id(), "RssAnon:");
     eprintln!("starter RssAnon {own} kB, emulator {emulator} kB");
     assert!(
         own < 8 * 1024 && emulator > 64 * 1024,
