@@ -392,6 +392,38 @@ pub(crate) unsafe fn exec_along(
 mod clone3;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 use clone3::run;
+/// `clone3(args)` with fork semantics (no `CLONE_VM` in `args`): returns 0 in the
+/// child, which goes on from here on its own copy of our memory; in the parent the
+/// child's pid, or -1 with `errno` set.
+///
+/// # Safety
+/// In a multithreaded process the child may make raw, async-signal-safe system calls
+/// only (no allocation, no lock) until it execs or exits; `args` must not ask for
+/// `CLONE_VM` (see [`clone3_entry`] for that).
+///
+/// ```
+/// use exec_world_sys::launch::{CloneArgs, clone3_fork};
+/// let mut args = CloneArgs { exit_signal: libc::SIGCHLD as u64, ..CloneArgs::default() };
+/// // SAFETY: the child only exits.
+/// let pid = unsafe { clone3_fork(&mut args) };
+/// if pid == 0 {
+///     unsafe { libc::_exit(7) };
+/// }
+/// let mut st = 0;
+/// unsafe { libc::waitpid(pid as i32, &mut st, 0) };
+/// assert_eq!(libc::WEXITSTATUS(st), 7);
+/// ```
+pub unsafe fn clone3_fork(args: &mut CloneArgs) -> i64 {
+    // SAFETY: the caller's contract; clone3 reads `args` only.
+    unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    }
+}
+
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use clone3::{ChildStack, clone3_entry};
 

@@ -309,13 +309,7 @@ impl Prepared {
             } else {
                 // SAFETY: clone3 with fork semantics (no CLONE_VM): the child has its own
                 // copy of our memory and runs only raw system calls up to execve or _exit.
-                let pid = unsafe {
-                    libc::syscall(
-                        libc::SYS_clone3,
-                        &mut args as *mut CloneArgs,
-                        std::mem::size_of::<CloneArgs>(),
-                    )
-                };
+                let pid = unsafe { exec_world_sys::launch::clone3_fork(&mut args) };
                 if pid == 0 {
                     // SAFETY: in the child, see above.
                     unsafe { child(&frame) }

@@ -137,11 +137,7 @@ pub(crate) fn in_new_namespaces_born_in<T>(
                     cgroup: cg.as_raw_fd() as u64,
                     ..CloneArgs::default()
                 };
-                libc::syscall(
-                    libc::SYS_clone3,
-                    &mut args as *mut CloneArgs,
-                    std::mem::size_of::<CloneArgs>(),
-                ) as libc::pid_t
+                exec_world_sys::launch::clone3_fork(&mut args) as libc::pid_t
             }
         }
     };

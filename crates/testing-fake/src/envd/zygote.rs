@@ -172,6 +172,13 @@ fn await_ready(sock: &OwnedFd) -> std::io::Result<()> {
 /// Our child `pid`, now followed by a pidfd (it is ours and not yet reaped, so the pid
 /// cannot have been reused).
 fn adopt(pid: i32) -> std::io::Result<Child> {
+    Child::adopt(pid as u32, pidfd_of_child(pid)?)
+}
+
+/// A pidfd of our unreaped child `pid` (made by the starter or the maker with
+/// `CLONE_PARENT`); when none can be had, the child is killed and reaped (a process we
+/// cannot follow must not run).
+fn pidfd_of_child(pid: i32) -> std::io::Result<OwnedFd> {
     // SAFETY: pidfd_open on our own unreaped child.
     let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if raw < 0 {
@@ -185,8 +192,7 @@ fn adopt(pid: i32) -> std::io::Result<Child> {
         return Err(e);
     }
     // SAFETY: a fresh pidfd we own.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
-    Child::adopt(pid as u32, pidfd)
+    Ok(unsafe { OwnedFd::from_raw_fd(raw as RawFd) })
 }
 
 /// The starters' maker: one process per emulator, forked from it once and trimmed
@@ -229,13 +235,7 @@ impl Maker {
         };
         // SAFETY: clone3 with fork semantics (no CLONE_VM): the child has its own copy of
         // our memory and runs only raw system calls (`maker_main`), never returning.
-        let pid = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &mut args as *mut CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
-        };
+        let pid = unsafe { exec_world_sys::launch::clone3_fork(&mut args) };
         if pid == 0 {
             // SAFETY: in the forked child, see above.
             unsafe { maker_main(theirs_raw) }
@@ -428,21 +428,7 @@ impl Zygote {
                 error: std::io::Error::from_raw_os_error(code),
             });
         }
-        // SAFETY: pidfd_open on our own child (CLONE_PARENT made it ours), not yet
-        // reaped, so its pid is not reused.
-        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if raw < 0 {
-            let e = std::io::Error::last_os_error();
-            // SAFETY: signal and reap our own child: a command we cannot follow must not run.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                let mut st = 0;
-                libc::waitpid(pid, &mut st, 0);
-            }
-            return Err(e);
-        }
-        // SAFETY: a fresh pidfd we own.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+        let pidfd = pidfd_of_child(pid)?;
         let child = prepared.finish(pid as u32, ns_pid, pidfd)?;
         if code != 0 {
             // It exited (127) before its exec, or never ran: `child` reaps it.
@@ -817,13 +803,7 @@ unsafe fn make_starter(maker_sock: RawFd, msg: &[u8; 12], fds: &[c_int]) -> (i32
     }
     // SAFETY: clone3 with fork semantics (no CLONE_VM): the child has its own copy of
     // this small process and runs only raw system calls, never returning.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
+    let ret = unsafe { exec_world_sys::launch::clone3_fork(&mut args) };
     if ret == 0 {
         // SAFETY: in the forked starter.
         unsafe {
