@@ -41,6 +41,7 @@ pub(crate) use files::{has_signature, signed_with};
 pub use isolation::{BoundaryError, Step};
 
 use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -179,23 +180,38 @@ fn lay_out(
         .map_err(io_err("chmod shadow"))?;
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
+    std::fs::create_dir_all(tree).map_err(io_err(format!("creating {}", tree.display())))?;
+    // The mount points (and the directories between) are root's inside, as laid out at
+    // the first boot; a later boot (cold boot, a sandbox from a snapshot) keeps the owners
+    // the template and the sandbox gave them (`/workspace` is the user's). The tree is the
+    // sandbox's own files (a nested mount point lies in another's): walked link-free.
+    let chown_all = first && root && ids != IdMap::IDENTITY;
+    let sandbox_root = ids.host_id(0);
+    let chown_fd = |dir: &OwnedFd, p: &Path, uid: u32, gid: u32| {
+        rustix::fs::fchown(
+            dir,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+        )
+        .map_err(|e| io_err(format!("chown {}", p.display()))(e.into()))
+    };
+    if chown_all {
+        let top = rustix::fs::open(
+            tree,
+            rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| io_err(format!("opening {}", tree.display()))(e.into()))?;
+        chown_fd(&top, tree, sandbox_root, sandbox_root)?;
+    }
     for m in &t.mounts {
-        let p = tree.join(m.trim_start_matches('/'));
-        std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
-        // The mount points (and the directories between) are root's inside, as laid out
-        // at the first boot; a later boot (cold boot, a sandbox from a snapshot) keeps the
-        // owners the template and the sandbox gave them (`/workspace` is the user's).
-        if first && root && ids != IdMap::IDENTITY {
-            let mut d = p.as_path();
-            while d.starts_with(tree) {
-                chown_path(d, ids.host_id(0), ids.host_id(0))
-                    .map_err(io_err(format!("chown {}", d.display())))?;
-                match d.parent() {
-                    Some(parent) => d = parent,
-                    None => break,
-                }
+        let rel = Path::new(m.trim_start_matches('/'));
+        dirs_beneath(tree, rel, 0o755, |dir, walked, _| {
+            if chown_all {
+                chown_fd(dir, &tree.join(walked), sandbox_root, sandbox_root)?;
             }
-        }
+            Ok(())
+        })?;
     }
     if !first {
         return Ok(());
@@ -205,12 +221,16 @@ fn lay_out(
             .user(&d.owner)
             .ok_or_else(|| EnvdError::Template(format!("{}: unknown owner {}", d.path, d.owner)))?;
         let p = tree.join(d.path.trim_start_matches('/'));
-        std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(d.mode))
-            .map_err(io_err(format!("chmod {}", p.display())))?;
+        let dir = dirs_beneath(
+            tree,
+            Path::new(d.path.trim_start_matches('/')),
+            0o755,
+            |_, _, _| Ok(()),
+        )?;
+        rustix::fs::fchmod(&dir, rustix::fs::Mode::from_raw_mode(d.mode))
+            .map_err(|e| io_err(format!("chmod {}", p.display()))(e.into()))?;
         if root {
-            chown_path(&p, ids.host_id(owner.uid), ids.host_id(owner.gid))
-                .map_err(io_err(format!("chown {}", p.display())))?;
+            chown_fd(&dir, &p, ids.host_id(owner.uid), ids.host_id(owner.gid))?;
         }
     }
     // Homes get the skeleton files `useradd -m` copies (`.bashrc`, `.profile`, …), from
@@ -330,12 +350,9 @@ fn mount_point_parents(
     sysroot: &Path,
     root_id: u32,
 ) -> Result<(), EnvdError> {
-    use rustix::fs::{Mode, OFlags};
     if !upper.is_dir() {
         return Ok(());
     }
-    let dir_flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY;
-    let os = |context: String| move |e: rustix::io::Errno| io_err(context)(e.into());
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     for (at, _) in points {
@@ -346,37 +363,70 @@ fn mount_point_parents(
         if std::fs::symlink_metadata(sysroot.join(parents)).is_ok() {
             continue;
         }
-        let mut dir = rustix::fs::open(upper, dir_flags, Mode::empty())
-            .map_err(os(format!("opening {}", upper.display())))?;
-        let mut walked = PathBuf::new();
-        for part in parents.components() {
-            walked.push(part);
-            let p = upper.join(&walked);
-            let made = match rustix::fs::mkdirat(&dir, part.as_os_str(), Mode::from_raw_mode(0o700))
-            {
-                Ok(()) => true,
-                Err(rustix::io::Errno::EXIST) => false,
-                Err(e) => return Err(os(format!("creating {}", p.display()))(e)),
-            };
-            dir = rustix::fs::openat(&dir, part.as_os_str(), dir_flags, Mode::empty()).map_err(
-                os(format!(
-                    "opening {} (a link or not a directory?)",
-                    p.display()
-                )),
-            )?;
-            if made {
-                let mode = sysroot_mode(sysroot, &walked, 0o755);
-                rustix::fs::fchmod(&dir, Mode::from_raw_mode(mode))
-                    .map_err(os(format!("chmod {}", p.display())))?;
-                if root {
-                    let id = Some(rustix::fs::Uid::from_raw(root_id));
-                    rustix::fs::fchown(&dir, id, Some(rustix::fs::Gid::from_raw(root_id)))
-                        .map_err(os(format!("chown {}", p.display())))?;
-                }
+        dirs_beneath(upper, parents, 0o700, |dir, walked, made| {
+            if !made {
+                return Ok(());
             }
-        }
+            let p = upper.join(walked);
+            let os = |what: &str| {
+                let context = format!("{what} {}", p.display());
+                move |e: rustix::io::Errno| io_err(context)(e.into())
+            };
+            let mode = sysroot_mode(sysroot, walked, 0o755);
+            rustix::fs::fchmod(dir, rustix::fs::Mode::from_raw_mode(mode)).map_err(os("chmod"))?;
+            if root {
+                let id = Some(rustix::fs::Uid::from_raw(root_id));
+                rustix::fs::fchown(dir, id, Some(rustix::fs::Gid::from_raw(root_id)))
+                    .map_err(os("chown"))?;
+            }
+            Ok(())
+        })?;
     }
     Ok(())
+}
+
+/// Make the directories of `rel` below `base` (new ones with `mode`), one directory
+/// handle at a time and never following a link: a link or a non-directory on the way is
+/// an error naming the path, and nothing is made past it. `each(dir, walked, made)` runs
+/// for every directory on the way (`walked` relative to `base`; `made`: it was made
+/// here). The last directory's handle is returned.
+///
+/// What it walks may be the sandbox's own files (its tree, its upper layer): a sandbox
+/// that swapped a directory for a link to the host's `/` gets an error, never a directory
+/// made or changed on the host.
+fn dirs_beneath(
+    base: &Path,
+    rel: &Path,
+    mode: u32,
+    mut each: impl FnMut(&OwnedFd, &Path, bool) -> Result<(), EnvdError>,
+) -> Result<OwnedFd, EnvdError> {
+    use rustix::fs::{Mode, OFlags};
+    let dir_flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY;
+    let os = |context: String| move |e: rustix::io::Errno| io_err(context)(e.into());
+    let mut dir = rustix::fs::open(base, dir_flags, Mode::empty())
+        .map_err(os(format!("opening {}", base.display())))?;
+    let mut walked = PathBuf::new();
+    for part in rel.components() {
+        let std::path::Component::Normal(name) = part else {
+            return Err(EnvdError::Template(format!(
+                "{}: not a plain relative path",
+                rel.display()
+            )));
+        };
+        walked.push(name);
+        let p = base.join(&walked);
+        let made = match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode)) {
+            Ok(()) => true,
+            Err(rustix::io::Errno::EXIST) => false,
+            Err(e) => return Err(os(format!("creating {}", p.display()))(e)),
+        };
+        dir = rustix::fs::openat(&dir, name, dir_flags, Mode::empty()).map_err(os(format!(
+            "opening {} (a link or not a directory?)",
+            p.display()
+        )))?;
+        each(&dir, &walked, made)?;
+    }
+    Ok(dir)
 }
 
 /// A fresh `/proc/sys/kernel/random/boot_id` for this boot, written next to the old one

@@ -797,3 +797,47 @@ async fn commands_start_through_a_starter_that_holds_nothing_of_the_emulator() {
     assert_eq!((out.as_str(), code), ("/dev/null\n", 0), "{err}");
     assert_eq!(fake.envd.starter(), None);
 }
+
+/// A template whose mount points nest (`/home` and `/home/user/data`): root in the sandbox
+/// swaps `/home/user` (its own files) for a link to a host directory, then the sandbox
+/// boots cold. The boot walks the sandbox's tree to lay out the mount points: it never
+/// follows the link (the host directory stays empty) and fails, naming the path.
+#[tokio::test]
+async fn a_cold_boot_never_follows_a_link_the_sandbox_planted_in_its_tree() {
+    let target = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let mut template = testing_fake::template::Template::base();
+    template.mounts.push("/home/user/data".into());
+    let cfg = testing_fake::envd::EnvdConfig {
+        sandbox_id: "nestedmounts".into(),
+        template,
+        root: root.path().join("sbx"),
+        access_token: None,
+        env_vars: Default::default(),
+        allow_internet: false,
+        volumes: Vec::new(),
+        hidden: Vec::new(),
+    };
+    let envd = testing_fake::envd::Envd::boot(cfg.clone()).await.unwrap();
+    let scratch = envd_support::TempDir(root.path().join("unused"));
+    let fake = envd_support::serve(envd, scratch, None).await;
+    require_isolation(&fake);
+    let plant = format!(
+        "mv /home/user /home/user.old && ln -s {} /home/user && echo planted",
+        target.path().display()
+    );
+    let (out, err, code) = root_sh(&fake, &plant).await;
+    assert_eq!((out.as_str(), code), ("planted\n", 0), "{err}");
+    // As the control plane's cold resume: the old processes end, the tree stays.
+    fake.envd.stop_all().await;
+    let again = testing_fake::envd::Envd::boot(cfg).await;
+    let left: Vec<_> = std::fs::read_dir(target.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "the cold boot wrote {left:?} on the host");
+    let err = again.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("home/user"), "{err}");
+    drop(fake);
+}

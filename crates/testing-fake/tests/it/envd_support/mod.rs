@@ -68,7 +68,13 @@ pub async fn boot_named(
         volumes: Vec::new(),
         hidden: Vec::new(),
     };
-    let envd = Envd::boot(cfg).await.unwrap();
+    let token = token.map(str::to_string);
+    serve(Envd::boot(cfg).await.unwrap(), TempDir(dir), token).await
+}
+
+/// Serve `envd` (whose access token is `token`) on a loopback port; `dir` is removed
+/// when the [`Fake`] drops.
+pub async fn serve(envd: Arc<Envd>, dir: TempDir, token: Option<String>) -> Fake {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = envd.router();
@@ -79,8 +85,8 @@ pub async fn boot_named(
         envd,
         url: format!("http://{addr}"),
         http: reqwest::Client::builder().no_proxy().build().unwrap(),
-        token: token.map(str::to_string),
-        _dir: TempDir(dir),
+        token,
+        _dir: dir,
         server,
     }
 }
