@@ -1,5 +1,8 @@
-//! Starting a sandbox's process: a fork by `clone3` that is born in the sandbox's cgroup
-//! subtree (`CLONE_INTO_CGROUP`), so it never migrates there.
+//! Starting a process of the emulator's own making (a sandbox's init, a command when the
+//! sandbox has no starter, every command without isolation): a `clone3` born in the
+//! sandbox's cgroup subtree (`CLONE_INTO_CGROUP`), so it never migrates there. A
+//! sandbox's commands usually start through its starter instead (`zygote/`), from the
+//! [`Prepared`] made here.
 //!
 //! Moving a process between cgroups (`cgroup.procs`) takes a lock whose write side waits
 //! for an RCU grace period when none was taken within about one grace period before: on a
@@ -7,9 +10,12 @@
 //! back). A child born in the subtree pays nothing; the cgroup v1 limit groups are those
 //! of the forking thread, which joined them (`tasks`, no such lock).
 //!
-//! The child is a fork (its own copy of our memory, not `CLONE_VM`): it must join the
-//! sandbox's time namespace, which the kernel refuses to a process sharing its memory.
-//! Between `clone3` and `execve` it makes raw system calls only. It marks that it ran on a
+//! A child that joins a sandbox's namespaces is a fork ([`Via::Fork`]: its own copy of
+//! our memory, not `CLONE_VM`): it must join the sandbox's time namespace, which the
+//! kernel refuses to a process sharing its memory, and it is not dumpable until its
+//! `execve` (once in the sandbox's user namespace, its root could otherwise read that
+//! copy). One that joins none runs on our memory ([`Via::SharedMemory`]). Between `clone3`
+//! and `execve` it makes raw system calls only. It marks that it ran on a
 //! pipe first: a child the kernel killed at birth (Linux kills one born in a cgroup whose
 //! `cgroup.kill` count differs from its parent's cgroup's, see exec-world-sys's `launch`)
 //! leaves no mark, and the spawn is made again joining the cgroup the old way.

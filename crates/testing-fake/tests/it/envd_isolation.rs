@@ -841,3 +841,39 @@ async fn a_cold_boot_never_follows_a_link_the_sandbox_planted_in_its_tree() {
     assert!(err.contains("home/user"), "{err}");
     drop(fake);
 }
+
+/// A request larger than the starter takes (strings over 256 KiB: here three variables
+/// of 100 KiB) is forked the old way and runs all the same, with every byte.
+#[tokio::test]
+async fn a_command_too_large_for_the_starter_is_forked_and_runs() {
+    let fake = boot("base", None).await;
+    require_isolation(&fake);
+    let (_, before) = fake.envd.starter().expect("a starter");
+    let big = "x".repeat(100 * 1024);
+    let body = serde_json::json!({
+        "process": {
+            "cmd": "/bin/sh",
+            "args": ["-c", "printf %s \"$A$B$C\" | wc -c"],
+            "envs": {"A": big, "B": big, "C": big},
+        },
+        "stdin": false,
+    });
+    let mut s = fake.stream("/process.Process/Start", &body, &[]).await;
+    let (msgs, end) = s.collect().await;
+    assert_eq!(end, serde_json::json!({}), "{end}");
+    let (out, err, _, _) = envd_support::outputs(&msgs);
+    assert_eq!(
+        String::from_utf8_lossy(&out).trim(),
+        (3 * 100 * 1024).to_string(),
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+    // Forked, not started by the starter, which is still there for the next one.
+    assert_eq!(
+        fake.envd.starter(),
+        Some((fake.envd.starter().unwrap().0, before))
+    );
+    let (out, _, code) = root_sh(&fake, "echo small").await;
+    assert_eq!((out.as_str(), code), ("small\n", 0));
+    assert_eq!(fake.envd.starter().unwrap().1, before + 1);
+}
