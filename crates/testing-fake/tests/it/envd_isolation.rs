@@ -787,6 +787,12 @@ async fn commands_start_through_a_starter_that_holds_nothing_of_the_emulator() {
         "the starter holds {own} kB of anonymous memory (the emulator {emulator} kB)"
     );
     drop(ballast);
+    // Nor the emulator's environment (the host's): the main thread's stack is unmapped.
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&environ).contains("CARGO_MANIFEST_DIR"),
+        "the starter holds the emulator's environment"
+    );
     // Its null stdin is /dev/null, by that name.
     let (out, err, code) = root_sh(&fake, "readlink /proc/self/fd/0").await;
     assert_eq!((out.as_str(), code), ("/dev/null\n", 0), "{err}");

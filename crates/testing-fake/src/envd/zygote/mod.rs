@@ -10,8 +10,9 @@
 //! any other.
 //!
 //! Starters are forked by the starters' maker ([`Maker`]), one per emulator, forked from
-//! the emulator once and trimmed (`trim.rs`: it gives back the emulator's heap and its
-//! other threads' memory), so a starter costs a fork of a small process. The code that
+//! the emulator once and trimmed (`trim.rs`: it gives back the emulator's heap, its
+//! other threads' memory and the main stack with the emulator's environment), so a
+//! starter costs a fork of a small process and holds no copy of the host's environment. The code that
 //! runs inside them is `inside.rs`.
 //!
 //! A starter lives in the host's PID namespace, so no process of the sandbox can name

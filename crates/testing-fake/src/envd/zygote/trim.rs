@@ -5,15 +5,16 @@ use std::ffi::c_void;
 use std::os::fd::RawFd;
 
 /// In the maker, once: unmap every private anonymous mapping it will never touch (the
-/// emulator's heaps, other threads' stacks, buffers), so it keeps no copy of the
-/// emulator's memory as the emulator changes it. Kept: mappings of files (the program
-/// and its libraries), an anonymous mapping right after a file's (a `.bss`), the
-/// special ones (`[stack]`, `[vdso]`, …), and the mappings holding our stack and our
-/// thread pointer (TLS). The program is linked with immediate binding (no lazy symbol
-/// resolution touches the loader's heap later).
+/// emulator's heaps, other threads' stacks, buffers) and the main thread's stack (which
+/// holds the emulator's environment: the host's, credentials included), so it keeps no
+/// copy of the emulator's memory as the emulator changes it. Kept: mappings of files
+/// (the program and its libraries), an anonymous mapping right after a file's (a
+/// `.bss`), the other special ones (`[vdso]`, `[vvar]`, …), and the mappings holding our
+/// stack and our thread pointer (TLS). The program is linked with immediate binding (no
+/// lazy symbol resolution touches the loader's heap later).
 ///
 /// # Safety
-/// In the starter only, before anything of what it unmaps is used again.
+/// In the maker only, before anything of what it unmaps is used again.
 pub(super) unsafe fn trim(maps: RawFd) {
     let marker = 0u8;
     let sp = &marker as *const u8 as usize;
@@ -57,7 +58,7 @@ pub(super) unsafe fn trim(maps: RawFd) {
                     let mine = (start <= sp && sp < end) || (start <= fs && fs < end);
                     let bss = kind == Kind::Anon && start == prev_file_end;
                     prev_file_end = if kind == Kind::File { end } else { 0 };
-                    if mine || bss || !matches!(kind, Kind::Anon | Kind::Heap) {
+                    if mine || bss || !matches!(kind, Kind::Anon | Kind::Heap | Kind::MainStack) {
                         continue;
                     }
                     if count == doomed.len() {
@@ -84,9 +85,11 @@ enum Kind {
     Anon,
     /// `[heap]`.
     Heap,
+    /// `[stack]`: the main thread's, with the program's arguments and environment.
+    MainStack,
     /// A file's.
     File,
-    /// `[stack]`, `[vdso]`, `[vvar]`, …
+    /// `[vdso]`, `[vvar]`, …
     Special,
 }
 
@@ -101,6 +104,7 @@ fn parse(line: &[u8]) -> Option<(usize, usize, Kind)> {
         None => Kind::Anon,
         Some(b'/') => Kind::File,
         Some(b'[') if line.ends_with(b"[heap]") => Kind::Heap,
+        Some(b'[') if line.ends_with(b"[stack]") => Kind::MainStack,
         Some(b'[') => Kind::Special,
         // Other names (`anon_inode:…`, `/memfd:…` starts with '/'): keep.
         Some(_) => Kind::Special,
@@ -137,6 +141,9 @@ mod tests {
                 .is_some_and(|m| m.2 == Kind::File)
         );
         assert!(l("55d0-55e0 r--p 00000000 00:00 0 [vvar]").is_some_and(|m| m.2 == Kind::Special));
+        assert!(
+            l("7ffd-7ffe rw-p 00000000 00:00 0 [stack]").is_some_and(|m| m.2 == Kind::MainStack)
+        );
         assert_eq!(l("garbage"), None);
     }
 }
