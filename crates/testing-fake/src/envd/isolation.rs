@@ -473,9 +473,8 @@ impl RawNs {
     /// callable in a forked child. The caller must not share its fs context (a thread:
     /// `unshare(CLONE_FS)` first).
     pub(crate) fn join_shared(&self) -> std::io::Result<()> {
-        // SAFETY: setns and write on descriptors the caller keeps open; each affects only
-        // the calling thread (its namespaces, the PID namespace of its future children,
-        // its groups).
+        // SAFETY: setns on descriptors the caller keeps open; each affects only the
+        // calling thread (its namespaces, the PID namespace of its future children).
         unsafe {
             if libc::setns(self.mnt, libc::CLONE_NEWNS) != 0
                 || (self.pid >= 0 && libc::setns(self.pid, libc::CLONE_NEWPID) != 0)
@@ -485,13 +484,8 @@ impl RawNs {
             {
                 return Err(errno());
             }
-            for fd in self.tasks.into_iter().filter(|fd| *fd >= 0) {
-                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(errno());
-                }
-            }
         }
-        Ok(())
+        super::limits::join_tasks(self.tasks.into_iter().filter(|fd| *fd >= 0))
     }
 
     /// What only a process may join, after [`RawNs::join_shared`]: the time namespace,
@@ -607,13 +601,14 @@ pub(crate) fn require_root() -> Result<(), BoundaryError> {
 }
 
 /// The `/dev/null` of the sandbox whose init is `holder`, as its root shows it: no link
-/// followed at its end, and only the null device (1:3) is taken.
+/// followed at its end, never blocking nor becoming a controlling terminal, and only the
+/// null device (1:3) is taken.
 fn open_dev_null(holder: u32) -> Option<OwnedFd> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(format!("/proc/{holder}/root/dev/null"))
         .ok()?;
     let md = f.metadata().ok()?;
@@ -1156,13 +1151,13 @@ const DROPPED_CAPS: [libc::c_int; 13] = [
 /// born there, see [`NsFds::cgroup_dir`]), then [`RawNs::join_rest`] (its time and user
 /// namespaces, the bounding set). The rest (limit groups, mount, PID, network, UTS and
 /// cgroup namespaces) the child has from the forking [`FsWorker`] thread.
-pub(crate) fn join_in_child(ns: &NsFds, raw: &RawNs, join_cgroup: bool) -> std::io::Result<()> {
+pub(crate) fn join_in_child(ns: &NsFds, join_cgroup: bool) -> std::io::Result<()> {
     if let Some((cg, _)) = &ns.cgroup {
         if join_cgroup {
             cg.join_self()?;
         }
     }
-    raw.join_rest()
+    ns.raw().join_rest()
 }
 
 /// The pid of host process `host_pid` in its innermost PID namespace (the sandbox's), from

@@ -42,6 +42,18 @@ pub(crate) struct Limits {
     pub(crate) missing: Vec<&'static str>,
 }
 
+/// Move the calling thread into the groups whose `tasks` files `fds` are (one write of
+/// `0` each; raw syscalls only: callable in a forked child).
+pub(crate) fn join_tasks(fds: impl IntoIterator<Item = std::os::fd::RawFd>) -> std::io::Result<()> {
+    for fd in fds {
+        // SAFETY: one byte from a static buffer to a descriptor the caller keeps open.
+        if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// This process's group of v1 `controller`, from `/proc/self/cgroup`.
 fn own_group(controller: &str) -> Option<PathBuf> {
     let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
@@ -158,21 +170,15 @@ impl Limits {
         out
     }
 
-    /// Move the calling thread into every group (raw syscalls only: also in a forked
-    /// child, whose one thread is the process).
     /// The groups' `tasks` descriptors (see [`Limits::join_self`]).
     pub(crate) fn tasks_fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
         self.procs.iter().map(|fd| fd.as_raw_fd())
     }
 
+    /// Move the calling thread into every group (raw syscalls only: also in a forked
+    /// child, whose one thread is the process).
     pub(crate) fn join_self(&self) -> std::io::Result<()> {
-        for fd in &self.procs {
-            // SAFETY: one byte from a static buffer to a descriptor opened before fork.
-            if unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) } != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-        Ok(())
+        join_tasks(self.tasks_fds())
     }
 
     /// The memory the sandbox's group held at most since the last call (its high-water

@@ -602,7 +602,7 @@ impl ChildSetup {
             pty::make_controlling()?;
         }
         if let Some(ns) = &self.ns {
-            isolation::join_in_child(ns, &ns.raw(), join_cgroup)?;
+            isolation::join_in_child(ns, join_cgroup)?;
         }
         // SAFETY: raw syscalls in the forked child on data prepared before fork.
         unsafe {

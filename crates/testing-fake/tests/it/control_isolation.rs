@@ -210,11 +210,7 @@ async fn a_link_planted_on_a_mount_path_does_not_reach_the_host_at_a_cold_boot()
     assert!(ended, "{frames:?}");
     assert_eq!(stdout_of(&frames), "planted\n", "{frames:?}");
     let a = env.pause_and_resume_cold(id).await;
-    let left: Vec<_> = std::fs::read_dir(target.path())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
+    let left = support::names_in(target.path());
     assert!(left.is_empty(), "the cold boot wrote {left:?} on the host");
     assert_eq!(a.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", a.text);
     assert!(a.text.contains("mount-namespace"), "{}", a.text);

@@ -837,11 +837,7 @@ async fn a_cold_boot_never_follows_a_link_the_sandbox_planted_in_its_tree() {
     // As the control plane's cold resume: the old processes end, the tree stays.
     fake.envd.stop_all().await;
     let again = testing_fake::envd::Envd::boot(cfg).await;
-    let left: Vec<_> = std::fs::read_dir(target.path())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
+    let left = crate::support::names_in(target.path());
     assert!(left.is_empty(), "the cold boot wrote {left:?} on the host");
     let err = again.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("home/user"), "{err}");

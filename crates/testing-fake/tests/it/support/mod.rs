@@ -297,3 +297,12 @@ pub fn alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// The names in host directory `dir` (what a boot may have written there).
+pub fn names_in(dir: &std::path::Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect()
+}
