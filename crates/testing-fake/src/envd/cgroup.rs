@@ -265,7 +265,6 @@ impl SandboxCgroup {
             Some(self.dir_fd()),
             libc::CLONE_NEWCGROUP,
             &|| 0,
-            &|| 0,
             open,
         );
         if born.is_ok() {
@@ -273,16 +272,18 @@ impl SandboxCgroup {
         }
         let procs = self.procs.as_raw_fd();
         super::userns::in_new_namespaces(
-            libc::CLONE_NEWCGROUP,
-            // SAFETY: one byte from a static buffer to a descriptor opened before fork.
+            0,
+            // SAFETY: raw syscalls in the helper on a descriptor opened before the clone:
+            // into the subtree, then a cgroup namespace rooted there.
             &move || unsafe {
-                if libc::write(procs, b"0".as_ptr().cast(), 1) == 1 {
-                    0
-                } else {
+                if libc::write(procs, b"0".as_ptr().cast(), 1) != 1
+                    || libc::unshare(libc::CLONE_NEWCGROUP) != 0
+                {
                     *libc::__errno_location()
+                } else {
+                    0
                 }
             },
-            &|| 0,
             open,
         )
     }

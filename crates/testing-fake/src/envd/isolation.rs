@@ -4,11 +4,16 @@
 //! so the kernel reaps the orphans reparented to it, as a real init does) is the sandbox's
 //! init: it is PID 1 of a new PID namespace (sandbox processes cannot see or signal host
 //! processes, and when the holder dies, at the emulator's death included, the kernel kills every
-//! process of the sandbox), it has a new time namespace whose monotonic and boot clocks
-//! start at the boot (`/proc/uptime` counts from the boot), the sandbox's own network
+//! process of the sandbox), the sandbox's own network
 //! namespace ([`net`](super::net): loopback only, plus pasta's uplink for a sandbox with
 //! internet access), and the sandbox's mount namespace, whose `/proc` it mounts in its
-//! `pre_exec` (a procfs is of the PID namespace of whoever mounts it).
+//! `pre_exec` (a procfs is of the PID namespace of whoever mounts it). The sandbox's
+//! processes also share a new time namespace whose monotonic and boot clocks start at the
+//! boot (`/proc/uptime` counts from the boot).
+//!
+//! Every process made to build the boundary (the helpers that make namespaces, the
+//! mount child, the holder) runs on the emulator's memory (`CLONE_VM`) until it exits or
+//! execs: none copies the emulator's page tables (see [`userns::in_new_namespaces`]).
 //!
 //! The parts that hold no process and no clock ([`Parts`]: the user and network
 //! namespaces, pasta, the limit groups, the cgroup subtree and its namespace, and the
@@ -344,8 +349,7 @@ impl Parts {
         let fail_w_raw = fail_w.as_raw_fd();
         let built = userns::in_new_namespaces(
             libc::CLONE_NEWNS,
-            &|| 0,
-            // SAFETY: raw syscalls in the forked child on data prepared before fork.
+            // SAFETY: raw syscalls in the helper on data prepared before the clone.
             &move || unsafe {
                 // The cgroup namespace rooted at the sandbox's subtree (for the cgroup2
                 // mount only: the child ends once the root is built).
@@ -647,23 +651,33 @@ fn time_offsets() -> Option<CString> {
     CString::new(text).ok()
 }
 
-/// In the holder's `pre_exec`: a new time namespace whose clocks start at zero. Failing
-/// is not fatal (the caller sees the namespace is the host's and says so).
-fn enter_new_time(offsets: &CString) {
-    // SAFETY: raw syscalls in the forked child on data prepared before fork.
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWTIME) != 0 {
-            return;
-        }
-        let fd = libc::open(
-            c"/proc/self/timens_offsets".as_ptr(),
-            libc::O_WRONLY | libc::O_CLOEXEC,
-        );
-        if fd >= 0 {
-            libc::write(fd, offsets.as_ptr().cast(), offsets.as_bytes().len());
-            libc::close(fd);
-        }
-    }
+/// A new time namespace whose clocks start at zero now, made by a short-lived helper
+/// that `unshare`s it for its children: the emulator writes its offsets (before any
+/// process entered it, as the kernel requires) and keeps it open. `None` (the caller
+/// warns that the sandbox has the host's clocks) when the kernel has no time namespace.
+/// The holder does not enter it (a process sharing our memory may not, and the holder
+/// reads no clock); the sandbox's processes do, and see the holder's start (in
+/// `/proc/1/stat`, shifted by their offsets) a moment after their clocks' zero.
+fn new_time_ns() -> Option<OwnedFd> {
+    let offsets = time_offsets()?;
+    userns::in_new_namespaces(
+        0,
+        // SAFETY: one raw syscall in the helper.
+        &|| unsafe {
+            if libc::unshare(libc::CLONE_NEWTIME) != 0 {
+                *libc::__errno_location()
+            } else {
+                0
+            }
+        },
+        |pid| {
+            std::fs::write(format!("/proc/{pid}/timens_offsets"), offsets.as_bytes())?;
+            Ok(OwnedFd::from(std::fs::File::open(format!(
+                "/proc/{pid}/ns/time_for_children"
+            ))?))
+        },
+    )
+    .ok()
 }
 
 /// A pipe on which the holder's `pre_exec` reports the [`Step`] that failed.
@@ -781,7 +795,7 @@ impl Isolation {
         let mnt_raw = mnt.as_raw_fd();
         let cgroup_ns_raw = cgroup_ns.as_ref().map_or(-1, |fd| fd.as_raw_fd());
         let writable = layout.overlay.is_some();
-        let offsets = time_offsets();
+        let time = new_time_ns();
         let parent = std::process::id();
         let holder_limits = limits.clone();
         let holder_cg = cg.clone();
@@ -858,9 +872,6 @@ impl Isolation {
                             libc::write(adj, c"-1000".as_ptr().cast(), 5);
                             libc::close(adj);
                         }
-                        if let Some(off) = &offsets {
-                            enter_new_time(off);
-                        }
                         if libc::setns(net_raw, libc::CLONE_NEWNET) != 0 {
                             return Err(report(fail_w_raw, Step::NetworkNamespace, None, errno()));
                         }
@@ -887,10 +898,15 @@ impl Isolation {
                     }
                 };
                 let born_in = holder_cg.as_ref().map(|cg| cg.dir_fd());
-                let spawned = cmd.start(born_in, &setup).and_then(|child| {
-                    let pidfd = child.pidfd()?;
-                    Ok((child, pidfd))
-                });
+                // On our memory (`CLONE_VM | CLONE_VFORK`): no copy of the emulator's
+                // page tables at every boot. Its setup joins no user or time namespace.
+                let spawned = cmd
+                    .prepare(None)
+                    .and_then(|p| p.start(super::spawn::Via::SharedMemory, born_in, &setup))
+                    .and_then(|child| {
+                        let pidfd = child.pidfd()?;
+                        Ok((child, pidfd))
+                    });
                 drop(fail_w);
                 let (child, pidfd) = match spawned {
                     Ok(c) => c,
@@ -968,7 +984,6 @@ impl Isolation {
             .ok_or_else(|| {
                 BoundaryError::new(Step::UtsNamespace, std::io::Error::other("not entered"))
             })?;
-        let time = open("time").ok().flatten().map(|(fd, _)| fd);
         // Only when the holder really entered a cgroup namespace of its own (the subtree).
         let cgroup = match (cg, open("cgroup").ok().flatten()) {
             (Some(cg), Some((fd, _))) => Some((cg, fd)),

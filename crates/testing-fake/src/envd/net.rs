@@ -79,7 +79,6 @@ impl NetNs {
     pub(crate) fn create() -> std::io::Result<NetNs> {
         userns::in_new_namespaces(
             libc::CLONE_NEWUSER | libc::CLONE_NEWNET,
-            &|| 0,
             &loopback_up,
             |pid| {
                 let open = |kind: &str| -> std::io::Result<OwnedFd> {

@@ -596,7 +596,7 @@ struct ChildSetup {
 }
 
 impl ChildSetup {
-    /// In the forked child; `join_cgroup`: see [`spawn::Spawn::start`].
+    /// In the child; `join_cgroup`: see [`spawn::Prepared::start`].
     fn run(&self, join_cgroup: bool) -> std::io::Result<()> {
         if self.pty {
             pty::make_controlling()?;

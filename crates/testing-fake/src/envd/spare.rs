@@ -151,6 +151,11 @@ struct State {
     waiting: Vec<Arc<Go>>,
     builders: Vec<libc::pid_t>,
     closed: bool,
+    /// Spares made beyond [`target`] while creates come faster than one spare is made
+    /// (a create storm), at most [`MAX_BURST`]; see [`Spares::take`].
+    burst: usize,
+    /// When a create last took (or waited for) a spare.
+    last_take: Option<Instant>,
 }
 
 /// When a refill may begin ([`Spares::refill`]): once the new sandbox has been quiet
@@ -248,6 +253,14 @@ const QUIET_AFTER: Duration = Duration::from_millis(50);
 /// builds its own.
 const TAKE_WAIT: Duration = Duration::from_secs(2);
 
+/// At most how many spares beyond [`target`] are made during a create storm.
+const MAX_BURST: usize = 3;
+
+/// How long spares made for a storm ([`MAX_BURST`]) are kept unused: a create within
+/// that time of the last one is still the storm's; after it they are dropped (with
+/// internet access each holds a pasta process) and the burst is over.
+const BURST_IDLE: Duration = Duration::from_secs(2);
+
 /// How many spares to keep (`E2B_LOCAL_SPARES`, default 1).
 fn target() -> usize {
     std::env::var("E2B_LOCAL_SPARES")
@@ -302,10 +315,32 @@ impl Spares {
     pub(crate) async fn take(&self, cfg: &EnvdConfig) -> Option<Spare> {
         let kind = Kind::of(cfg)?;
         let deadline = tokio::time::Instant::now() + TAKE_WAIT;
+        let mut first = true;
         loop {
             let built = self.built.notified();
             {
                 let mut state = self.state.lock().ok()?;
+                if first {
+                    first = false;
+                    let now = Instant::now();
+                    // A create long after the last one: any storm is over.
+                    if state.last_take.is_none_or(|t| now - t > BURST_IDLE) {
+                        state.burst = 0;
+                    }
+                    state.last_take = Some(now);
+                    // Creates faster than spares are made: make more at once (their
+                    // boots wait on the kernel more than they use the cores, so they
+                    // overlap), up to MAX_BURST beyond the target.
+                    if !state.ready.iter().any(|s| s.kind == kind)
+                        && state.making > 0
+                        && state.kind.as_ref() == Some(&kind)
+                    {
+                        state.burst = (state.burst + 1).min(MAX_BURST);
+                    }
+                    if kind.internet {
+                        super::uplink_pool::set_burst(state.burst);
+                    }
+                }
                 if let Some(i) = state.ready.iter().position(|s| s.kind == kind) {
                     return Some(state.ready.swap_remove(i));
                 }
@@ -333,7 +368,6 @@ impl Spares {
         let Some(kind) = Kind::of(cfg) else {
             return trigger;
         };
-        let want = target();
         let (missing, dropped) = {
             let Ok(mut state) = self.state.lock() else {
                 return trigger;
@@ -341,6 +375,10 @@ impl Spares {
             if state.closed {
                 return trigger;
             }
+            let want = match target() {
+                0 => 0,
+                n => n + state.burst,
+            };
             let mut dropped = Vec::new();
             if state.kind.as_ref() != Some(&kind) {
                 dropped = std::mem::take(&mut state.ready);
@@ -401,8 +439,12 @@ impl Spares {
                     Some(Ok(s)) if !state.closed && state.kind.as_ref() == Some(&s.kind) => {
                         state.ready.push(s);
                         state.making -= 1;
+                        let beyond = state.ready.len() > target();
                         drop(state);
                         self.built.notify_waiters();
+                        if beyond {
+                            self.trim_after_burst();
+                        }
                         return;
                     }
                     Some(Ok(s)) => Some(s),
@@ -421,6 +463,33 @@ impl Spares {
             state.making -= 1;
         }
         self.built.notify_waiters();
+    }
+
+    /// On the thread of a spare made beyond [`target`] (a storm's): once no create took
+    /// one for [`BURST_IDLE`], drop the ready spares beyond the target and end the burst.
+    fn trim_after_burst(&self) {
+        let since = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let extra = {
+                let Ok(mut state) = self.state.lock() else {
+                    return;
+                };
+                if state.closed || state.ready.len() <= target() {
+                    return;
+                }
+                let last = state.last_take.map_or(since, |t| t.max(since));
+                if last.elapsed() < BURST_IDLE {
+                    continue;
+                }
+                state.burst = 0;
+                let keep = target();
+                state.ready.split_off(keep)
+            };
+            drop(extra);
+            super::uplink_pool::set_burst(0);
+            return;
+        }
     }
 
     /// Drop every ready spare, make no more, and wait (at most 10 s) until the ones being

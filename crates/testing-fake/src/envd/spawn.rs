@@ -10,11 +10,13 @@
 //! back). A child born in the subtree pays nothing; the cgroup v1 limit groups are those
 //! of the forking thread, which joined them (`tasks`, no such lock).
 //!
-//! A child that joins a sandbox's namespaces is a fork ([`Via::Fork`]: its own copy of
+//! A command that joins a sandbox's namespaces is a fork ([`Via::Fork`]: its own copy of
 //! our memory, not `CLONE_VM`): it must join the sandbox's time namespace, which the
 //! kernel refuses to a process sharing its memory, and it is not dumpable until its
 //! `execve` (once in the sandbox's user namespace, its root could otherwise read that
-//! copy). One that joins none runs on our memory ([`Via::SharedMemory`]). Between `clone3`
+//! copy). One that joins neither runs on our memory ([`Via::SharedMemory`]): a command
+//! without isolation, and a sandbox's init, which stays in the host's user and time
+//! namespaces. Between `clone3`
 //! and `execve` it makes raw system calls only. It marks that it ran on a
 //! pipe first: a child the kernel killed at birth (Linux kills one born in a cgroup whose
 //! `cgroup.kill` count differs from its parent's cgroup's, see exec-world-sys's `launch`)
@@ -182,18 +184,6 @@ fn cstring(s: String) -> std::io::Result<CString> {
 const RAN: u8 = b'R';
 
 impl Spawn {
-    /// Start the child: born in `cgroup` (a cgroup v2 directory) when given; in the
-    /// child, after its stdio is in place, `setup(join_cgroup)` runs (raw system calls
-    /// only; `join_cgroup` is true when the child was not born in `cgroup` and must join
-    /// it itself), then `execve`. An error is the child's own (`setup`'s or `execve`'s).
-    pub(crate) fn start(
-        self,
-        cgroup: Option<BorrowedFd<'_>>,
-        setup: &(dyn Fn(bool) -> std::io::Result<()> + Sync),
-    ) -> std::io::Result<Child> {
-        self.prepare(None)?.start(Via::Fork, cgroup, setup)
-    }
-
     /// The strings as C strings and the child's descriptors: what any way of starting
     /// it needs ([`Prepared::start`], or the sandbox's starter). A null stdio is a copy
     /// of `null` when given, else `/dev/null` opened here.
@@ -272,7 +262,11 @@ impl Prepared {
         [fd(0), fd(1), fd(2)]
     }
 
-    /// Start the child as `via` says (see [`Spawn::start`]).
+    /// Start the child as `via` says: born in `cgroup` (a cgroup v2 directory) when
+    /// given; in the child, after its stdio is in place, `setup(join_cgroup)` runs (raw
+    /// system calls only; `join_cgroup` is true when the child was not born in `cgroup`
+    /// and must join it itself), then `execve`. An error is the child's own (`setup`'s or
+    /// `execve`'s).
     pub(crate) fn start(
         self,
         via: Via,

@@ -12,6 +12,7 @@
 //! reports its own failures.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::net::{NetNs, Pasta};
 
@@ -32,12 +33,41 @@ static POOL: Mutex<Pool> = Mutex::new(Pool {
     making: 0,
 });
 
-/// How many uplinks to keep ready (`E2B_LOCAL_UPLINK_POOL`, default 1).
+/// Uplinks kept beyond [`target`] while spare sandboxes are made for a create storm
+/// ([`set_burst`]).
+static BURST: AtomicUsize = AtomicUsize::new(0);
+
+/// How many uplinks to keep ready (`E2B_LOCAL_UPLINK_POOL`, default 1), plus the burst.
 fn target() -> usize {
-    std::env::var("E2B_LOCAL_UPLINK_POOL")
+    let base = std::env::var("E2B_LOCAL_UPLINK_POOL")
         .ok()
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(1)
+        .unwrap_or(1);
+    match base {
+        0 => 0,
+        n => n + BURST.load(Ordering::Relaxed),
+    }
+}
+
+/// Keep `n` uplinks beyond the configured number, as many as the spare sandboxes made
+/// beyond theirs for a create storm ([`super::spare`]); back to 0, the ready ones beyond
+/// the configured number are dropped (each holds a pasta process).
+pub(crate) fn set_burst(n: usize) {
+    BURST.store(n, Ordering::Relaxed);
+    if n == 0 {
+        let extra = match POOL.lock() {
+            Ok(mut pool) => {
+                let keep = target();
+                if pool.ready.len() > keep {
+                    pool.ready.split_off(keep)
+                } else {
+                    Vec::new()
+                }
+            }
+            Err(_) => Vec::new(),
+        };
+        drop(extra);
+    }
 }
 
 /// A ready uplink whose pasta still runs, if the pool has one; the pool is refilled in

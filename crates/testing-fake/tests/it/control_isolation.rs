@@ -408,6 +408,21 @@ async fn a_sandbox_made_from_a_spare_is_its_own() {
         .run_frames(&b, "nice; cut -d' ' -f19 /proc/1/stat")
         .await;
     assert_eq!(stdout_of(&frames), "0\n0\n", "{frames:?}");
+    // Its init started after its clocks' zero (the holder is not in the sandbox's time
+    // namespace; its start shows shifted by the sandbox's offsets): not before the boot,
+    // not after now.
+    let (frames, _) = env
+        .run_frames(
+            &b,
+            "cut -d' ' -f22 /proc/1/stat; cut -d' ' -f1 /proc/uptime; getconf CLK_TCK",
+        )
+        .await;
+    let out = stdout_of(&frames);
+    let v: Vec<f64> = out.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert!(
+        v.len() == 3 && v[0] / v[2] <= v[1],
+        "init's start, uptime, ticks: {out}"
+    );
 
     // Spares are made at a lower priority; the pasta processes that carry the sandboxes'
     // traffic (theirs included) run at the usual one.
@@ -479,6 +494,75 @@ async fn a_create_takes_the_spare_being_made_for_it() {
     let b_ino = std::fs::metadata(sandboxes.join(b_id)).unwrap().ino();
     assert_eq!(b_ino, ino, "{name} did not become {b_id}'s root");
     let (frames, ended) = env.run_frames(&b, "echo ok").await;
+    assert!(ended && stdout_of(&frames) == "ok\n", "{frames:?}");
+    env.emu.shutdown().await;
+}
+
+/// A create storm (creates coming faster than one spare is made) makes several spares at
+/// once, and once no create came for a while (two seconds), the spares beyond the one
+/// kept are dropped. Without the storm's burst, at most one spare exists at any time.
+#[tokio::test]
+async fn a_create_storm_makes_spares_at_once_and_drops_the_extra_after_it() {
+    let (_state, env, sandboxes) = env_with_sandboxes_dir().await;
+    let count = {
+        let sandboxes = sandboxes.clone();
+        move || -> (usize, usize) {
+            let names: Vec<String> = std::fs::read_dir(&sandboxes)
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let making = names.iter().filter(|n| n.starts_with(".making-")).count();
+            let ready = names.iter().filter(|n| n.starts_with(".spare-")).count();
+            (making, ready)
+        }
+    };
+    // Watch how many spares exist at once (being made or ready) during the storm.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        let count = count.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (making, ready) = count();
+                most = most.max(making + ready);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            most
+        })
+    };
+    let offline = json!({"allow_internet_access": false});
+    let mut storm = Vec::new();
+    for _ in 0..5 {
+        let sbx = env.create(offline.clone()).await;
+        let (frames, ended) = env.run_frames(&sbx, "true").await;
+        assert!(ended, "{frames:?}");
+        storm.push(sbx);
+    }
+    // The spares the last creates asked for are made meanwhile.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = watcher.join().unwrap();
+    assert!(most >= 2, "at most {most} spare at once during a storm");
+    // After the storm, one spare stays.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (making, ready) = count();
+        if making == 0 && ready == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{making} being made and {ready} ready long after the storm"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The one kept serves the next create.
+    let next = env.create(offline).await;
+    let (frames, ended) = env.run_frames(&next, "echo ok").await;
     assert!(ended && stdout_of(&frames) == "ok\n", "{frames:?}");
     env.emu.shutdown().await;
 }
