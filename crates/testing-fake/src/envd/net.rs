@@ -25,10 +25,8 @@
 //! dies with the sandbox, and with the emulator (`PR_SET_PDEATHSIG`).
 
 use std::io::Read as _;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -357,15 +355,31 @@ fn run_pasta(
         ));
     };
     let (net_raw, owner_raw) = (net.as_raw_fd(), owner.as_raw_fd());
-    let mut cmd = Command::new(&bin);
-    cmd.args(pasta_args(&outbound))
-        .env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    // SAFETY: the closure performs only raw syscalls on fds opened before fork.
-    unsafe {
-        cmd.pre_exec(move || {
+    let Some(program) = bin.to_str() else {
+        return fail(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}: not a UTF-8 path", bin.display()),
+        ));
+    };
+    let (err_r, err_w) = match exec_world_sys::launch::pipe() {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let cmd = super::spawn::Spawn {
+        argv: std::iter::once(program.to_owned())
+            .chain(pasta_args(&outbound))
+            .collect(),
+        env: Vec::new(),
+        stdio: [
+            super::spawn::Io::Null,
+            super::spawn::Io::Null,
+            super::spawn::Io::Fd(err_w),
+        ],
+    };
+    // Raw syscalls only, on descriptors opened before the clone.
+    let setup = move |_: bool| -> std::io::Result<()> {
+        // SAFETY: see above; the child has a descriptor table of its own.
+        unsafe {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(errno());
             }
@@ -380,9 +394,15 @@ fn run_pasta(
                 return Err(errno());
             }
             Ok(())
-        });
-    }
-    let mut child = match cmd.spawn() {
+        }
+    };
+    // On our memory (`CLONE_VM | CLONE_VFORK`) until it execs: no copy of the emulator's
+    // page tables for every sandbox with internet access.
+    let started = cmd
+        .prepare(None)
+        .and_then(|p| p.start(super::spawn::Via::SharedMemory, None, &setup))
+        .and_then(|child| Ok((child.pidfd()?, child)));
+    let (pidfd, child) = match started {
         Ok(c) => c,
         Err(e) => {
             return fail(std::io::Error::new(
@@ -393,31 +413,19 @@ fn run_pasta(
     };
     drop((net, owner, uplink));
     let pid = child.id();
-    // SAFETY: pidfd_open on our own unreaped child.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
-    if raw < 0 {
-        let e = errno();
-        let _ = child.kill();
-        let _ = child.wait();
-        return fail(e);
-    }
-    // SAFETY: a fresh fd we own.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as libc::c_int) };
     if tx.send(Report::Started(pid, pidfd)).is_err() {
-        let _ = child.kill();
+        child.start_kill();
     }
     // Its messages, kept short (pasta also tries the system log, which may be absent).
     let mut said = Vec::new();
-    if let Some(mut err) = child.stderr.take() {
-        let _ = err.read_to_end(&mut said);
-    }
+    let _ = std::fs::File::from(err_r).read_to_end(&mut said);
     let text: Vec<String> = String::from_utf8_lossy(&said)
         .lines()
         .filter(|l| !l.starts_with("Failed to send") && !l.trim().is_empty())
         .map(str::to_owned)
         .collect();
     let tail = text[text.len().saturating_sub(4)..].join("; ");
-    let status = child.wait();
+    let status = child.wait_blocking();
     tracing::debug!(pid, ?status, said = %tail, "pasta ended");
     let _ = tx.send(Report::Exited(tail));
 }
