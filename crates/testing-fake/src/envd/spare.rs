@@ -27,6 +27,13 @@
 //! forgotten). `E2B_LOCAL_SPARES` sets how many are kept (default 1, `0` turns them off);
 //! a spare with internet access holds a pasta process (about 21 MB resident) while it
 //! waits.
+//!
+//! A create storm (a create that finds its spare still being made) makes one more spare
+//! at once per such create, up to [`MAX_BURST`] beyond the configured number, with as
+//! many more uplinks ([`super::uplink_pool`]): a boot waits on the kernel more than it
+//! uses the cores, so boots side by side keep up where one at a time cannot. Once no
+//! create came for [`BURST_IDLE`], the ready spares beyond the configured number are
+//! dropped and the burst ends.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
