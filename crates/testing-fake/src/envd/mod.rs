@@ -202,13 +202,13 @@ fn lay_out(
             rustix::fs::Mode::empty(),
         )
         .map_err(|e| io_err(format!("opening {}", tree.display()))(e.into()))?;
-        chown_fd(&top, tree, sandbox_root, sandbox_root)?;
+        chown_fd(&top, Path::new("/"), sandbox_root, sandbox_root)?;
     }
     for m in &t.mounts {
         let rel = Path::new(m.trim_start_matches('/'));
         dirs_beneath(tree, rel, 0o755, |dir, walked, _| {
             if chown_all {
-                chown_fd(dir, &tree.join(walked), sandbox_root, sandbox_root)?;
+                chown_fd(dir, &in_sandbox(walked), sandbox_root, sandbox_root)?;
             }
             Ok(())
         })?;
@@ -220,7 +220,7 @@ fn lay_out(
         let owner = t
             .user(&d.owner)
             .ok_or_else(|| EnvdError::Template(format!("{}: unknown owner {}", d.path, d.owner)))?;
-        let p = tree.join(d.path.trim_start_matches('/'));
+        let p = in_sandbox(Path::new(d.path.trim_start_matches('/')));
         let dir = dirs_beneath(
             tree,
             Path::new(d.path.trim_start_matches('/')),
@@ -367,7 +367,7 @@ fn mount_point_parents(
             if !made {
                 return Ok(());
             }
-            let p = upper.join(walked);
+            let p = in_sandbox(walked);
             let os = |what: &str| {
                 let context = format!("{what} {}", p.display());
                 move |e: rustix::io::Errno| io_err(context)(e.into())
@@ -383,6 +383,12 @@ fn mount_point_parents(
         })?;
     }
     Ok(())
+}
+
+/// `rel` (relative to the sandbox's `/`: its tree, its upper layer) as the sandbox names it,
+/// for errors: never the host's path of the emulator's state.
+fn in_sandbox(rel: &Path) -> PathBuf {
+    Path::new("/").join(rel)
 }
 
 /// Make the directories of `rel` below `base` (new ones with `mode`), one directory
@@ -414,14 +420,19 @@ fn dirs_beneath(
             )));
         };
         walked.push(name);
-        let p = base.join(&walked);
+        let p = in_sandbox(&walked);
         let made = match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode)) {
             Ok(()) => true,
             Err(rustix::io::Errno::EXIST) => false,
-            Err(e) => return Err(os(format!("creating {}", p.display()))(e)),
+            Err(e) => {
+                return Err(os(format!(
+                    "creating {} in the sandbox's files",
+                    p.display()
+                ))(e));
+            }
         };
         dir = rustix::fs::openat(&dir, name, dir_flags, Mode::empty()).map_err(os(format!(
-            "opening {} (a link or not a directory?)",
+            "opening {} in the sandbox's files (a link or not a directory?)",
             p.display()
         )))?;
         each(&dir, &walked, made)?;

@@ -102,12 +102,19 @@ fn refill() {
             .name("envd-uplink-pool".into())
             .spawn(|| {
                 let made = make();
+                // One made for a burst that ended meanwhile is not kept.
+                let mut late = None;
                 if let Ok(mut pool) = POOL.lock() {
                     pool.making -= 1;
                     if let Some(u) = made {
-                        pool.ready.push(u);
+                        if pool.ready.len() < target() {
+                            pool.ready.push(u);
+                        } else {
+                            late = Some(u);
+                        }
                     }
                 }
+                drop(late);
             });
         if spawned.is_err()
             && let Ok(mut pool) = POOL.lock()

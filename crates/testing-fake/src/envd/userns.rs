@@ -76,7 +76,9 @@ pub(crate) fn create(map: IdMap) -> std::io::Result<OwnedFd> {
 /// flags, on a stack of its own), not on a copy: a fork would copy the emulator's page
 /// tables (about 1 ms at a busy emulator's size) and leave its memory copy-on-write
 /// behind it, at every sandbox's boot. While it runs, the calling thread only waits on
-/// its pipe, and it never touches our memory but its own stack.
+/// its pipe; it writes nothing of our memory but its own stack and the calling thread's
+/// `errno` (its thread-local storage is that thread's), which that thread reads only
+/// once the helper is blocked on the pipe or gone.
 pub(crate) fn in_new_namespaces<T>(
     flags: libc::c_int,
     setup: &(dyn Fn() -> libc::c_int + Sync),
