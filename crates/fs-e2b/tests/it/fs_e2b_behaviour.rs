@@ -845,6 +845,21 @@ async fn the_process_holding_a_read_is_out_of_the_users_reach() {
         } else {
             let got = read.await.expect("join").expect("read");
             assert!(got[..] == content[..], "the held file's bytes");
+            // Released after the read, the holder lets go of the file (it ends on its own
+            // time: the read does not wait for that). Until it has, the next round could
+            // take it for its own holder and find it gone by the time it kills it.
+            let mut left = holders_of(&env, &f).await;
+            for _ in 0..250 {
+                if left.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                left = holders_of(&env, &f).await;
+            }
+            assert!(
+                left.is_empty(),
+                "the released holder still holds the file: {left:?}"
+            );
         }
     }
 }
