@@ -159,6 +159,40 @@ pub struct CloneArgs {
     pub cgroup: u64,
 }
 
+impl CloneArgs {
+    /// A child that reports its end with `SIGCHLD`, starts with default signal handlers
+    /// (`CLONE_CLEAR_SIGHAND`) and whose pidfd the kernel stores in `pidfd`
+    /// (`CLONE_PIDFD`); add flags to `flags` for more.
+    ///
+    /// ```
+    /// let mut pidfd = -1;
+    /// let args = exec_world_sys::launch::CloneArgs::with_pidfd(&mut pidfd);
+    /// assert_ne!(args.flags & exec_world_sys::launch::CLONE_PIDFD, 0);
+    /// assert_eq!(args.exit_signal, libc::SIGCHLD as u64);
+    /// ```
+    pub fn with_pidfd(pidfd: &mut c_int) -> CloneArgs {
+        CloneArgs {
+            flags: CLONE_PIDFD | CLONE_CLEAR_SIGHAND,
+            pidfd: pidfd as *mut c_int as u64,
+            exit_signal: libc::SIGCHLD as u64,
+            ..CloneArgs::default()
+        }
+    }
+
+    /// The child is born in the cgroup v2 directory open as `dir` (`CLONE_INTO_CGROUP`).
+    ///
+    /// ```
+    /// let mut args = exec_world_sys::launch::CloneArgs::default();
+    /// args.born_in(7);
+    /// assert_eq!(args.cgroup, 7);
+    /// assert_ne!(args.flags & exec_world_sys::launch::CLONE_INTO_CGROUP, 0);
+    /// ```
+    pub fn born_in(&mut self, dir: RawFd) {
+        self.flags |= CLONE_INTO_CGROUP;
+        self.cgroup = dir as u64;
+    }
+}
+
 /// What the child reads before `exec`, built before the clone (the child must not
 /// allocate: another thread of ours may hold the allocator's lock).
 pub(crate) struct Prepared {

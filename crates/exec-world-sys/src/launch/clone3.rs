@@ -144,18 +144,13 @@ pub(super) fn run(
         if slot.is_none() {
             *slot = Some(ChildStack::new()?);
         }
-        let mut args = CloneArgs {
-            flags: CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_CLEAR_SIGHAND,
-            pidfd: &mut pidfd as *mut c_int as u64,
-            exit_signal: libc::SIGCHLD as u64,
-            ..CloneArgs::default()
-        };
+        let mut args = CloneArgs::with_pidfd(&mut pidfd);
+        args.flags |= CLONE_VM | CLONE_VFORK;
         if let Some(stack) = slot.as_ref() {
             stack.set_on(&mut args);
         }
         if let Some(cg) = cgroup {
-            args.flags |= CLONE_INTO_CGROUP;
-            args.cgroup = cg.as_raw_fd() as u64;
+            args.born_in(cg.as_raw_fd());
         }
         // SAFETY: the stack is ours, mapped and unused (CLONE_VFORK: the previous
         // child of this thread is gone or exec'd); child_main never returns and

@@ -26,10 +26,7 @@ use std::ffi::{CString, c_char, c_int};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::process::ExitStatus;
 
-use exec_world_sys::launch::{
-    CLONE_CLEAR_SIGHAND, CLONE_INTO_CGROUP, CLONE_PIDFD, CLONE_VFORK, CLONE_VM, CloneArgs,
-    above_stdio, pipe,
-};
+use exec_world_sys::launch::{CLONE_VFORK, CLONE_VM, CloneArgs, above_stdio, pipe};
 
 /// One of the child's standard descriptors.
 pub(crate) enum Io {
@@ -283,15 +280,9 @@ impl Prepared {
         let fork = |into: Option<BorrowedFd<'_>>| -> std::io::Result<Option<(u32, u32, OwnedFd)>> {
             let (mark_r, mark_w) = pipe()?;
             let mut pidfd: c_int = -1;
-            let mut args = CloneArgs {
-                flags: CLONE_PIDFD | CLONE_CLEAR_SIGHAND,
-                pidfd: &mut pidfd as *mut c_int as u64,
-                exit_signal: libc::SIGCHLD as u64,
-                ..CloneArgs::default()
-            };
+            let mut args = CloneArgs::with_pidfd(&mut pidfd);
             if let Some(cg) = into {
-                args.flags |= CLONE_INTO_CGROUP;
-                args.cgroup = cg.as_raw_fd() as u64;
+                args.born_in(cg.as_raw_fd());
             }
             let frame = Frame {
                 mark: mark_w.as_raw_fd(),

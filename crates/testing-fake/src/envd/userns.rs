@@ -138,7 +138,7 @@ pub(crate) fn in_new_namespaces_born_in<T>(
     setup: &(dyn Fn() -> libc::c_int + Sync),
     then: impl FnOnce(libc::pid_t) -> std::io::Result<T>,
 ) -> std::io::Result<T> {
-    use exec_world_sys::launch::{CLONE_INTO_CGROUP, CLONE_VM, ChildStack, CloneArgs};
+    use exec_world_sys::launch::{CLONE_VM, ChildStack, CloneArgs};
     use std::os::fd::AsRawFd;
     let (up_r, up_w) = exec_world_sys::launch::pipe()?;
     let (down_r, down_w) = exec_world_sys::launch::pipe()?;
@@ -158,8 +158,7 @@ pub(crate) fn in_new_namespaces_born_in<T>(
         ..CloneArgs::default()
     };
     if let Some(cg) = cgroup {
-        args.flags |= CLONE_INTO_CGROUP;
-        args.cgroup = cg.as_raw_fd() as u64;
+        args.born_in(cg.as_raw_fd());
     }
     stack.set_on(&mut args);
     // SAFETY: a fresh stack only this helper uses, alive until it is reaped below;

@@ -7,8 +7,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use exec_world_sys::launch::{
-    CLONE_CLEAR_SIGHAND, CLONE_INTO_CGROUP, CLONE_PARENT, CLONE_VFORK, CLONE_VM, ChildStack,
-    CloneArgs, clone3_entry,
+    CLONE_CLEAR_SIGHAND, CLONE_PARENT, CLONE_VFORK, CLONE_VM, ChildStack, CloneArgs, clone3_entry,
 };
 
 use super::super::isolation::RawNs;
@@ -169,8 +168,7 @@ unsafe fn make_starter(maker_sock: RawFd, msg: &[u8; 12], fds: &[c_int]) -> (i32
         ..CloneArgs::default()
     };
     if cgroup_dir >= 0 {
-        args.flags |= CLONE_INTO_CGROUP;
-        args.cgroup = cgroup_dir as u64;
+        args.born_in(cgroup_dir);
     }
     // SAFETY: clone3 with fork semantics (no CLONE_VM): the child has its own copy of
     // this small process and runs only raw system calls, never returning.

@@ -31,7 +31,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use exec_world_sys::launch::{CLONE_CLEAR_SIGHAND, CLONE_PIDFD, CloneArgs};
+use exec_world_sys::launch::CloneArgs;
 
 use super::isolation::{NsFds, RawNs};
 use super::spawn::{Child, Prepared};
@@ -234,12 +234,7 @@ impl Maker {
         let (ours, theirs) = packet_pair()?;
         let theirs_raw = theirs.as_raw_fd();
         let mut pidfd: c_int = -1;
-        let mut args = CloneArgs {
-            flags: CLONE_PIDFD | CLONE_CLEAR_SIGHAND,
-            pidfd: &mut pidfd as *mut c_int as u64,
-            exit_signal: libc::SIGCHLD as u64,
-            ..CloneArgs::default()
-        };
+        let mut args = CloneArgs::with_pidfd(&mut pidfd);
         // SAFETY: clone3 with fork semantics (no CLONE_VM): the child has its own copy of
         // our memory and runs only raw system calls (`maker_main`), never returning.
         let pid = unsafe { exec_world_sys::launch::clone3_fork(&mut args) };
